@@ -1,0 +1,183 @@
+"""Settings of the Kernel Factory, read once from the environment.
+
+Two modes (see README):
+
+* embedded (default): no ``REDIS_URL``; SQLite in WAL mode under ``var/``, the in-memory
+  channel layer and kombu's ``memory://`` transport, one process (``manage.py serve``).
+* production: ``REDIS_URL`` set; Redis is the Celery broker and the ``channels_redis`` layer,
+  ``DATABASE_URL`` normally points at PostgreSQL, workers run as separate processes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+import plotly
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("INT21_VAR_DIR", BASE_DIR / "var"))
+# var/ holds the embedded database and collected static files; WhiteNoise warns if it is missing.
+(VAR_DIR / "static").mkdir(parents=True, exist_ok=True)
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r}: expected one of 1/0, true/false, yes/no, on/off")
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected an integer") from None
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected a number") from None
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY") or "int21-embedded-insecure-key-set-SECRET_KEY-in-production"
+ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in env_str("CSRF_TRUSTED_ORIGINS").split(",") if o]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "swarm.apps.SwarmConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "int21_site.urls"
+ASGI_APPLICATION = "int21_site.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database -------------------------------------------------------------------------------
+DATABASE_URL = env_str("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'factory.sqlite3'}"
+try:
+    _db = dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 0))
+except Exception as exc:  # dj-database-url raises a bare ValueError/KeyError on bad schemes
+    raise ImproperlyConfigured(f"DATABASE_URL={DATABASE_URL!r} is not a database URL: {exc}") from exc
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets the web process read while the embedded worker writes; IMMEDIATE transactions
+    # avoid "database is locked" upgrades from read to write locks.
+    _db["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+    }
+    # A file (not :memory:) so that server and worker processes started by tests share it.
+    _db["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- broker and channel layer ---------------------------------------------------------------
+REDIS_URL = env_str("REDIS_URL")
+EMBEDDED = not REDIS_URL
+
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_BROKER_TRANSPORT_OPTIONS = (
+    {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 3600)}
+    if REDIS_URL
+    else {"polling_interval": 0.05}
+)
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True  # a worker killed mid-task leaves the task to be redelivered
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "control"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("CHANNELS_PREFIX", "int21")},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# --- evaluation -----------------------------------------------------------------------------
+EVAL_TIMEOUT_S = env_float("EVAL_TIMEOUT_S", 60.0)
+
+# --- LLM agents (OpenAI-compatible endpoint) --------------------------------------------------
+LLM_BASE_URL = env_str("LLM_BASE_URL", "https://api.openai.com/v1")
+LLM_API_KEY = env_str("LLM_API_KEY")
+LLM_MODEL = env_str("LLM_MODEL", "gpt-4o-mini")
+
+# --- auth, static, i18n ---------------------------------------------------------------------
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "goal-list"
+LOGOUT_REDIRECT_URL = "login"
+
+AUTH_PASSWORD_VALIDATORS = []  # internal tool behind SSO in production; demo user has a short password
+
+STATIC_URL = "/static/"
+STATIC_ROOT = VAR_DIR / "static"
+# plotly.js is served from the installed plotly package (no CDN): /static/plotly/plotly.min.js
+STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", Path(plotly.__file__).parent / "package_data")]
+WHITENOISE_USE_FINDERS = True  # serve from app/static dirs and the plotly package without collectstatic
+WHITENOISE_AUTOREFRESH = DEBUG
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"swarm": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")}},
+}

@@ -1,0 +1,30 @@
+"""INT21 kernel library: workloads, design spaces, backends and the sandboxed evaluator.
+
+Framework-free: depends on numpy and the standard library only (never Django).
+"""
+
+from kernels.evaluator import BenchSettings, Evidence, evaluate
+from kernels.hashing import candidate_hash
+from kernels.outcome import Outcome
+from kernels.space import DesignSpace, Parameter, SpaceError, point_key
+from kernels.stats import summarize
+from kernels.templates import default_space, load_template
+from kernels.workloads import WORKLOADS, Workload, get_workload
+
+__all__ = [
+    "WORKLOADS",
+    "BenchSettings",
+    "DesignSpace",
+    "Evidence",
+    "Outcome",
+    "Parameter",
+    "SpaceError",
+    "Workload",
+    "candidate_hash",
+    "default_space",
+    "evaluate",
+    "get_workload",
+    "load_template",
+    "point_key",
+    "summarize",
+]

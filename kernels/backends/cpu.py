@@ -1,0 +1,142 @@
+"""CPU backend: C + OpenMP compiled by the system compiler into a shared library."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernels import config
+
+FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
+# Link flags: fail at compile time (compile_error) on undefined symbols, not at dlopen.
+LINK_FLAGS: tuple[str, ...] = ("-Wl,--no-undefined", "-lm")
+COMPILE_TIMEOUT_S = 60.0
+
+
+class CompileError(Exception):
+    """The compiler rejected a source or timed out; ``log`` holds its output."""
+
+    def __init__(self, message: str, log: str) -> None:
+        super().__init__(message)
+        self.log = log
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A compiled candidate.
+
+    Attributes:
+        path: the shared library (``.so``) in the compile cache.
+        log: compiler output (warnings); empty on a cache hit.
+        key: sha256 hex of source, defines, flags, compiler version and CPU model.
+        cached: True if reused from the cache.
+    """
+
+    path: Path
+    log: str
+    key: str
+    cached: bool
+
+
+@functools.cache
+def _compiler_version(cc: str) -> str:
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unavailable: {exc}"
+    return out.stdout.splitlines()[0].strip() if out.stdout else f"unknown (rc={out.returncode})"
+
+
+@functools.cache
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+class CpuBackend:
+    """Compiles C sources with ``$CC`` (default ``cc``) and OpenMP for this host's CPU."""
+
+    name = "cpu"
+
+    def supports(self, target: str) -> bool:
+        """True for ``cpu-<this machine>`` targets, e.g. ``cpu-x86_64``."""
+        return target == f"cpu-{platform.machine()}"
+
+    def fingerprint(self) -> dict:
+        """Environment that determines compiled code and speed: compiler path and version,
+        flags, CPU model, number of CPUs."""
+        cc = config.compiler()
+        return {
+            "backend": self.name,
+            "compiler": shutil.which(cc) or cc,
+            "compiler_version": _compiler_version(cc),
+            "flags": list(FLAGS + LINK_FLAGS),
+            "cpu_model": _cpu_model(),
+            "machine": platform.machine(),
+            "nproc": os.cpu_count() or 1,
+        }
+
+    def cache_key(self, source: str, defines: str) -> str:
+        """sha256 hex over everything that changes the binary (``-march=native`` makes the
+        CPU model part of it)."""
+        cc = config.compiler()
+        h = hashlib.sha256()
+        for part in (source, defines, " ".join(FLAGS + LINK_FLAGS), cc, _compiler_version(cc), _cpu_model()):
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()
+
+    def compile(self, source: str, defines: str) -> Artifact:
+        """Compile ``defines + source`` into a shared library, reusing the cache.
+
+        Args:
+            source: C source defining the workload's entry point.
+            defines: ``#define`` lines prepended to ``source``.
+
+        Returns:
+            The cached or freshly built :class:`Artifact`.
+
+        Raises:
+            CompileError: compiler failure or timeout (60 s); ``.log`` has the compiler output.
+        """
+        key = self.cache_key(source, defines)
+        cache = config.cache_dir()
+        cache.mkdir(parents=True, exist_ok=True)
+        target = cache / f"{key}.so"
+        if target.is_file():
+            return Artifact(target, "", key, True)
+        cc = config.compiler()
+        with tempfile.TemporaryDirectory(prefix="build-", dir=cache) as tmp:
+            src = Path(tmp) / "candidate.c"
+            src.write_text(defines + source)
+            out = Path(tmp) / "candidate.so"
+            cmd = [cc, *FLAGS, "-o", str(out), str(src), *LINK_FLAGS]
+            try:
+                proc = subprocess.run(
+                    cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, cwd=tmp
+                )
+            except subprocess.TimeoutExpired as exc:
+                log = f"$ {' '.join(cmd)}\n{exc.stderr or ''}\ncompiler timed out after {COMPILE_TIMEOUT_S:g} s"
+                raise CompileError("compiler timed out", log) from None
+            except OSError as exc:
+                raise CompileError(f"cannot run compiler {cc!r}", f"$ {' '.join(cmd)}\n{exc}") from None
+            log = (proc.stdout + proc.stderr).replace(tmp + "/", "")
+            if proc.returncode != 0 or not out.is_file():
+                raise CompileError(
+                    f"compiler exited with code {proc.returncode}",
+                    f"$ {' '.join(cmd)}\n{log}".replace(tmp + "/", ""),
+                )
+            os.replace(out, target)  # atomic: concurrent workers never see a partial .so
+        return Artifact(target, log, key, False)

@@ -1,0 +1,32 @@
+"""The one outcome enum every evaluation ends in."""
+
+from __future__ import annotations
+
+import enum
+
+
+class Outcome(enum.StrEnum):
+    """Final classification of one candidate evaluation.
+
+    Only :func:`kernels.evaluator.evaluate` assigns it (one place classifies).
+
+    - ``ok``: compiled, ran, every validation case passed, timed.
+    - ``compile_error``: the compiler rejected the source (log kept).
+    - ``runtime_error``: the child crashed (signal), exited, or reported nothing usable.
+    - ``timeout``: the child ran past its wall-clock limit and its process group was killed.
+    - ``wrong_result``: outputs beyond tolerance, NaN, or repeated calls disagree.
+    - ``invalid``: broke a rule: wrote past an output, modified an input, bad parameters,
+      or measured faster than the hardware's physical limit.
+    """
+
+    ok = "ok"
+    compile_error = "compile_error"
+    runtime_error = "runtime_error"
+    timeout = "timeout"
+    wrong_result = "wrong_result"
+    invalid = "invalid"
+
+    @property
+    def is_failure(self) -> bool:
+        """True for every outcome except ``ok``."""
+        return self is not Outcome.ok

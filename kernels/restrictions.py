@@ -1,0 +1,192 @@
+"""Safe boolean restriction expressions over design-space parameters.
+
+A restriction such as ``"UNROLL * VEC <= 64"`` is parsed with :mod:`ast` and checked
+against a whitelist; evaluation walks the tree itself (no ``eval``/``exec``/``compile``).
+
+Allowed: int/float/bool literals, parameter names, ``+ - * / // % **``, unary ``- + not``,
+``and``/``or``, comparisons (chained too), parentheses, and calls to ``min``, ``max``, ``abs``
+with positional arguments.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+MAX_LENGTH = 500
+# Exponents beyond this could make ``2 ** 10 ** 10`` hang the web process.
+MAX_EXPONENT = 64
+
+_BINOPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_CMPOPS = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
+_FUNCS = {"min": min, "max": max, "abs": abs}
+
+
+class RestrictionError(ValueError):
+    """A restriction string is not a safe expression over known parameters."""
+
+
+class _EvalError(Exception):
+    """Arithmetic failure while evaluating (division by zero, huge power): point invalid."""
+
+
+def _describe(node: ast.AST) -> str:
+    """A short human name for a disallowed node."""
+    match node:
+        case ast.Attribute(attr=attr):
+            return f"attribute access '.{attr}' is not allowed"
+        case ast.Subscript():
+            return "subscripts ('a[i]') are not allowed"
+        case ast.Lambda():
+            return "lambda is not allowed"
+        case ast.Constant(value=value):
+            return f"literal {value!r} is not allowed (only numbers)"
+        case ast.BinOp(op=op):
+            return f"operator {type(op).__name__} is not allowed"
+        case ast.Compare(ops=ops):
+            bad = [type(o).__name__ for o in ops if type(o) not in _CMPOPS]
+            return f"comparison {', '.join(bad)} is not allowed"
+        case ast.UnaryOp(op=op):
+            return f"unary operator {type(op).__name__} is not allowed"
+    return f"{type(node).__name__} expressions are not allowed"
+
+
+@dataclass(frozen=True)
+class Restriction:
+    """One parsed, whitelisted restriction.
+
+    Args:
+        text: the expression as the engineer wrote it.
+        names: parameter names it may refer to.
+
+    Raises:
+        RestrictionError: syntax error, disallowed construct or unknown parameter; the
+            message starts with ``restriction '<text>':`` and names the offending part.
+    """
+
+    text: str
+    names: frozenset[str]
+    _tree: ast.expr = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise RestrictionError(f"restriction {self.text!r}: must be a string")
+        if len(self.text) > MAX_LENGTH:
+            raise RestrictionError(
+                f"restriction '{self.text[:40]}...': longer than {MAX_LENGTH} characters"
+            )
+        try:
+            tree = ast.parse(self.text.strip(), mode="eval").body
+        except SyntaxError as exc:
+            raise RestrictionError(f"restriction '{self.text}': syntax error: {exc.msg}") from None
+        except (RecursionError, MemoryError):
+            raise RestrictionError(f"restriction '{self.text}': nested too deeply") from None
+        self._check(tree)
+        object.__setattr__(self, "_tree", tree)
+
+    def _fail(self, why: str) -> RestrictionError:
+        return RestrictionError(f"restriction '{self.text}': {why}")
+
+    def _check(self, node: ast.AST) -> None:
+        match node:
+            case ast.Constant(value=value) if isinstance(value, (int, float)):
+                return
+            case ast.Name(id=name):
+                if name not in self.names:
+                    known = ", ".join(sorted(self.names)) or "none"
+                    raise self._fail(f"unknown parameter '{name}' (known: {known})")
+            case ast.BinOp(left=left, op=op, right=right) if type(op) in _BINOPS:
+                self._check(left)
+                self._check(right)
+            case ast.UnaryOp(op=ast.USub() | ast.UAdd() | ast.Not(), operand=operand):
+                self._check(operand)
+            case ast.BoolOp(values=values):
+                for v in values:
+                    self._check(v)
+            case ast.Compare(left=left, ops=ops, comparators=comps) if all(
+                type(o) in _CMPOPS for o in ops
+            ):
+                self._check(left)
+                for c in comps:
+                    self._check(c)
+            case ast.Call(func=ast.Name(id=fname), args=args, keywords=kws):
+                if fname not in _FUNCS:
+                    raise self._fail(f"call to '{fname}' is not allowed (only min, max, abs)")
+                if kws or not args or any(isinstance(a, ast.Starred) for a in args):
+                    raise self._fail(f"'{fname}' takes plain positional arguments only")
+                for a in args:
+                    self._check(a)
+            case ast.Call(func=ast.Attribute(attr=attr)):
+                raise self._fail(f"call to method '.{attr}' is not allowed")
+            case ast.Call():
+                raise self._fail("calls are only allowed to min, max, abs")
+            case _:
+                raise self._fail(_describe(node))
+
+    def __call__(self, params: Mapping[str, int | float]) -> bool:
+        """Evaluate at one point; arithmetic errors (e.g. division by zero) give False."""
+        try:
+            return bool(self._eval(self._tree, params))
+        except (_EvalError, ArithmeticError, ValueError, TypeError, KeyError):
+            return False
+
+    def _eval(self, node: ast.AST, p: Mapping[str, int | float]):
+        match node:
+            case ast.Constant(value=value):
+                return value
+            case ast.Name(id=name):
+                return p[name]
+            case ast.BinOp(left=left, op=op, right=right):
+                a, b = self._eval(left, p), self._eval(right, p)
+                if isinstance(op, ast.Pow) and (abs(b) > MAX_EXPONENT or abs(a) > 2**32):
+                    raise _EvalError("power too large")
+                result = _BINOPS[type(op)](a, b)
+                if isinstance(result, complex) or (
+                    isinstance(result, float) and not math.isfinite(result)
+                ):
+                    raise _EvalError("non-finite")
+                return result
+            case ast.UnaryOp(op=op, operand=operand):
+                v = self._eval(operand, p)
+                return {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}[
+                    type(op)
+                ](v)
+            case ast.BoolOp(op=op, values=values):
+                # Python semantics: short-circuit, return the deciding operand.
+                result = None
+                for v in values:
+                    result = self._eval(v, p)
+                    if isinstance(op, ast.And) and not result:
+                        return result
+                    if isinstance(op, ast.Or) and result:
+                        return result
+                return result
+            case ast.Compare(left=left, ops=ops, comparators=comps):
+                a = self._eval(left, p)
+                for op, c in zip(ops, comps):
+                    b = self._eval(c, p)
+                    if not _CMPOPS[type(op)](a, b):
+                        return False
+                    a = b
+                return True
+            case ast.Call(func=ast.Name(id=fname), args=args):
+                return _FUNCS[fname](*(self._eval(a, p) for a in args))
+        raise _EvalError(f"unexpected node {type(node).__name__}")  # unreachable after _check

@@ -1,0 +1,259 @@
+"""Design spaces: tunable parameters, their values, and safe restrictions."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kernels.restrictions import Restriction, RestrictionError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Below this many points, sampling enumerates the valid points (exact, no rejection misses).
+_ENUMERATE_LIMIT = 50_000
+
+Value = int | float
+
+
+class SpaceError(ValueError):
+    """A design space (or a parameter point) is malformed; the message says how to fix it."""
+
+
+def _check_value(name: str, v: Any) -> Value:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise SpaceError(f"parameter '{name}': value {v!r} must be an int or a float")
+    if isinstance(v, float) and not math.isfinite(v):
+        raise SpaceError(f"parameter '{name}': value {v!r} must be finite")
+    return v
+
+
+def _format_value(v: Value) -> str:
+    return repr(v)  # repr(float) round-trips and is a valid C literal (e.g. 1e-05)
+
+
+def point_key(params: Mapping[str, Value]) -> str:
+    """Canonical string of a parameter point (sorted JSON), for de-duplication.
+
+    Example: ``{"VEC": 8, "UNROLL": 2}`` -> ``'{"UNROLL":2,"VEC":8}'``.
+    """
+    return json.dumps(dict(params), sort_keys=True, separators=(",", ":"))
+
+
+def format_defines(params: Mapping[str, Value], order: Iterable[str] | None = None) -> str:
+    """``#define NAME value`` lines (Kernel Tuner convention) to prepend to a source.
+
+    Args:
+        params: parameter values; names must be C identifiers, values finite ints/floats.
+        order: names in output order (default: the mapping's order).
+
+    Raises:
+        SpaceError: a name is not a C identifier or a value is not a finite number.
+    """
+    names = list(order) if order is not None else list(params)
+    lines = []
+    for name in names:
+        if not isinstance(name, str) or not _IDENT.match(name):
+            raise SpaceError(f"parameter name {name!r} is not a C identifier")
+        lines.append(f"#define {name} {_format_value(_check_value(name, params[name]))}\n")
+    return "".join(lines)
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One tunable parameter.
+
+    Args:
+        name: C identifier (becomes a ``#define``).
+        values: non-empty tuple of distinct finite ints/floats.
+
+    Raises:
+        SpaceError: on any violation, naming the parameter.
+    """
+
+    name: str
+    values: tuple[Value, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _IDENT.match(self.name):
+            raise SpaceError(
+                f"parameter name {self.name!r} must be a C identifier "
+                "(letters, digits, underscore; not starting with a digit)"
+            )
+        if isinstance(self.values, (str, bytes)) or not isinstance(self.values, Iterable):
+            raise SpaceError(f"parameter '{self.name}': values must be a list of numbers")
+        values = tuple(_check_value(self.name, v) for v in self.values)
+        if not values:
+            raise SpaceError(f"parameter '{self.name}': needs at least one value")
+        if len(set(values)) != len(values):
+            dupes = sorted({v for v in values if values.count(v) > 1})
+            raise SpaceError(f"parameter '{self.name}': duplicate values {dupes}")
+        object.__setattr__(self, "values", values)
+
+
+@dataclass(frozen=True)
+class DesignSpace:
+    """Parameters plus restrictions that every valid point must satisfy.
+
+    Args:
+        parameters: distinct-named parameters, in ``#define`` order.
+        restrictions: safe boolean expressions over the parameter names (see
+            :mod:`kernels.restrictions` for the whitelist).
+
+    Raises:
+        SpaceError: duplicate names, bad values, or a restriction that is not allowed
+            (e.g. ``restriction 'foo(1)': call to 'foo' is not allowed ...``).
+    """
+
+    parameters: tuple[Parameter, ...]
+    restrictions: tuple[str, ...] = ()
+    _compiled: tuple[Restriction, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        params = tuple(self.parameters)
+        if not all(isinstance(p, Parameter) for p in params):
+            raise SpaceError("parameters must be Parameter objects")
+        names = [p.name for p in params]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise SpaceError(f"duplicate parameter names: {', '.join(dupes)}")
+        if isinstance(self.restrictions, str):
+            raise SpaceError("restrictions must be a list of strings, not one string")
+        restrictions = tuple(self.restrictions)
+        try:
+            compiled = tuple(Restriction(r, frozenset(names)) for r in restrictions)
+        except RestrictionError as exc:
+            raise SpaceError(str(exc)) from None
+        object.__setattr__(self, "parameters", params)
+        object.__setattr__(self, "restrictions", restrictions)
+        object.__setattr__(self, "_compiled", compiled)
+
+    # -- (de)serialisation -------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> DesignSpace:
+        """Build from ``{"parameters": [{"name", "values"}...], "restrictions": [str...]}``.
+
+        Raises:
+            SpaceError: malformed structure or any validation failure.
+        """
+        if not isinstance(d, Mapping):
+            raise SpaceError("design space must be an object with 'parameters'")
+        unknown = set(d) - {"parameters", "restrictions"}
+        if unknown:
+            raise SpaceError(f"unknown design space keys: {', '.join(sorted(unknown))}")
+        raw = d.get("parameters")
+        if not isinstance(raw, list):
+            raise SpaceError("'parameters' must be a list of {name, values} objects")
+        params = []
+        for i, item in enumerate(raw):
+            if not isinstance(item, Mapping) or set(item) != {"name", "values"}:
+                raise SpaceError(f"parameters[{i}] must be an object with 'name' and 'values'")
+            if not isinstance(item["values"], list | tuple):
+                raise SpaceError(f"parameter '{item['name']}': values must be a list")
+            params.append(Parameter(item["name"], tuple(item["values"])))
+        restrictions = d.get("restrictions", [])
+        if not isinstance(restrictions, list | tuple) or not all(
+            isinstance(r, str) for r in restrictions
+        ):
+            raise SpaceError("'restrictions' must be a list of strings")
+        return cls(tuple(params), tuple(restrictions))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form accepted by :meth:`from_dict`."""
+        return {
+            "parameters": [{"name": p.name, "values": list(p.values)} for p in self.parameters],
+            "restrictions": list(self.restrictions),
+        }
+
+    # -- queries -----------------------------------------------------------------------
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.parameters)
+
+    def cartesian_size(self) -> int:
+        """Number of points before restrictions (product of value counts; no enumeration)."""
+        return math.prod(len(p.values) for p in self.parameters)
+
+    def satisfies_restrictions(self, params: Mapping[str, Value]) -> bool:
+        """True if every restriction holds (division by zero counts as False)."""
+        return all(r(params) for r in self._compiled)
+
+    def contains(self, params: Mapping[str, Value]) -> bool:
+        """True if ``params`` names exactly this space's parameters, each value is one of
+        the allowed values, and all restrictions hold."""
+        if not isinstance(params, Mapping) or set(params) != set(self.names):
+            return False
+        for p in self.parameters:
+            v = params[p.name]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v not in p.values:
+                return False
+        return self.satisfies_restrictions(params)
+
+    def iter_valid(self) -> Iterator[dict[str, Value]]:
+        """All valid points in lexicographic order (only for small spaces)."""
+        for combo in itertools.product(*(p.values for p in self.parameters)):
+            point = dict(zip(self.names, combo))
+            if self.satisfies_restrictions(point):
+                yield point
+
+    def sample(
+        self, rng: np.random.Generator, n: int, exclude: Iterable[str] = frozenset()
+    ) -> list[dict[str, Value]]:
+        """Up to ``n`` distinct valid points, none of whose :func:`point_key` is in ``exclude``.
+
+        Small spaces (<= 50,000 points) are enumerated and sampled without replacement;
+        larger ones use rejection sampling with at most ``200 * n + 1000`` tries, so a
+        space whose valid fraction is tiny may return fewer than ``n`` points.
+
+        Args:
+            rng: source of randomness (``numpy.random.default_rng(seed)``).
+            n: maximum number of points.
+            exclude: point keys to skip (e.g. already evaluated points).
+        """
+        exclude = set(exclude)
+        if n <= 0 or not self.parameters:
+            return []
+        if self.cartesian_size() <= _ENUMERATE_LIMIT:
+            pool = [p for p in self.iter_valid() if point_key(p) not in exclude]
+            if len(pool) <= n:
+                order = rng.permutation(len(pool))
+            else:
+                order = rng.choice(len(pool), size=n, replace=False)
+            return [pool[int(i)] for i in order]
+        out: list[dict[str, Value]] = []
+        seen = set(exclude)
+        sizes = [len(p.values) for p in self.parameters]
+        for _ in range(200 * n + 1000):
+            idx = [int(rng.integers(s)) for s in sizes]
+            point = {p.name: p.values[i] for p, i in zip(self.parameters, idx)}
+            key = point_key(point)
+            if key in seen or not self.satisfies_restrictions(point):
+                continue
+            seen.add(key)
+            out.append(point)
+            if len(out) == n:
+                break
+        return out
+
+    def point_key(self, params: Mapping[str, Value]) -> str:
+        """Canonical key of a point; see :func:`point_key`."""
+        return point_key(params)
+
+    def defines(self, params: Mapping[str, Value]) -> str:
+        """``#define NAME value\\n`` lines in parameter order.
+
+        Raises:
+            SpaceError: a parameter of this space is missing from ``params``.
+        """
+        missing = [n for n in self.names if n not in params]
+        if missing:
+            raise SpaceError(f"missing parameter values: {', '.join(missing)}")
+        return format_defines(params, order=self.names)

@@ -1,0 +1,5 @@
+"""Workloads: exact math, references, inputs, tolerances, shape sets."""
+
+from kernels.workloads.base import WORKLOADS, Arg, Workload, get_workload, shape_label
+
+__all__ = ["WORKLOADS", "Arg", "Workload", "get_workload", "shape_label"]

@@ -1,0 +1,110 @@
+"""The workload contract and its registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+Shape = Mapping[str, int]
+Arrays = dict[str, np.ndarray]
+
+
+def shape_label(shape: Shape) -> str:
+    """Stable label of a shape, e.g. ``'rows=512,hidden=4096'`` (axis order as given)."""
+    return ",".join(f"{k}={int(v)}" for k, v in shape.items())
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of the C entry point, in call order.
+
+    ``kind``: ``"in"`` (read-only float32 array), ``"out"`` (float32 array the kernel
+    writes), ``"int"`` (an axis of the shape, C ``int``), ``"float"`` (a workload attribute,
+    C ``float``).
+    """
+
+    name: str
+    kind: Literal["in", "out", "int", "float"]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One operator with exact math.
+
+    Attributes:
+        name: registry key, also the C entry point's name.
+        c_signature: the C prototype candidates must define (DESIGN.md, candidate contract).
+        args: the entry point's arguments in order.
+        attrs: scalar attributes passed as ``float`` args (e.g. ``eps``).
+        shape_sets: named lists of shapes that are timed (and validated).
+        validation_shapes: per shape set, extra odd shapes validated only (2 seeds each).
+        generate: ``(shape, seed) -> {input name: float32 C-contiguous array}``; deterministic.
+        reference: ``(inputs, attrs) -> {output name: float64 array}``.
+        output_shapes: ``shape -> {output name: shape tuple}``.
+        errors: ``(output float32, reference float64) -> (max_abs_error, max_rel_error)``.
+        tolerance: pass iff ``max_rel_error <= tolerance`` (and no NaN/inf).
+        flops, bytes: FLOP and minimum DRAM byte counts of one call at ``shape``.
+    """
+
+    name: str
+    c_signature: str
+    args: tuple[Arg, ...]
+    attrs: Mapping[str, float]
+    shape_sets: Mapping[str, tuple[Shape, ...]]
+    validation_shapes: Mapping[str, tuple[Shape, ...]]
+    generate: Callable[[Shape, int], Arrays]
+    reference: Callable[[Arrays, Mapping[str, float]], Arrays]
+    output_shapes: Callable[[Shape], dict[str, tuple[int, ...]]]
+    errors: Callable[[np.ndarray, np.ndarray], tuple[float, float]]
+    tolerance: float
+    flops: Callable[[Shape], float]
+    bytes: Callable[[Shape], float]
+    error_definition: str = field(default="")
+
+    @property
+    def entry_point(self) -> str:
+        return self.name
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.args if a.kind == "in")
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.args if a.kind == "out")
+
+    def shapes(self, shape_set: str) -> tuple[Shape, ...]:
+        """Timed shapes of ``shape_set``.
+
+        Raises:
+            KeyError: unknown shape set, listing the known ones.
+        """
+        try:
+            return self.shape_sets[shape_set]
+        except KeyError:
+            known = ", ".join(sorted(self.shape_sets))
+            raise KeyError(f"workload '{self.name}' has no shape set '{shape_set}' (known: {known})") from None
+
+
+def _registry() -> dict[str, Workload]:
+    from kernels.workloads.rmsnorm import RMSNORM
+
+    return {w.name: w for w in (RMSNORM,)}
+
+
+WORKLOADS: Mapping[str, Workload] = _registry()
+
+
+def get_workload(name: str) -> Workload:
+    """The registered workload ``name``.
+
+    Raises:
+        KeyError: unknown name; the message lists the known workloads.
+    """
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise KeyError(f"unknown workload '{name}' (known: {', '.join(sorted(WORKLOADS))})") from None

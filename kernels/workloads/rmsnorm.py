@@ -1,0 +1,118 @@
+"""RMSNorm: ``y = x / sqrt(mean(x**2, axis=-1) + eps) * w``, per row, float32.
+
+Inputs ``x`` [rows, hidden] float32 and ``w`` [hidden] float32; output ``y`` [rows, hidden]
+float32. Reference in float64. Shapes from Llama-3-8B (hidden 4096; 1 token = decode,
+32 = small batch, 512 = prefill chunk).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from kernels.workloads.base import Arg, Arrays, Shape, Workload
+
+EPS = 1e-5
+# Row-normalised error bound. Float32 rounding of the sum of squares grows like
+# sqrt(hidden) * 2**-24 for a single accumulator (~4e-6 at hidden 4096) plus ~2 ulp per
+# element; 5e-5 leaves >10x margin for any reasonable float32 kernel while a kernel that
+# drops one element of the sum (~1/(2*hidden) = 1.2e-4 at 4096) or ignores w fails.
+TOLERANCE = 5e-5
+# Denominator floor so an all-zero reference row cannot blow up the relative error.
+REL_FLOOR = 1e-6
+
+ERROR_DEFINITION = (
+    "max_abs_error = max |y - ref|; max_rel_error = max over rows of "
+    "max_j |y - ref| / max(max_j |ref|, 1e-6) (error relative to the row's largest "
+    f"output, robust to near-zero elements); pass iff max_rel_error <= {TOLERANCE:g}"
+)
+
+
+def generate(shape: Shape, seed: int) -> Arrays:
+    """Seeded inputs with LLM-like activation statistics.
+
+    ``x`` is N(0, 1) times a log-normal per-row scale; about 10% of rows (tokens such as
+    BOS) are outliers scaled 5-20x, and a few fixed "massive activation" channels
+    (Sun et al. 2024, arXiv:2402.17762) carry magnitudes 20-50. ``w`` ~ N(1, 0.2).
+
+    Returns:
+        ``{"x": float32 [rows, hidden], "w": float32 [hidden]}``, C-contiguous.
+    """
+    rows, hidden = int(shape["rows"]), int(shape["hidden"])
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, hidden), dtype=np.float32)
+    x *= np.exp(rng.normal(0.0, 0.5, size=(rows, 1))).astype(np.float32)
+    outlier_rows = rng.random(rows) < 0.1
+    x[outlier_rows] *= rng.uniform(5.0, 20.0, size=(int(outlier_rows.sum()), 1)).astype(np.float32)
+    n_massive = max(1, hidden // 1024)
+    channels = rng.choice(hidden, size=n_massive, replace=False)
+    massive = rng.uniform(20.0, 50.0, size=(rows, n_massive)) * rng.choice([-1.0, 1.0], size=n_massive)
+    x[:, channels] = massive.astype(np.float32)
+    w = rng.normal(1.0, 0.2, size=hidden).astype(np.float32)
+    return {"x": np.ascontiguousarray(x), "w": np.ascontiguousarray(w)}
+
+
+def reference(inputs: Arrays, attrs: Mapping[str, float]) -> Arrays:
+    """Float64 reference: ``{"y": float64 [rows, hidden]}``."""
+    x = inputs["x"].astype(np.float64)
+    w = inputs["w"].astype(np.float64)
+    eps = float(np.float32(attrs["eps"]))  # the kernel receives eps as a C float
+    y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+    return {"y": y}
+
+
+def errors(out: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
+    """``(max_abs_error, max_rel_error)`` as in :data:`ERROR_DEFINITION`; NaN if ``out`` has
+    NaN/inf (callers check finiteness first)."""
+    if out.size == 0:
+        return 0.0, 0.0
+    diff = np.abs(out.astype(np.float64) - ref)
+    denom = np.maximum(np.max(np.abs(ref), axis=-1, keepdims=True), REL_FLOOR)
+    return float(np.max(diff)), float(np.max(diff / denom))
+
+
+def output_shapes(shape: Shape) -> dict[str, tuple[int, ...]]:
+    return {"y": (int(shape["rows"]), int(shape["hidden"]))}
+
+
+def flops(shape: Shape) -> float:
+    """4 FLOP per element (square, add, two multiplies); the per-row sqrt is ignored."""
+    return 4.0 * shape["rows"] * shape["hidden"]
+
+
+def nbytes(shape: Shape) -> float:
+    """Compulsory DRAM traffic: read x, write y (rows*hidden each) and read w, 4 bytes each."""
+    return (2.0 * shape["rows"] * shape["hidden"] + shape["hidden"]) * 4.0
+
+
+RMSNORM = Workload(
+    name="rmsnorm",
+    c_signature="void rmsnorm(const float *x, const float *w, float *y, int rows, int hidden, float eps)",
+    args=(
+        Arg("x", "in"),
+        Arg("w", "in"),
+        Arg("y", "out"),
+        Arg("rows", "int"),
+        Arg("hidden", "int"),
+        Arg("eps", "float"),
+    ),
+    attrs={"eps": EPS},
+    shape_sets={
+        "llama3-8b": tuple({"rows": r, "hidden": 4096} for r in (1, 32, 512)),
+        "test-small": tuple({"rows": r, "hidden": 256} for r in (1, 8)),
+    },
+    # Not multiples of any tile: exercise remainder loops and ragged row chunks.
+    validation_shapes={
+        "llama3-8b": ({"rows": 7, "hidden": 4099},),
+        "test-small": ({"rows": 7, "hidden": 259},),
+    },
+    generate=generate,
+    reference=reference,
+    output_shapes=output_shapes,
+    errors=errors,
+    tolerance=TOLERANCE,
+    flops=flops,
+    bytes=nbytes,
+    error_definition=ERROR_DEFINITION,
+)

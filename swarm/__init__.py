@@ -1,0 +1,1 @@
+"""The swarm: goals, runs, candidates and their evidence, orchestration, pages and API."""

@@ -1,0 +1,15 @@
+"""Random sampling over the design space, honouring its restrictions."""
+
+from __future__ import annotations
+
+from swarm.agents.base import Agent, Proposal, RunView
+
+
+class RandomAgent(Agent):
+    """Uniform random points of the restricted space, never one already seen for the goal."""
+
+    name = "random"
+
+    def propose(self, view: RunView, n: int) -> list[Proposal]:
+        points = view.space.sample(self.rng, n, exclude=view.seen)
+        return [Proposal(params=p) for p in points]

@@ -1,0 +1,57 @@
+"""Publish run events to the run's Channels group.
+
+In embedded mode the in-memory channel layer lives on the ASGI server's event loop, and
+asyncio queues are not thread-safe, so the in-process worker thread hands each send to that
+loop. Elsewhere (Redis layer, or no server running) a plain ``async_to_sync`` send is right.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+log = logging.getLogger(__name__)
+
+_server_loop: asyncio.AbstractEventLoop | None = None
+
+
+def bind_server_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Remember the loop that serves websockets (called by the consumer on connect)."""
+    global _server_loop
+    _server_loop = loop
+
+
+def group_name(run_id: int) -> str:
+    return f"run.{run_id}"
+
+
+def publish(run_id: int, event: str, data: dict[str, Any]) -> None:
+    """Send ``{"event": event, "data": data}`` to every websocket subscribed to the run.
+
+    Publishing is best effort: a broken channel layer is logged, never fatal to evaluation,
+    because the evidence is already committed and pages reload it from the database.
+    """
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    message = {"type": "run.event", "event": event, "data": data}
+    group = group_name(run_id)
+    try:
+        loop = _server_loop
+        if loop is not None and loop.is_running() and _on_other_thread(loop):
+            asyncio.run_coroutine_threadsafe(layer.group_send(group, message), loop).result(timeout=5)
+        else:
+            async_to_sync(layer.group_send)(group, message)
+    except Exception:  # noqa: BLE001 - see docstring
+        log.exception("could not publish %s event for run %s", event, run_id)
+
+
+def _on_other_thread(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is not loop
+    except RuntimeError:
+        return True

@@ -1,0 +1,121 @@
+"""``manage.py factory run``: run a goal headless through the orchestrator and evaluator."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from swarm import orchestrator
+from swarm.goals import default_goal
+from swarm.models import Goal, target_backend
+
+
+class Command(BaseCommand):
+    help = "Kernel Factory operations. `factory run`: search a goal headless and report the result."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        run = sub.add_parser("run", help="run a goal headless (evaluations in this process's sandbox children)")
+        run.add_argument("--goal", type=int, help="id of an existing goal")
+        run.add_argument("--workload", default="rmsnorm", help="workload of the default goal (without --goal)")
+        run.add_argument("--target", default="cpu-x86_64")
+        run.add_argument("--shape-set", default=None, help="shape set (default: the workload's first)")
+        run.add_argument("--budget", type=int, default=30, help="number of evaluations")
+        run.add_argument("--batch-size", type=int, default=4, help="candidates per generation")
+        run.add_argument("--seed", type=int, default=None)
+        run.add_argument("--no-baseline", action="store_true", help="skip timing the NumPy baseline")
+        run.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        if opts["action"] == "run":
+            self.run(opts)
+
+    def run(self, opts: dict[str, Any]) -> None:
+        goal = self._goal(opts)
+        try:
+            run, pending = orchestrator.start_run(
+                goal, budget=opts["budget"], seed=opts["seed"], batch_size=opts["batch_size"]
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        if opts["json"]:
+            self._drive(run, pending, progress=None)
+        else:
+            from rich.progress import Progress
+
+            with Progress(transient=False) as progress:
+                task = progress.add_task(f"run {run.pk}: {goal.workload} on {goal.target}", total=run.budget)
+                self._drive(run, pending, progress=(progress, task))
+        summary = orchestrator.run_summary(run)
+        if not opts["no_baseline"] and goal.backend == "cpu":
+            summary["baseline"] = self._baseline(goal, summary)
+        if opts["json"]:
+            self.stdout.write(json.dumps(summary, indent=2))
+        else:
+            self._print_table(summary)
+
+    def _goal(self, opts: dict[str, Any]) -> Goal:
+        if opts["goal"] is not None:
+            try:
+                return Goal.objects.get(pk=opts["goal"])
+            except Goal.DoesNotExist:
+                raise CommandError(f"no goal with id {opts['goal']}") from None
+        try:
+            target_backend(opts["target"])
+            return default_goal(opts["workload"], opts["target"], opts["shape_set"])
+        except (KeyError, ValueError) as exc:
+            raise CommandError(str(exc).strip("'\"")) from exc
+
+    @staticmethod
+    def _drive(run, pending, progress) -> None:
+        # The same orchestrator functions the Celery task calls, evaluated one at a time so
+        # that timings are not disturbed by a concurrent candidate.
+        while pending:
+            for candidate in pending:
+                orchestrator.evaluate_candidate(candidate.pk)
+                if progress:
+                    progress[0].advance(progress[1])
+            pending = orchestrator.advance(run.pk)
+
+    @staticmethod
+    def _baseline(goal: Goal, summary: dict[str, Any]) -> dict[str, Any] | None:
+        from kernels import baselines
+
+        if goal.workload != "rmsnorm":
+            return None
+        latency = baselines.numpy_rmsnorm_latency_ms(goal.shape_set)
+        baseline: dict[str, Any] = {"name": "numpy", "latency_ms": latency}
+        if summary["best"]:
+            baseline["speedup"] = latency / summary["best"]["metrics"]["latency_ms"]
+        return baseline
+
+    def _print_table(self, summary: dict[str, Any]) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        console = Console(file=self.stdout._out)
+        counts = ", ".join(f"{k}: {v}" for k, v in sorted(summary["status_counts"].items()))
+        console.print(f"run {summary['id']} {summary['state']}: {summary['evaluated']} evaluated ({counts})")
+        table = Table(title="Pareto frontier (feasible ok candidates)")
+        for col in ("id", "params", "latency_ms", "max_rel_error", "GB/s"):
+            table.add_column(col)
+        for c in summary["frontier"]:
+            m = c["metrics"]
+            table.add_row(
+                str(c["id"]),
+                " ".join(f"{k}={v}" for k, v in c["params"].items()),
+                f"{m.get('latency_ms', float('nan')):.4f}",
+                f"{m.get('max_rel_error', float('nan')):.2e}",
+                f"{m.get('gbps', float('nan')):.1f}",
+            )
+        console.print(table)
+        if summary["best"]:
+            console.print(f"best: candidate {summary['best']['id']}, {summary['best']['metrics']['latency_ms']:.4f} ms")
+        if summary.get("baseline"):
+            b = summary["baseline"]
+            line = f"numpy baseline: {b['latency_ms']:.4f} ms"
+            if "speedup" in b:
+                line += f" (best is {b['speedup']:.2f}x faster)"
+            console.print(line)

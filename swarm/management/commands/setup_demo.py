@@ -1,0 +1,48 @@
+"""``manage.py setup_demo``: the demo user (engineer + approver) and the demo rmsnorm goal."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
+from django.core.management.base import BaseCommand
+
+from swarm.goals import default_goal
+
+ROLES = {
+    # role -> permission codenames of the swarm app
+    "viewer": [],
+    "engineer": ["add_goal", "change_goal", "add_run", "change_run"],
+    "approver": ["approve_promotion"],
+}
+
+
+def ensure_roles() -> dict[str, Group]:
+    """Create the viewer/engineer/approver groups with their permissions (idempotent)."""
+    groups = {}
+    for role, codenames in ROLES.items():
+        group, _ = Group.objects.get_or_create(name=role)
+        group.permissions.set(Permission.objects.filter(content_type__app_label="swarm", codename__in=codenames))
+        groups[role] = group
+    return groups
+
+
+class Command(BaseCommand):
+    help = "Create the roles, a demo user and the demo goal (rmsnorm, hidden 4096, cpu-x86_64)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--username", default="demo")
+        parser.add_argument("--password", default="demo")
+
+    def handle(self, *args, **opts) -> None:
+        groups = ensure_roles()
+        User = get_user_model()
+        user, created = User.objects.get_or_create(username=opts["username"])
+        if created:
+            user.set_password(opts["password"])
+            user.save()
+        user.groups.add(groups["engineer"], groups["approver"])
+        goal = default_goal(
+            "rmsnorm", "cpu-x86_64", "llama3-8b", user=user,
+            name="Demo: RMSNorm hidden 4096 (Llama-3-8B) on cpu-x86_64, minimise latency",
+        )
+        self.stdout.write(f"demo user {user.username!r} ready; demo goal {goal.pk}: {goal.name}")

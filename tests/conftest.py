@@ -1,0 +1,52 @@
+"""Shared fixtures: personas, a small goal, and markers for services, browser and GPU."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+SERVICES = bool(os.environ.get("REDIS_URL")) and os.environ.get("DATABASE_URL", "").startswith("postgres")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_services = pytest.mark.skip(reason="needs DATABASE_URL (PostgreSQL) and REDIS_URL: run via .ci/run")
+    skip_browser = pytest.mark.skip(reason="Debian's chromium is not installed (apt-get install chromium)")
+    for item in items:
+        if "services" in item.keywords and not SERVICES:
+            item.add_marker(skip_services)
+        if "browser" in item.keywords and not CHROMIUM:
+            item.add_marker(skip_browser)
+
+
+@pytest.fixture
+def roles(db):
+    from swarm.management.commands.setup_demo import ensure_roles
+
+    return ensure_roles()
+
+
+@pytest.fixture
+def owner(roles, django_user_model):
+    """An engineer who may also approve promotions."""
+    user = django_user_model.objects.create_user("owner", password="pw-owner")
+    user.groups.add(roles["engineer"], roles["approver"])
+    return user
+
+
+@pytest.fixture
+def outsider(roles, django_user_model):
+    """A viewer: may read, may not create goals or promote."""
+    user = django_user_model.objects.create_user("outsider", password="pw-outsider")
+    user.groups.add(roles["viewer"])
+    return user
+
+
+@pytest.fixture
+def small_goal(db, owner):
+    """The default rmsnorm goal on the small test shapes (fast to evaluate)."""
+    from swarm.goals import default_goal
+
+    return default_goal("rmsnorm", "cpu-x86_64", "test-small", user=owner, name="rmsnorm small")

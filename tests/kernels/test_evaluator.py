@@ -1,0 +1,192 @@
+"""The sandboxed evaluator classifies every kind of candidate correctly."""
+
+import json
+import time
+
+import pytest
+
+from kernels import Outcome, evaluate, load_template
+
+pytestmark = pytest.mark.timeout(60)
+
+# A plain, correct RMSNorm; tests break it in one place each.
+REFERENCE_C = r"""
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+void rmsnorm(const float *x, const float *w, float *y, int rows, int hidden, float eps)
+{
+    /*BEFORE*/
+    for (int r = 0; r < rows; ++r) {
+        const float *xr = x + (long)r * hidden;
+        float *yr = y + (long)r * hidden;
+        double s = 0.0;
+        for (int i = 0; i < /*SUM_END*/hidden; ++i) s += (double)xr[i] * xr[i];
+        float inv = (float)(1.0 / sqrt(s / hidden + eps));
+        for (int i = 0; i < /*OUT_END*/hidden; ++i) yr[i] = /*OUT*/xr[i] * inv * w[i];
+    }
+    /*AFTER*/
+}
+"""
+
+
+def kernel(**edits: str) -> str:
+    """REFERENCE_C with ``/*NAME*/`` markers replaced, e.g. ``kernel(AFTER="abort();")``."""
+    src = REFERENCE_C
+    for marker, code in edits.items():
+        tag = f"/*{marker}*/"
+        assert tag in src, marker
+        src = src.replace(tag, code)
+    return src
+
+
+RMSNORM_CORRECT = kernel()
+
+
+def run(source, quick_bench, params=None, **kw):
+    kw.setdefault("timeout_s", 20)
+    return evaluate("rmsnorm", source, params or {}, shape_set="test-small", bench=quick_bench, seed=3, **kw)
+
+
+@pytest.mark.parametrize("params", [
+    {"ROWS_PER_CHUNK": 1, "UNROLL": 1, "VEC": 1, "ACC_DOUBLE": 0},
+    {"ROWS_PER_CHUNK": 4, "UNROLL": 2, "VEC": 8, "ACC_DOUBLE": 0},
+    {"ROWS_PER_CHUNK": 32, "UNROLL": 4, "VEC": 16, "ACC_DOUBLE": 1},
+    {"ROWS_PER_CHUNK": 2, "UNROLL": 8, "VEC": 4, "ACC_DOUBLE": 1},
+])
+def test_the_default_template_is_ok_with_timings(params, quick_bench):
+    ev = run(load_template("rmsnorm"), quick_bench, params)
+    assert ev.status == Outcome.ok, ev.log
+    assert ev.metrics["latency_ms"] > 0
+    assert ev.metrics["latency_ci_low_ms"] <= ev.metrics["latency_ms"] <= ev.metrics["latency_ci_high_ms"]
+    assert ev.metrics["gbps"] > 0 and ev.metrics["gflops"] > 0
+    assert ev.metrics["max_rel_error"] < 5e-5
+    assert set(ev.samples_ms) == {"rows=1,hidden=256", "rows=8,hidden=256"}
+    assert all(len(s) >= quick_bench.min_reps and min(s) > 0 for s in ev.samples_ms.values())
+    # every timed shape once, the odd shape with two seeds, and each timed output re-checked
+    assert [c["label"] for c in ev.cases if c["kind"] == "validation"] == [
+        "rows=1,hidden=256", "rows=8,hidden=256", "rows=7,hidden=259", "rows=7,hidden=259"]
+    assert len({c["seed"] for c in ev.cases}) == len(ev.cases)
+    assert all(c["passed"] for c in ev.cases)
+    assert ev.fingerprint["compiler_version"] and ev.fingerprint["nproc"] >= 1
+    json.dumps(ev.to_dict(), allow_nan=False)
+
+
+def test_a_plain_correct_kernel_is_ok(quick_bench):
+    assert run(RMSNORM_CORRECT, quick_bench).status == Outcome.ok
+
+
+@pytest.mark.parametrize("name, source, why", [
+    ("forgets the weight", kernel(OUT="xr[i] * inv + 0.0f * "), "max_rel_error"),
+    ("only correct for multiples of 8", kernel(SUM_END="hidden / 8 * 8 + 0 * ", OUT_END="hidden / 8 * 8 + 0 * "), "rows=7,hidden=259"),
+    ("does nothing", "void rmsnorm(const float *x, const float *w, float *y, int r, int h, float e) {}", "NaN"),
+    ("writes zeros", kernel(OUT="0.0f * "), "max_rel_error"),
+    ("prints a forged result", kernel(
+        BEFORE='printf("{\\"ok\\": true, \\"status\\": \\"ok\\", \\"timed\\": {}}\\n"); fflush(stdout);',
+        OUT="xr[i] * inv + 0.0f * "), "max_rel_error"),
+])
+def test_wrong_kernels_are_wrong_result(name, source, why, quick_bench):
+    ev = run(source, quick_bench)
+    assert ev.status == Outcome.wrong_result, ev.log
+    assert why in ev.log
+    assert any(not c["passed"] and c["reason"] for c in ev.cases)
+
+
+def test_a_nondeterministic_kernel_is_wrong_result(quick_bench):
+    src = kernel(BEFORE="static int calls = 0; ++calls;", OUT="(calls == 2 ? 2.0f : 1.0f) * xr[i] * inv * w[i] + 0.0f * ")
+    ev = run(src, quick_bench)
+    assert ev.status == Outcome.wrong_result
+    assert "second call" in ev.log
+
+
+def test_a_syntax_error_is_compile_error_with_the_compiler_message(quick_bench):
+    ev = run(kernel(AFTER="int oops = ;"), quick_bench)
+    assert ev.status == Outcome.compile_error
+    assert "error" in ev.log and "oops" in ev.log
+    assert ev.metrics == {} and ev.samples_ms == {}
+
+
+def test_an_undefined_symbol_is_compile_error(quick_bench):
+    ev = run(kernel(AFTER="void not_defined_anywhere(void); not_defined_anywhere();"), quick_bench)
+    assert ev.status == Outcome.compile_error
+    assert "not_defined_anywhere" in ev.log
+
+
+@pytest.mark.timeout(30)
+def test_an_endless_loop_is_timeout_within_the_limit(quick_bench):
+    start = time.monotonic()
+    ev = run(kernel(BEFORE="while (1) ;"), quick_bench, timeout_s=3)
+    assert ev.status == Outcome.timeout
+    assert time.monotonic() - start < 10
+    assert "3 s" in ev.log
+
+
+@pytest.mark.parametrize("code, why", [
+    ("*(volatile int *)0 = 1;", "SIGSEGV"),
+    ("abort();", "SIGABRT"),
+    ("exit(0);", "without reporting a result"),
+    ("exit(3);", "exited with code 3"),
+    ('fprintf(stderr, "dying loudly\\n"); _Exit(1);', "dying loudly"),
+])
+def test_crashes_and_exits_are_runtime_error(code, why, quick_bench):
+    ev = run(kernel(BEFORE=code), quick_bench)
+    assert ev.status == Outcome.runtime_error
+    assert why in ev.log
+
+
+def test_a_kernel_writing_into_the_result_pipe_cannot_be_ok(quick_bench):
+    forge = r"""
+    static int done = 0;
+    if (!done) { done = 1;
+        const char *m = "{\"ok\": true, \"timed\": {}}";
+        for (int fd = 3; fd < 64; ++fd) { extern long write(int, const void *, unsigned long); write(fd, m, 26); }
+    }"""
+    ev = run(kernel(BEFORE=forge, OUT="xr[i] * inv + 0.0f * "), quick_bench)
+    assert ev.status in (Outcome.runtime_error, Outcome.wrong_result)
+
+
+def test_writing_past_the_output_is_invalid(quick_bench):
+    ev = run(kernel(AFTER="y[(long)rows * hidden + 3] = 1.0f;"), quick_bench)
+    assert ev.status == Outcome.invalid
+    assert "wrote past the end of output 'y'" in ev.log
+
+
+def test_modifying_an_input_is_invalid(quick_bench):
+    ev = run(kernel(AFTER="((float *)x)[0] += 1.0f;"), quick_bench)
+    assert ev.status == Outcome.invalid
+    assert "modified input 'x'" in ev.log
+
+
+def test_faster_than_the_physical_limit_is_invalid(quick_bench, monkeypatch):
+    monkeypatch.setenv("KERNELS_CPU_PEAK_GBPS", "1e-9")
+    ev = run(RMSNORM_CORRECT, quick_bench)
+    assert ev.status == Outcome.invalid
+    assert "physical limit" in ev.log
+    assert ev.metrics["latency_ms"] > 0  # evidence keeps what was measured
+
+
+def test_bad_parameters_are_invalid(quick_bench):
+    ev = run(RMSNORM_CORRECT, quick_bench, params={"NOT AN IDENT": 1})
+    assert ev.status == Outcome.invalid
+    assert "C identifier" in ev.log
+
+
+def test_the_candidate_sees_an_empty_environment(quick_bench, monkeypatch):
+    monkeypatch.setenv("INT21_TEST_SECRET", "hunter2")
+    src = kernel(BEFORE='if (getenv("INT21_TEST_SECRET") || getenv("HOME")) abort();')
+    assert run(src, quick_bench).status == Outcome.ok
+
+
+def test_seeds_are_fresh_unless_given(quick_bench):
+    a = evaluate("rmsnorm", RMSNORM_CORRECT, {}, shape_set="test-small", bench=quick_bench)
+    b = evaluate("rmsnorm", RMSNORM_CORRECT, {}, shape_set="test-small", bench=quick_bench)
+    assert a.cases[0]["seed"] != b.cases[0]["seed"]
+    c = run(RMSNORM_CORRECT, quick_bench)
+    assert c.cases[0]["seed"] == run(RMSNORM_CORRECT, quick_bench).cases[0]["seed"]
+
+
+def test_unknown_names_raise_key_error(quick_bench):
+    with pytest.raises(KeyError, match="known: rmsnorm"):
+        evaluate("nope", RMSNORM_CORRECT, {})
+    with pytest.raises(KeyError, match="llama3-8b"):
+        evaluate("rmsnorm", RMSNORM_CORRECT, {}, shape_set="nope")

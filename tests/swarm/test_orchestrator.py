@@ -1,0 +1,90 @@
+"""The orchestrator end to end with the real sandboxed evaluator, driven in-process."""
+
+import pytest
+
+from swarm import orchestrator
+from swarm.models import Candidate, CandidateStatus, Evidence, Run
+
+
+def drive(run, pending):
+    while pending:
+        for c in pending:
+            orchestrator.evaluate_candidate(c.pk)
+        pending = orchestrator.advance(run.pk)
+
+
+@pytest.mark.django_db
+def test_a_run_evaluates_its_budget_and_finishes(small_goal):
+    run, first = orchestrator.start_run(small_goal, budget=6, seed=1, batch_size=4)
+    assert len(first) == 4 and all(c.status == CandidateStatus.QUEUED for c in first)
+    drive(run, first)
+    run.refresh_from_db()
+    assert run.state == Run.State.FINISHED
+    assert run.generation == 2
+    cands = list(run.candidates.select_related("evidence"))
+    assert len(cands) == 6
+    assert all(c.evidence.status == c.status for c in cands)
+    ok = [c for c in cands if c.status == CandidateStatus.OK]
+    assert ok, [c.evidence.log for c in cands]
+    assert all(c.evidence.metrics["latency_ms"] > 0 for c in ok)
+    summary = orchestrator.run_summary(run)
+    assert summary["evaluated"] == 6
+    assert summary["best"]["metrics"]["latency_ms"] == min(c.evidence.metrics["latency_ms"] for c in ok
+                                                           if c.evidence.metrics["max_rel_error"] <= 1e-4)
+
+
+@pytest.mark.django_db
+def test_a_second_run_never_proposes_a_kernel_the_goal_already_has(small_goal):
+    run1, pending = orchestrator.start_run(small_goal, budget=4, seed=7)
+    drive(run1, pending)
+    run2, pending = orchestrator.start_run(small_goal, budget=4, seed=7)
+    drive(run2, pending)
+    hashes = list(Candidate.objects.filter(goal=small_goal).values_list("content_hash", flat=True))
+    assert len(hashes) == 8 == len(set(hashes))
+
+
+@pytest.mark.django_db
+def test_a_candidate_is_claimed_once(small_goal):
+    run, pending = orchestrator.start_run(small_goal, budget=1, seed=3)
+    assert orchestrator.claim(pending[0].pk) is True
+    assert orchestrator.claim(pending[0].pk) is False
+    # a redelivered task for a claimed candidate does nothing
+    assert orchestrator.evaluate_candidate(pending[0].pk) is None
+
+
+@pytest.mark.django_db
+def test_evidence_is_final(small_goal):
+    run, pending = orchestrator.start_run(small_goal, budget=1, seed=3)
+    drive(run, pending)
+    evidence = Evidence.objects.get()
+    evidence.log = "tampered"
+    with pytest.raises(RuntimeError, match="final"):
+        evidence.save()
+
+
+@pytest.mark.django_db
+def test_an_evaluator_crash_is_recorded_not_lost(small_goal):
+    run, pending = orchestrator.start_run(small_goal, budget=1, seed=3)
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    c = orchestrator.evaluate_candidate(pending[0].pk, evaluate=broken)
+    assert c.status == CandidateStatus.RUNTIME_ERROR
+    assert "disk full" in c.evidence.log
+
+
+@pytest.mark.django_db
+def test_stopping_a_run_cancels_its_queued_candidates(small_goal, owner):
+    run, pending = orchestrator.start_run(small_goal, budget=8, seed=3)
+    orchestrator.stop_run(run, owner)
+    run.refresh_from_db()
+    assert run.state == Run.State.STOPPED
+    assert not run.candidates.exists()
+    assert orchestrator.advance(run.pk) == []
+
+
+@pytest.mark.django_db
+def test_budget_must_be_positive(small_goal):
+    with pytest.raises(ValueError, match="budget"):
+        orchestrator.start_run(small_goal, budget=0)
