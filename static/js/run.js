@@ -101,6 +101,8 @@
   function renderState() {
     if (!runState) return;
     document.getElementById("run-state").textContent = runState.state;
+    const stop = document.getElementById("stop-form");
+    if (stop && runState.state !== "running") stop.remove();
     document.getElementById("run-generation").textContent = runState.generation;
     const counts = {};
     for (const c of candidates.values()) counts[c.status] = (counts[c.status] || 0) + 1;
