@@ -18,14 +18,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import secrets
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +32,7 @@ import numpy as np
 from kernels import config, stats
 from kernels.backends import get_backend
 from kernels.outcome import Outcome
+from kernels.sandbox import ChildRun, run_child
 from kernels.space import SpaceError, format_defines
 from kernels.timing import BenchSettings
 from kernels.workloads import Workload, get_workload, shape_label
@@ -45,22 +42,6 @@ __all__ = ["BenchSettings", "Evidence", "evaluate"]
 GUARD_ELEMS = 1024  # 4 KiB sentinel region after every output
 _GUARD_BITS = np.uint32(0xA5A5A5A5)
 _TIMED_INPUT_SETS = 2  # input sets rotated between timed calls (fresh contents)
-_TAIL = 4000  # characters of child stdout/stderr kept in the log
-_MAX_RESULT_BYTES = 16 * 2**20
-_PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
-
-# Runs as `python -I -c`: limits are set before anything else is imported, so no candidate
-# code ever runs without them. (Set here rather than in preexec_fn, which is unsafe in a
-# threaded parent such as an ASGI server or a threaded Celery worker.)
-_BOOTSTRAP = """\
-import resource, sys
-for _res, _val in {limits!r}:
-    resource.setrlimit(_res, (_val, _val))
-sys.path.insert(0, {root!r})
-from kernels._sandbox_child import main
-main(int(sys.argv[1]))
-"""
-
 
 @dataclass(frozen=True)
 class Evidence:
@@ -117,94 +98,6 @@ def _jsonable(obj: Any) -> Any:
     if isinstance(obj, np.integer):
         return int(obj)
     return obj
-
-
-# -- child process ---------------------------------------------------------------------------
-
-
-@dataclass
-class _ChildRun:
-    returncode: int | None
-    timed_out: bool
-    stdout: str
-    stderr: str
-    result: bytes
-
-
-def _tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - _TAIL))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _run_child(request: dict, workdir: Path, logdir: Path, timeout_s: float) -> _ChildRun:
-    import resource
-
-    cpus = os.cpu_count() or 1
-    limits = [
-        (resource.RLIMIT_AS, config.sandbox_memory_bytes()),
-        (resource.RLIMIT_CPU, int(math.ceil(timeout_s * cpus + 10))),
-        (resource.RLIMIT_FSIZE, 256 * 2**20),
-        (resource.RLIMIT_CORE, 0),
-    ]
-    code = _BOOTSTRAP.format(limits=limits, root=_PROJECT_ROOT)
-    env = {"OMP_NUM_THREADS": str(cpus), "PATH": "/usr/bin:/bin"}
-    rfd, wfd = os.pipe()
-    out_path, err_path = logdir / "stdout", logdir / "stderr"
-    chunks: list[bytes] = []
-
-    def reader() -> None:
-        total = 0
-        while True:
-            data = os.read(rfd, 65536)
-            if not data:
-                break
-            total += len(data)
-            if total <= _MAX_RESULT_BYTES:
-                chunks.append(data)
-
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-c", code, str(wfd)],
-                stdin=subprocess.PIPE,
-                stdout=out,
-                stderr=err,
-                cwd=workdir,
-                env=env,
-                pass_fds=(wfd,),
-                start_new_session=True,
-                close_fds=True,
-            )
-        finally:
-            os.close(wfd)  # only the child holds the write end: EOF when it is gone
-    thread = threading.Thread(target=reader, daemon=True)
-    thread.start()
-    timed_out = False
-    try:
-        try:
-            proc.stdin.write(json.dumps(request).encode())
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    finally:
-        # Kill the whole group: also threads' helpers or grandchildren the candidate made.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait()
-        thread.join(timeout=5)
-        if not thread.is_alive():
-            os.close(rfd)
-    return _ChildRun(proc.returncode, timed_out, _tail(out_path), _tail(err_path), b"".join(chunks))
 
 
 # -- plan ------------------------------------------------------------------------------------
@@ -343,7 +236,7 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, workdir: Path) -> d
     return record
 
 
-def _parse_result(run: _ChildRun, timed: list[dict]) -> dict[str, dict]:
+def _parse_result(run: ChildRun, timed: list[dict]) -> dict[str, dict]:
     try:
         result = json.loads(run.result.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
@@ -408,7 +301,7 @@ def _metrics(wl: Workload, timed: list[dict], result: dict, cases: list[dict]) -
     return metrics, samples
 
 
-def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: _ChildRun, workdir: Path, timeout_s: float):
+def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRun, workdir: Path, timeout_s: float):
     """The one place that maps a child run to an Outcome.
 
     Returns (status, reason, cases, metrics, samples_ms).
@@ -522,7 +415,7 @@ def evaluate(
     workdir = Path(tempfile.mkdtemp(prefix="int21-eval-"))
     logdir = Path(tempfile.mkdtemp(prefix="int21-log-"))
     try:
-        run = _run_child(request, workdir, logdir, timeout_s)
+        run = run_child(request, workdir, logdir, timeout_s)
         if run.stdout:
             sections.append(f"== child stdout (tail) ==\n{run.stdout}")
         if run.stderr:
