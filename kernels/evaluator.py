@@ -352,6 +352,7 @@ def evaluate(
     timeout_s: float = 60.0,
     bench: BenchSettings | None = None,
     seed: int | None = None,
+    target: str | None = None,
 ) -> Evidence:
     """Compile, validate and time one candidate in a sandboxed child process.
 
@@ -366,6 +367,10 @@ def evaluate(
         bench: timing protocol; default :class:`BenchSettings()`.
         seed: base seed of all input sets; default a fresh random one. Per-case seeds are
             recorded in ``cases``.
+        target: the target, needed for ``replay:<dataset>``: then (or with
+            ``backend="replay"``) the recorded evidence of ``params`` is returned without
+            compiling or running anything (:func:`kernels.backends.replay.evaluate_replay`;
+            ``workload`` is the recorded kernel name, ``source`` is ignored).
 
     Returns:
         :class:`Evidence`; every candidate failure is an outcome, never an exception.
@@ -374,6 +379,10 @@ def evaluate(
         KeyError: unknown workload, shape set or backend.
         OSError: the sandbox cannot be started (infrastructure failure, not the candidate's).
     """
+    if backend == "replay" or (target or "").startswith("replay:"):
+        from kernels.backends.replay import evaluate_replay  # noqa: PLC0415  (recorded data, trusted)
+
+        return evaluate_replay(workload, params, target=target)
     start = time.monotonic()
     wl = get_workload(workload)
     wl.shapes(shape_set)  # KeyError early for an unknown shape set

@@ -16,7 +16,7 @@ from django.utils import timezone
 from kernels import DesignSpace
 
 
-class Direction(models.TextChoices):
+class ObjectiveDirection(models.TextChoices):
     MINIMIZE = "minimize"
     MAXIMIZE = "maximize"
 
@@ -70,15 +70,23 @@ class Goal(models.Model):
 
     def is_feasible(self, metrics: dict[str, float]) -> bool:
         """True when ``metrics`` meet every constraint (a missing metric fails it)."""
-        for c in self.constraints:
-            value = metrics.get(c["metric"])
-            if value is None or not math.isfinite(value):
-                return False
-            if c["op"] == "<=" and not value <= c["value"]:
-                return False
-            if c["op"] == ">=" and not value >= c["value"]:
-                return False
-        return True
+        return constraints_met(self.constraints, metrics)
+
+
+def constraints_met(constraints: list[dict], metrics: dict[str, float]) -> bool:
+    """True when ``metrics`` meet every ``{"metric", "op", "value"}`` constraint.
+
+    A missing or non-finite metric fails its constraint.
+    """
+    for c in constraints:
+        value = metrics.get(c["metric"])
+        if value is None or not math.isfinite(value):
+            return False
+        if c["op"] == "<=" and not value <= c["value"]:
+            return False
+        if c["op"] == ">=" and not value >= c["value"]:
+            return False
+    return True
 
 
 def target_backend(target: str) -> str:
@@ -107,6 +115,11 @@ class Run(models.Model):
     batch_size = models.PositiveIntegerField(default=4, help_text="Candidates per generation.")
     seed = models.BigIntegerField()
     generation = models.PositiveIntegerField(default=0)
+    max_wall_s = models.FloatField(null=True, blank=True, help_text="Wall-time budget in seconds.")
+    space = models.JSONField(help_text="Effective design space: the goal's, narrowed by directions.")
+    constraints = models.JSONField(default=list, help_text="Effective constraints (goal's, changed by directions).")
+    llm_usage = models.JSONField(default=dict, blank=True, help_text="Tokens and cost of LLM agents.")
+    warm_start = models.JSONField(default=dict, blank=True, help_text="What the run inherited from insights.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -121,6 +134,79 @@ class Run(models.Model):
     def group_name(self) -> str:
         """Channels group that receives this run's events."""
         return f"run.{self.pk}"
+
+    def design_space(self) -> DesignSpace:
+        return DesignSpace.from_dict(self.space)
+
+    def is_feasible(self, metrics: dict[str, float]) -> bool:
+        """True when ``metrics`` meet the run's effective constraints."""
+        return constraints_met(self.constraints, metrics)
+
+
+class Generation(models.Model):
+    """One round of proposals from all agents, with the budget share each agent received."""
+
+    run = models.ForeignKey(Run, related_name="generations", on_delete=models.CASCADE)
+    number = models.PositiveIntegerField()
+    shares = models.JSONField(default=dict, help_text="agent name -> candidates asked for")
+    credit = models.JSONField(default=dict, help_text="agent name -> bandit figures when shares were set")
+    improvements = models.JSONField(default=dict, help_text="agent name -> frontier improvements this generation")
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "number"]
+        constraints = [models.UniqueConstraint(fields=["run", "number"], name="generation_unique_per_run")]
+
+
+class AgentRecord(models.Model):
+    """An agent taking part in a run: its kind, settings, credit and the engineer's steering."""
+
+    run = models.ForeignKey(Run, related_name="agents", on_delete=models.CASCADE)
+    name = models.CharField(max_length=64)
+    kind = models.CharField(max_length=32)
+    settings = models.JSONField(default=dict, blank=True)
+    paused = models.BooleanField(default=False)
+    boost = models.FloatField(default=1.0, help_text="Multiplier of the agent's bandit score.")
+    evaluations = models.PositiveIntegerField(default=0)
+    improvements = models.PositiveIntegerField(default=0)
+    failed_proposals = models.PositiveIntegerField(default=0)
+    last_share = models.PositiveIntegerField(default=0)
+    score = models.FloatField(default=0.0, help_text="Bandit (UCB1) score when shares were last set.")
+
+    class Meta:
+        ordering = ["run", "id"]
+        constraints = [models.UniqueConstraint(fields=["run", "name"], name="agent_unique_per_run")]
+
+    @property
+    def credit(self) -> float:
+        """Frontier improvements per evaluation."""
+        return self.improvements / self.evaluations if self.evaluations else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "paused": self.paused,
+            "boost": self.boost,
+            "evaluations": self.evaluations,
+            "improvements": self.improvements,
+            "credit": self.credit,
+            "failed_proposals": self.failed_proposals,
+            "share": self.last_share,
+            "score": self.score,
+        }
+
+
+class ProposalFailure(models.Model):
+    """A proposal an agent could not make (e.g. a malformed LLM answer), kept with its raw text."""
+
+    run = models.ForeignKey(Run, related_name="proposal_failures", on_delete=models.CASCADE)
+    agent = models.CharField(max_length=64)
+    generation = models.PositiveIntegerField()
+    error = models.TextField()
+    raw = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
 
 
 class CandidateStatus(models.TextChoices):
@@ -148,9 +234,17 @@ class Candidate(models.Model):
     params = models.JSONField()
     source = models.TextField()
     status = models.CharField(max_length=16, choices=CandidateStatus.choices, default=CandidateStatus.QUEUED)
+    parents = models.ManyToManyField("self", symmetrical=False, related_name="children", blank=True)
+    rationale = models.TextField(blank=True, help_text="Why the agent proposed it (LLM agents).")
+    reused_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reused_by",
+        help_text="Identical kernel (same hash and shapes) whose evidence was reused instead of re-benchmarking.",
+    )
     attempts = models.PositiveIntegerField(default=0)
+    retry_history = models.JSONField(default=list, blank=True, help_text="Claims taken over from dead workers.")
     created_at = models.DateTimeField(default=timezone.now)
     claimed_at = models.DateTimeField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=200, blank=True, help_text="host:pid of the evaluating worker.")
     evaluated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -179,6 +273,7 @@ class Candidate(models.Model):
             "params": self.params,
             "status": self.status,
             "metrics": evidence.metrics if evidence else {},
+            "reused": self.reused_from_id is not None,
         }
 
 
@@ -210,6 +305,98 @@ class Evidence(models.Model):
             "fingerprint": self.fingerprint,
             "duration_s": self.duration_s,
             "created_at": self.created_at.isoformat(),
+        }
+
+
+class Insight(models.Model):
+    """Knowledge learned from evidence that outlives a run, per (workload, target).
+
+    Kinds: ``importance`` (``{"importances": {param: share}, "method", "n"}``), ``failure_rule``
+    (``{"rule", "status", "support", "precision", "restriction"}``: a readable rule and the
+    restriction that would exclude it), ``best_config`` (``{"shape", "params", "latency_ms"}``).
+    """
+
+    class Kind(models.TextChoices):
+        IMPORTANCE = "importance"
+        FAILURE_RULE = "failure_rule"
+        BEST_CONFIG = "best_config"
+
+    workload = models.CharField(max_length=64)
+    target = models.CharField(max_length=64)
+    shape_set = models.CharField(max_length=64, blank=True)
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    data = models.JSONField()
+    run = models.ForeignKey(Run, null=True, blank=True, related_name="insights", on_delete=models.SET_NULL)
+    generation = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["workload", "target", "kind", "-created_at"])]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.pk,
+            "workload": self.workload,
+            "target": self.target,
+            "shape_set": self.shape_set,
+            "kind": self.kind,
+            "data": self.data,
+            "run": self.run_id,
+            "generation": self.generation,
+            "created_at": self.created_at.isoformat(),
+        }
+
+
+class Direction(models.Model):
+    """An engineer's steering decision for a run, applied at the next generation boundary.
+
+    Kinds and payloads: ``narrow`` ``{"param", "values"}`` (keep only these values), ``exclude``
+    ``{"param", "values"}``, ``add_restriction`` ``{"expression"}``, ``set_constraint``
+    ``{"metric", "op", "value"}``, ``boost_agent`` ``{"agent", "factor"}``, ``pause_agent`` /
+    ``resume_agent`` ``{"agent"}``, ``stop`` ``{}``.
+    """
+
+    class Kind(models.TextChoices):
+        NARROW = "narrow"
+        EXCLUDE = "exclude"
+        ADD_RESTRICTION = "add_restriction"
+        SET_CONSTRAINT = "set_constraint"
+        BOOST_AGENT = "boost_agent"
+        PAUSE_AGENT = "pause_agent"
+        RESUME_AGENT = "resume_agent"
+        STOP = "stop"
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        APPLIED = "applied"
+        REJECTED = "rejected"
+
+    run = models.ForeignKey(Run, related_name="directions", on_delete=models.CASCADE)
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    payload = models.JSONField(default=dict, blank=True)
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    effect = models.JSONField(default=dict, blank=True, help_text="What applying it changed (or why it was rejected).")
+    created_at = models.DateTimeField(default=timezone.now)
+    applied_at = models.DateTimeField(null=True, blank=True)
+    applied_generation = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        indexes = [models.Index(fields=["run", "state"])]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.pk,
+            "kind": self.kind,
+            "payload": self.payload,
+            "author": self.author.get_username() if self.author else None,
+            "state": self.state,
+            "effect": self.effect,
+            "created_at": self.created_at.isoformat(),
+            "applied_at": self.applied_at.isoformat() if self.applied_at else None,
+            "applied_generation": self.applied_generation,
         }
 
 

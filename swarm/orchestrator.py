@@ -1,36 +1,53 @@
-"""The generation loop: propose, deduplicate, evaluate, store, publish, advance.
+"""The generation loop: propose, deduplicate, evaluate, store, publish, learn, advance.
 
 The same functions serve the Celery tasks (``swarm.tasks``) and the headless command
 (``manage.py factory run``), so a run behaves the same whichever way it is driven.
 
-Work is claimed with a conditional UPDATE (``queued -> running``) so a redelivered task never
-evaluates a candidate twice; a ``running`` claim older than :func:`stale_after` is treated as
-left behind by a dead worker and may be claimed again.
+Work is claimed with a conditional UPDATE (``queued -> running``, healthchecks' pattern), so a
+redelivered task never evaluates a candidate twice. A ``running`` claim is taken over when its
+holder is provably dead (same host, process gone) or older than :func:`stale_after`; each
+take-over is recorded in the candidate's retry history.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import secrets
+import socket
+import zlib
 from datetime import timedelta
 from typing import Any, Callable
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count, F
 from django.utils import timezone
 
 import kernels
 from kernels.backends import get_backend
-from swarm import events
-from swarm.agents import Observation, RunView, make_agent
-from swarm.models import PENDING_STATUSES, Candidate, CandidateStatus, Evidence, Goal, Run
+from kernels.space import format_defines
+from swarm import directions, events, learning
+from swarm.agents import DEFAULT_MIX, Observation, RunView, make_agent
+from swarm.credit import Arm, allocate, frontier_improvements
+from swarm.models import (
+    PENDING_STATUSES,
+    AgentRecord,
+    Candidate,
+    CandidateStatus,
+    Evidence,
+    Generation,
+    Goal,
+    ProposalFailure,
+    Run,
+)
 from swarm.pareto import pareto_front
 
 log = logging.getLogger(__name__)
 
 EvaluateFn = Callable[..., Any]
+MAX_REUSE_ROUNDS = 100
 
 
 @functools.cache
@@ -47,26 +64,46 @@ def stale_after() -> timedelta:
 # --- starting and advancing runs --------------------------------------------------------------
 
 
-def start_run(goal: Goal, *, budget: int, seed: int | None = None, batch_size: int = 4, user=None) -> tuple[Run, list[Candidate]]:
-    """Create a run and propose its first generation.
+def start_run(
+    goal: Goal,
+    *,
+    budget: int,
+    seed: int | None = None,
+    batch_size: int = 4,
+    user=None,
+    agents: list[dict[str, Any]] | None = None,
+    max_wall_s: float | None = None,
+) -> tuple[Run, list[Candidate]]:
+    """Create a run with its agents and propose its first generation.
 
     Args:
         goal: the goal to search.
-        budget: maximum number of evaluations (>= 1).
+        budget: maximum number of candidates (evaluations, failures included), >= 1.
         seed: seed of the agents' RNGs; random when None (recorded on the run).
-        batch_size: candidates per generation (>= 1).
+        batch_size: candidates per generation, >= 1.
+        agents: ``[{"name", "kind", "settings"}]``; default :data:`swarm.agents.DEFAULT_MIX`.
+        max_wall_s: optional wall-time budget in seconds; no generation starts after it.
 
     Returns:
-        The run and the candidates of generation 1, to hand to :func:`swarm.dispatch.dispatch`
-        (or evaluate in-process).
+        The run and the candidates to evaluate first (hand them to
+        :func:`swarm.dispatch.dispatch` or evaluate them in-process).
 
     Raises:
-        ValueError: budget or batch size below 1.
+        ValueError: budget or batch size below 1, an unknown agent kind or duplicate names.
     """
     if budget < 1:
         raise ValueError(f"budget must be at least 1 evaluation, got {budget}")
     if batch_size < 1:
         raise ValueError(f"batch size must be at least 1, got {batch_size}")
+    mix = list(agents or DEFAULT_MIX)
+    names = [a.get("name") or a["kind"] for a in mix]
+    if len(set(names)) != len(names):
+        raise ValueError(f"agent names must be unique, got {names}")
+    for a in mix:
+        try:
+            make_agent(a["kind"], 0, a.get("settings"))
+        except KeyError as exc:
+            raise ValueError(str(exc).strip("\"'")) from None
     with transaction.atomic():
         run = Run.objects.create(
             goal=goal,
@@ -74,81 +111,25 @@ def start_run(goal: Goal, *, budget: int, seed: int | None = None, batch_size: i
             batch_size=batch_size,
             seed=secrets.randbits(31) if seed is None else seed,
             created_by=user,
+            max_wall_s=max_wall_s,
+            space=goal.space,
+            constraints=goal.constraints,
+            warm_start=learning.warm_start(goal),
         )
-        first = propose_generation(run)
-        if not first:
-            _finish(run, Run.State.FINISHED)
+        AgentRecord.objects.bulk_create(
+            AgentRecord(run=run, name=name, kind=a["kind"], settings=a.get("settings") or {})
+            for name, a in zip(names, mix)
+        )
+        first = _next_candidates(run)
     events.publish(run.pk, "run", run_state(run))
     return run, first
 
 
-def run_view(run: Run) -> RunView:
-    """Frozen snapshot of what agents may know about ``run``'s goal."""
-    goal = run.goal
-    rows = Candidate.objects.filter(goal=goal).select_related("evidence").order_by("id")
-    space = goal.design_space()
-    seen, history = set(), []
-    for c in rows:
-        seen.add(space.point_key(c.params))
-        if not c.is_pending:
-            ev = getattr(c, "evidence", None)
-            history.append(Observation(c.params, c.status, ev.metrics if ev else {}))
-    return RunView(
-        workload=goal.workload,
-        target=goal.target,
-        space=space,
-        objectives=tuple(goal.objectives),
-        generation=run.generation + 1,
-        seen=frozenset(seen),
-        history=tuple(history),
-    )
-
-
-def propose_generation(run: Run) -> list[Candidate]:
-    """Ask the agents for the next generation and store the new candidates as ``queued``.
-
-    Proposals whose content hash the goal already has are dropped: an identical kernel is
-    never benchmarked twice. Returns the new candidates (empty when the budget is spent or the
-    space is exhausted).
-    """
-    remaining = run.budget - run.candidates.count()
-    n = min(run.batch_size, remaining)
-    if n <= 0:
-        return []
-    goal = run.goal
-    view = run_view(run)
-    agent = make_agent("random", seed=run.seed * 1_000_003 + view.generation)
-    fingerprint = backend_fingerprint(goal.backend)
-    created = []
-    with transaction.atomic():
-        run.generation = view.generation
-        run.save(update_fields=["generation"])
-        for proposal in agent.propose(view, n):
-            source = proposal.source or goal.source
-            digest = kernels.candidate_hash(source, proposal.params, fingerprint)
-            candidate, new = Candidate.objects.get_or_create(
-                goal=goal,
-                content_hash=digest,
-                defaults=dict(
-                    run=run,
-                    generation=view.generation,
-                    agent=agent.name,
-                    params=proposal.params,
-                    source=source,
-                ),
-            )
-            if new:
-                created.append(candidate)
-    for c in created:
-        events.publish(run.pk, "candidate", c.to_dict())
-    return created
-
-
 def advance(run_id: int) -> list[Candidate]:
-    """After an evaluation: start the next generation once the current one is done.
+    """After an evaluation: close the generation once it is complete and start the next.
 
-    Returns the candidates to dispatch (empty while the generation is still running, or when
-    the run finished because its budget is spent or its space exhausted).
+    Returns the candidates to dispatch: empty while the generation is still running, or when
+    the run finished (budget or wall time spent, space exhausted, stopped).
     """
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
@@ -156,16 +137,251 @@ def advance(run_id: int) -> list[Candidate]:
             return []
         if run.candidates.filter(status__in=PENDING_STATUSES).exists():
             return []
-        new = propose_generation(run)
-        if not new:
-            _finish(run, Run.State.FINISHED)
-    if not new:
-        events.publish(run.pk, "run", run_state(run))
+        _close_generation(run)
+        new = _next_candidates(run)
     return new
 
 
+def _next_candidates(run: Run) -> list[Candidate]:
+    """Propose generations until one has something to evaluate, or the run finishes.
+
+    A generation whose candidates all reuse earlier evidence needs no evaluation: it is closed
+    at once and the next one proposed.
+    """
+    for _ in range(MAX_REUSE_ROUNDS):
+        new = propose_generation(run)
+        pending = [c for c in new if c.is_pending]
+        if pending:
+            return pending
+        if not new:
+            if run.state == Run.State.RUNNING:
+                finish(run, Run.State.FINISHED)
+            return []
+        _close_generation(run)
+    return []
+
+
+def propose_generation(run: Run) -> list[Candidate]:
+    """Apply pending directions, share the batch among agents, store their new candidates.
+
+    Proposals whose content hash the goal already has are dropped: an identical kernel is never
+    benchmarked twice. A proposal identical (hash, workload, target, shape set) to a candidate
+    of another goal reuses that evidence. Returns the new candidates (empty when the run is
+    over: budget or wall time spent, stopped, or nothing left to propose).
+    """
+    number = run.generation + 1
+    applied = directions.apply_pending(run, number)
+    for d in applied:
+        events.publish(run.pk, "direction", d.to_dict())
+    if run.state != Run.State.RUNNING:
+        return []
+    if run.max_wall_s is not None and (timezone.now() - run.started_at).total_seconds() >= run.max_wall_s:
+        return []
+    remaining = run.budget - run.candidates.count()
+    n = min(run.batch_size, remaining)
+    if n <= 0:
+        return []
+    goal = run.goal
+    records = list(run.agents.all())
+    shares, scores = allocate(
+        [Arm(r.name, r.evaluations, r.improvements, r.boost, r.paused) for r in records], n,
+        exploration=float(getattr(settings, "SWARM_UCB_EXPLORATION", 0.3)),
+    )
+    view = run_view(run, number)
+    fingerprint = backend_fingerprint(goal.backend)
+    seen = set(view.seen)
+    created: list[Candidate] = []
+    usage = dict(run.llm_usage)
+    for record in records:
+        share = shares.get(record.name, 0)
+        if share <= 0:
+            continue
+        agent = make_agent(record.kind, _agent_seed(run.seed, number, record.name), record.settings)
+        proposals = agent.propose(_with_seen(view, seen), share)
+        for k, v in agent.usage.items():
+            usage[k] = usage.get(k, 0) + v
+        for proposal in proposals:
+            candidate, error = _store(run, goal, view, record.name, number, proposal, fingerprint, seen)
+            if error:
+                ProposalFailure.objects.create(run=run, agent=record.name, generation=number, error=error, raw=proposal.raw)
+                AgentRecord.objects.filter(pk=record.pk).update(failed_proposals=F("failed_proposals") + 1)
+            elif candidate is not None:
+                created.append(candidate)
+    if not created:
+        return []
+    run.generation = number
+    run.llm_usage = usage
+    run.save(update_fields=["generation", "llm_usage"])
+    for r in records:
+        AgentRecord.objects.filter(pk=r.pk).update(last_share=shares.get(r.name, 0), score=scores.get(r.name, 0.0))
+    Generation.objects.create(run=run, number=number, shares=shares, credit=scores)
+
+    def publish() -> None:
+        for c in created:
+            events.publish(run.pk, "candidate", c.to_dict())
+        events.publish(run.pk, "generation", {"number": number, "shares": shares, "scores": scores})
+
+    transaction.on_commit(publish)
+    return created
+
+
+def _store(run, goal, view, agent_name, number, proposal, fingerprint, seen) -> tuple[Candidate | None, str | None]:
+    """Turn a proposal into a candidate; returns ``(candidate or None, error or None)``."""
+    if proposal.error:
+        return None, proposal.error
+    if proposal.source is None:
+        if not view.space.contains(proposal.params):
+            return None, f"proposal {proposal.params} is outside the run's design space"
+        key = view.space.point_key(proposal.params)
+        if key in seen:
+            return None, None
+        seen.add(key)
+    source = proposal.source if proposal.source is not None else goal.source
+    digest = kernels.candidate_hash(source, proposal.params, fingerprint)
+    if Candidate.objects.filter(goal=goal, content_hash=digest).exists():
+        return None, None
+    twin = (
+        Candidate.objects.filter(
+            content_hash=digest, goal__workload=goal.workload, goal__target=goal.target,
+            goal__shape_set=goal.shape_set, evidence__isnull=False,
+        )
+        .select_related("evidence")
+        .first()
+    )
+    candidate = Candidate.objects.create(
+        goal=goal, run=run, generation=number, agent=agent_name, content_hash=digest,
+        params=proposal.params, source=source, rationale=proposal.rationale,
+        status=twin.status if twin else CandidateStatus.QUEUED, reused_from=twin,
+        evaluated_at=timezone.now() if twin else None,
+    )
+    if proposal.parents:
+        candidate.parents.set(Candidate.objects.filter(pk__in=proposal.parents, goal=goal))
+    if twin:
+        e = twin.evidence
+        Evidence.objects.create(
+            candidate=candidate, status=e.status, metrics=e.metrics, samples_ms=e.samples_ms, cases=e.cases,
+            log=f"evidence reused from candidate {twin.pk} (identical kernel)\n{e.log}",
+            fingerprint=e.fingerprint, duration_s=0.0,
+        )
+    return candidate, None
+
+
+def _agent_seed(run_seed: int, generation: int, name: str) -> int:
+    return (run_seed * 1_000_003 + generation * 7919 + zlib.crc32(name.encode())) % 2**63
+
+
+def _with_seen(view: RunView, seen: set[str]) -> RunView:
+    from dataclasses import replace
+
+    return replace(view, seen=frozenset(seen))
+
+
+def run_view(run: Run, generation: int | None = None) -> RunView:
+    """Frozen snapshot of what agents may know about ``run`` and its goal's evidence."""
+    goal = run.goal
+    space = run.design_space()
+    rows = (
+        Candidate.objects.filter(goal=goal)
+        .order_by("id")
+        .values_list("id", "params", "status", "agent", "evidence__metrics")
+    )
+    seen, history = set(), []
+    for cid, params, status, agent, metrics in rows:
+        seen.add(space.point_key(params) if set(params) == set(space.names) else f"#{cid}")
+        if status not in PENDING_STATUSES:
+            metrics = metrics or {}
+            history.append(Observation(cid, params, status, metrics, status == "ok" and run.is_feasible(metrics), agent))
+    partial = RunView(
+        workload=goal.workload, target=goal.target, space=space, objectives=tuple(goal.objectives),
+        constraints=tuple(run.constraints), generation=generation or run.generation + 1,
+        seen=frozenset(seen), history=tuple(history),
+    )
+    # Sources and logs only for what an LLM prompt shows: the best few and recent failures.
+    detail_ids = {o.candidate for o in partial.ranked()[:3]} | {o.candidate for o in history if o.status != "ok"}
+    detail_ids = set(list(sorted(detail_ids))[-6:]) | {o.candidate for o in partial.ranked()[:3]}
+    details = {
+        c.pk: c for c in Candidate.objects.filter(pk__in=detail_ids).select_related("evidence").only(
+            "id", "source", "params", "evidence__log")
+    }
+    if details:
+        history = [
+            Observation(o.candidate, o.params, o.status, o.metrics, o.feasible, o.agent,
+                        source=format_defines(o.params) + details[o.candidate].source,
+                        log=getattr(getattr(details[o.candidate], "evidence", None), "log", "")[-3000:])
+            if o.candidate in details else o
+            for o in history
+        ]
+    from dataclasses import replace
+
+    return replace(
+        partial,
+        history=tuple(history),
+        warm_start=tuple(run.warm_start.get("configs", [])),
+        insights=tuple(learning.latest_insights(goal.workload, goal.target)),
+        contract=_contract(goal.workload),
+        template=goal.source,
+    )
+
+
+def _contract(workload: str) -> str:
+    try:
+        w = kernels.get_workload(workload)
+    except KeyError:
+        return f"Recorded workload '{workload}' (replay): only parameters can be proposed."
+    return f"Entry point: {w.c_signature}\nCorrectness: {w.error_definition or 'max relative error within tolerance'} (tolerance {w.tolerance:g})."
+
+
+def _close_generation(run: Run) -> None:
+    """Credit agents for frontier improvements of the finished generation, then learn insights."""
+    gen = Generation.objects.filter(run=run, number=run.generation, finished_at__isnull=True).first()
+    if gen is None:
+        return
+    goal = run.goal
+    signs = [1.0 if o["direction"] == "minimize" else -1.0 for o in goal.objectives]
+
+    def vector(metrics: dict) -> list[float] | None:
+        try:
+            return [s * float(metrics[o["metric"]]) for s, o in zip(signs, goal.objectives)]
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    rows = list(
+        run.candidates.exclude(status__in=PENDING_STATUSES)
+        .order_by("evaluated_at", "id")
+        .values_list("generation", "agent", "status", "evidence__metrics")
+    )
+    before, new, evaluated = [], [], {}
+    for generation, agent, status, metrics in rows:
+        v = vector(metrics or {}) if status == "ok" and run.is_feasible(metrics or {}) else None
+        if generation < gen.number:
+            if v is not None:
+                before.append(v)
+        else:
+            evaluated[agent] = evaluated.get(agent, 0) + 1
+            if v is not None:
+                new.append((agent, v))
+    improvements = frontier_improvements(before, new)
+    for record in run.agents.all():
+        AgentRecord.objects.filter(pk=record.pk).update(
+            evaluations=F("evaluations") + evaluated.get(record.name, 0),
+            improvements=F("improvements") + improvements.get(record.name, 0),
+        )
+    gen.improvements = improvements
+    gen.finished_at = timezone.now()
+    gen.save(update_fields=["improvements", "finished_at"])
+    new_insights = learning.update_insights(run, gen.number)
+    leaderboard = [a.to_dict() for a in run.agents.all()]
+
+    def publish() -> None:
+        events.publish(run.pk, "generation_finished", {"number": gen.number, "improvements": improvements, "agents": leaderboard})
+        for i in new_insights:
+            events.publish(run.pk, "insight", i.to_dict())
+
+    transaction.on_commit(publish)
+
+
 def stop_run(run: Run, user=None) -> None:
-    """Stop a run: queued candidates are cancelled; a running evaluation finishes and is kept."""
+    """Stop a run now: queued candidates are cancelled; a running evaluation finishes and is kept."""
     from swarm.models import AuditEvent
 
     with transaction.atomic():
@@ -173,29 +389,65 @@ def stop_run(run: Run, user=None) -> None:
         if run.state != Run.State.RUNNING:
             return
         run.candidates.filter(status=CandidateStatus.QUEUED).delete()
-        _finish(run, Run.State.STOPPED)
+        finish(run, Run.State.STOPPED)
         AuditEvent.objects.create(actor=user, verb="run.stop", subject=f"run {run.pk}")
-    events.publish(run.pk, "run", run_state(run))
 
 
-def _finish(run: Run, state: str) -> None:
+def finish(run: Run, state: str) -> None:
+    """Mark ``run`` finished/stopped/failed and publish its final state after commit."""
     run.state = state
     run.finished_at = timezone.now()
     run.save(update_fields=["state", "finished_at"])
+    transaction.on_commit(lambda: events.publish(run.pk, "run", run_state(run)))
 
 
 # --- evaluating one candidate -----------------------------------------------------------------
 
 
+def worker_identity() -> str:
+    """``host:pid:start`` of this process; the start time guards against pid reuse."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
+
+
+def _start_time(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return "?"
+
+
+def _holder_is_dead(holder: str) -> bool:
+    """True when ``holder`` ran on this host and that process no longer exists."""
+    try:
+        host, pid, start = holder.rsplit(":", 2)
+    except ValueError:
+        return False
+    if host != socket.gethostname():
+        return False
+    return _start_time(int(pid)) != start
+
+
 def claim(candidate_id: int) -> bool:
-    """Atomically take a candidate for evaluation; False if another worker has it or it is done."""
+    """Atomically take a candidate for evaluation; False if another live worker has it or it is done."""
     now = timezone.now()
-    fresh = Q(status=CandidateStatus.QUEUED)
-    abandoned = Q(status=CandidateStatus.RUNNING, claimed_at__lt=now - stale_after())
-    updated = Candidate.objects.filter(fresh | abandoned, pk=candidate_id).update(
-        status=CandidateStatus.RUNNING, claimed_at=now
+    me = worker_identity()
+    if Candidate.objects.filter(pk=candidate_id, status=CandidateStatus.QUEUED).update(
+        status=CandidateStatus.RUNNING, claimed_at=now, claimed_by=me, attempts=F("attempts") + 1
+    ):
+        return True
+    row = Candidate.objects.filter(pk=candidate_id, status=CandidateStatus.RUNNING).values(
+        "claimed_by", "claimed_at", "retry_history").first()
+    if row is None or row["claimed_by"] == me:
+        return False
+    if not (_holder_is_dead(row["claimed_by"]) or (row["claimed_at"] and row["claimed_at"] < now - stale_after())):
+        return False
+    history = [*row["retry_history"], {"taken_from": row["claimed_by"], "claimed_at": row["claimed_at"].isoformat() if row["claimed_at"] else None, "taken_at": now.isoformat()}]
+    return bool(
+        Candidate.objects.filter(pk=candidate_id, status=CandidateStatus.RUNNING, claimed_by=row["claimed_by"]).update(
+            claimed_at=now, claimed_by=me, attempts=F("attempts") + 1, retry_history=history
+        )
     )
-    return updated == 1
 
 
 def evaluate_candidate(candidate_id: int, *, evaluate: EvaluateFn | None = None) -> Candidate | None:
@@ -207,32 +459,26 @@ def evaluate_candidate(candidate_id: int, *, evaluate: EvaluateFn | None = None)
 
     Returns:
         The evaluated candidate, or None if it was not claimable (already evaluated, being
-        evaluated by another worker, or deleted by a stop).
+        evaluated by another live worker, or deleted by a stop).
     """
     if not claim(candidate_id):
         return None
     candidate = Candidate.objects.select_related("goal", "run").get(pk=candidate_id)
-    Candidate.objects.filter(pk=candidate_id).update(attempts=candidate.attempts + 1)
     goal = candidate.goal
     evaluate = evaluate or kernels.evaluate
+    kwargs: dict[str, Any] = dict(shape_set=goal.shape_set, backend=goal.backend, timeout_s=settings.EVAL_TIMEOUT_S)
+    if goal.backend == "replay":
+        kwargs["target"] = goal.target
     try:
-        evidence = evaluate(
-            goal.workload,
-            candidate.source,
-            candidate.params,
-            shape_set=goal.shape_set,
-            backend=goal.backend,
-            timeout_s=settings.EVAL_TIMEOUT_S,
-        )
-        record = evidence.to_dict()
+        record = evaluate(goal.workload, candidate.source, candidate.params, **kwargs).to_dict()
     except Exception as exc:  # noqa: BLE001 - the evaluator's own failure must not lose the candidate
         log.exception("evaluator failed on candidate %s", candidate_id)
-        record = {
-            "status": CandidateStatus.RUNTIME_ERROR,
-            "metrics": {},
-            "log": f"evaluator error: {type(exc).__name__}: {exc}",
-        }
+        record = {"status": CandidateStatus.RUNTIME_ERROR, "metrics": {}, "log": f"evaluator error: {type(exc).__name__}: {exc}"}
     with transaction.atomic():
+        if not Candidate.objects.filter(pk=candidate_id, status=CandidateStatus.RUNNING, claimed_by=worker_identity()).update(
+            status=str(record["status"]), evaluated_at=timezone.now()
+        ):
+            return None  # taken over meanwhile (we were presumed dead): the new holder stores it
         Evidence.objects.create(
             candidate=candidate,
             status=str(record["status"]),
@@ -243,7 +489,6 @@ def evaluate_candidate(candidate_id: int, *, evaluate: EvaluateFn | None = None)
             fingerprint=record.get("fingerprint") or {},
             duration_s=record.get("duration_s") or 0.0,
         )
-        Candidate.objects.filter(pk=candidate_id).update(status=str(record["status"]), evaluated_at=timezone.now())
     candidate.refresh_from_db()
     events.publish(candidate.run_id, "candidate", candidate.to_dict())
     return candidate
@@ -263,38 +508,42 @@ def run_state(run: Run) -> dict[str, Any]:
         "budget": run.budget,
         "evaluated": evaluated,
         "status_counts": counts,
+        "llm_usage": run.llm_usage,
     }
 
 
-def frontier(goal: Goal, candidates: list[Candidate]) -> list[Candidate]:
-    """Pareto frontier over the goal's objectives among ``ok`` candidates meeting its constraints."""
+def frontier(run: Run, candidates: list[Candidate]) -> list[Candidate]:
+    """Pareto frontier over the goal's objectives among ``ok`` candidates meeting the run's constraints."""
+    objectives = run.goal.objectives
     feasible = [
         c
         for c in candidates
         if c.status == CandidateStatus.OK
-        and goal.is_feasible(c.evidence.metrics)
-        and all(o["metric"] in c.evidence.metrics for o in goal.objectives)
+        and run.is_feasible(c.evidence.metrics)
+        and all(o["metric"] in c.evidence.metrics for o in objectives)
     ]
     points = [
-        [c.evidence.metrics[o["metric"]] * (1 if o["direction"] == "minimize" else -1) for o in goal.objectives]
+        [c.evidence.metrics[o["metric"]] * (1 if o["direction"] == "minimize" else -1) for o in objectives]
         for c in feasible
     ]
     return [feasible[i] for i in pareto_front(points)]
 
 
-def best(goal: Goal, candidates: list[Candidate]) -> Candidate | None:
+def best(run: Run, candidates: list[Candidate]) -> Candidate | None:
     """Feasible ``ok`` candidate with the best primary objective, or None."""
-    front = frontier(goal, candidates)
+    front = frontier(run, candidates)
     if not front:
         return None
-    metric, sign = goal.primary["metric"], (1 if goal.primary["direction"] == "minimize" else -1)
-    return min(front, key=lambda c: sign * c.evidence.metrics[metric])
+    primary = run.goal.primary
+    sign = 1 if primary["direction"] == "minimize" else -1
+    return min(front, key=lambda c: sign * c.evidence.metrics[primary["metric"]])
 
 
 def run_summary(run: Run) -> dict[str, Any]:
-    """Result of a run: progress, best candidate and Pareto frontier (the ``factory run`` JSON)."""
+    """Result of a run: progress, best candidate, Pareto frontier, agents (the ``factory run`` JSON)."""
+    run.refresh_from_db()
     cands = list(run.candidates.select_related("evidence").exclude(status__in=PENDING_STATUSES))
-    top = best(run.goal, cands)
+    top = best(run, cands)
     summary = run_state(run)
     summary.update(
         goal=run.goal_id,
@@ -303,6 +552,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         shape_set=run.goal.shape_set,
         seed=run.seed,
         best=top.to_dict() if top else None,
-        frontier=[c.to_dict() for c in frontier(run.goal, cands)],
+        frontier=[c.to_dict() for c in frontier(run, cands)],
+        agents=[a.to_dict() for a in run.agents.all()],
     )
     return summary

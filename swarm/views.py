@@ -13,6 +13,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import CLexer
 
 import kernels
+from kernels.space import format_defines
 from swarm import orchestrator
 from swarm.dispatch import dispatch
 from swarm.forms import GoalForm, PromoteForm, RunForm, format_parameters
@@ -105,8 +106,7 @@ def run_stop(request: HttpRequest, pk: int) -> HttpResponse:
 def candidate_detail(request: HttpRequest, pk: int) -> HttpResponse:
     candidate = get_object_or_404(Candidate.objects.select_related("goal", "run"), pk=pk)
     evidence = getattr(candidate, "evidence", None)
-    space = candidate.goal.design_space()
-    full_source = space.defines(candidate.params) + candidate.source
+    full_source = format_defines(candidate.params) + candidate.source
     formatter = HtmlFormatter(linenos="table", cssclass="source")
     return render(
         request,

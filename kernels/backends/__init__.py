@@ -9,7 +9,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-BACKENDS: dict[str, str] = {"cpu": "kernels.backends.cpu:CpuBackend"}
+BACKENDS: dict[str, str] = {
+    "cpu": "kernels.backends.cpu:CpuBackend",
+    "replay": "kernels.backends.replay:ReplayBackend",
+}
 
 
 def get_backend(name: str) -> Any:

@@ -1,12 +1,28 @@
-"""Search agents. ``AGENTS`` maps an agent kind to its class."""
+"""Search agents. ``AGENTS`` maps an agent kind to its class; ``DEFAULT_MIX`` is the swarm."""
+
+from __future__ import annotations
+
+from typing import Any
 
 from swarm.agents.base import Agent, Observation, Proposal, RunView
+from swarm.agents.evolutionary import EvolutionaryAgent
+from swarm.agents.llm import LLMAgent
+from swarm.agents.model_guided import OptunaAgent
 from swarm.agents.random_search import RandomAgent
 
-AGENTS: dict[str, type[Agent]] = {RandomAgent.name: RandomAgent}
+AGENTS: dict[str, type[Agent]] = {
+    cls.kind: cls for cls in (RandomAgent, EvolutionaryAgent, OptunaAgent, LLMAgent)
+}
+
+#: The default swarm: one agent of each parameter-search kind. LLM agents join when asked for.
+DEFAULT_MIX: tuple[dict[str, Any], ...] = (
+    {"name": "random", "kind": "random", "settings": {}},
+    {"name": "evolutionary", "kind": "evolutionary", "settings": {}},
+    {"name": "optuna", "kind": "optuna", "settings": {}},
+)
 
 
-def make_agent(kind: str, seed: int) -> Agent:
+def make_agent(kind: str, seed: int, settings: dict[str, Any] | None = None) -> Agent:
     """Instantiate the agent of ``kind`` seeded with ``seed``.
 
     Raises:
@@ -15,8 +31,8 @@ def make_agent(kind: str, seed: int) -> Agent:
     try:
         cls = AGENTS[kind]
     except KeyError:
-        raise KeyError(f"unknown agent {kind!r}; known: {', '.join(sorted(AGENTS))}") from None
-    return cls(seed)
+        raise KeyError(f"unknown agent kind {kind!r}; known: {', '.join(sorted(AGENTS))}") from None
+    return cls(seed, **(settings or {}))
 
 
-__all__ = ["AGENTS", "Agent", "Observation", "Proposal", "RunView", "make_agent"]
+__all__ = ["AGENTS", "DEFAULT_MIX", "Agent", "Observation", "Proposal", "RunView", "make_agent"]

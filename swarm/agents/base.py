@@ -1,25 +1,47 @@
 """The agent interface: ask/tell, like Optuna's samplers.
 
 Only the orchestrator calls agents. They read a frozen :class:`RunView` and never touch the
-database, so that an agent can be restarted from evidence at any generation.
+database, so that an agent can be restarted from evidence at any generation: whatever memory
+an agent needs is recomputed from ``RunView.history``.
 """
 
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from kernels import DesignSpace
+
+FAILED = frozenset({"compile_error", "runtime_error", "timeout", "wrong_result", "invalid"})
 
 
 @dataclass(frozen=True)
 class Observation:
-    """One evaluated candidate as an agent sees it: parameters, status and metrics."""
+    """One evaluated candidate as an agent sees it.
 
+    Attributes:
+        candidate: candidate id (for lineage).
+        params: parameter values.
+        status: outcome (``ok``, ``compile_error``, ...).
+        metrics: derived metrics (``latency_ms`` in ms, ``gbps`` in GB/s, ...).
+        feasible: ``ok`` and within the run's constraints.
+        agent: name of the agent that proposed it.
+        source: kernel source (only filled for the best few and recent failures).
+        log: evaluation log tail (only filled for recent failures).
+    """
+
+    candidate: int
     params: dict[str, Any]
     status: str
     metrics: dict[str, float]
+    feasible: bool
+    agent: str = ""
+    source: str = ""
+    log: str = ""
 
 
 @dataclass(frozen=True)
@@ -29,51 +51,103 @@ class RunView:
     Attributes:
         workload: workload name, e.g. ``"rmsnorm"``.
         target: target name, e.g. ``"cpu-x86_64"``.
-        space: the goal's design space.
-        objectives: the goal's objectives (``{"metric", "direction"}``), primary first.
+        space: the run's effective design space (goal's, narrowed by directions).
+        objectives: ``{"metric", "direction"}`` dicts, primary first.
+        constraints: ``{"metric", "op", "value"}`` dicts.
         generation: number of the generation being proposed (1-based).
-        seen: canonical point keys (``DesignSpace.point_key``) of every candidate of the goal,
-            evaluated or pending: proposing one of them again is wasted budget.
+        seen: point keys of every candidate of the goal (evaluated or pending).
         history: evaluated candidates of the goal, oldest first.
+        warm_start: parameter sets that were best in earlier runs on this workload (insights).
+        insights: latest insights for (workload, target) as dicts (LLM agents read them).
+        contract: workload math and candidate contract, as text (LLM agents read it).
+        template: the goal's template source.
     """
 
     workload: str
     target: str
     space: DesignSpace
     objectives: tuple[dict[str, str], ...]
+    constraints: tuple[dict[str, Any], ...]
     generation: int
     seen: frozenset[str]
     history: tuple[Observation, ...] = field(default=())
+    warm_start: tuple[dict[str, Any], ...] = field(default=())
+    insights: tuple[dict[str, Any], ...] = field(default=())
+    contract: str = ""
+    template: str = ""
+
+    def score(self, obs: Observation) -> float:
+        """Scalar to minimise for ``obs``: primary objective, penalised when infeasible or failed.
+
+        Feasible ``ok`` candidates score their signed primary objective; infeasible ``ok`` ones
+        rank after every feasible one; failures rank last (``inf``).
+        """
+        primary = self.objectives[0]
+        sign = 1.0 if primary["direction"] == "minimize" else -1.0
+        value = obs.metrics.get(primary["metric"])
+        if obs.status != "ok" or value is None or not math.isfinite(value):
+            return math.inf
+        return sign * value + (0.0 if obs.feasible else 1e12)
+
+    def ranked(self) -> list[Observation]:
+        """Evaluated observations in this space, best first (failures last)."""
+        names = set(self.space.names)
+        own = [o for o in self.history if set(o.params) == names]
+        return sorted(own, key=self.score)
 
 
 @dataclass(frozen=True)
 class Proposal:
-    """A candidate an agent proposes: parameter values for the goal's template.
+    """A candidate an agent proposes, or an explained failure to propose one.
 
-    ``source`` is None to use the goal's template (parameter agents); coding agents set it.
+    Attributes:
+        params: parameter values (reach the source as ``#define`` lines).
+        source: complete kernel source (coding agents); None means the goal's template.
+        parents: ids of the candidates it was derived from.
+        rationale: why the agent expects it to be good.
+        error: set when the agent failed to produce a usable proposal (kept as evidence).
+        raw: the raw answer behind a failed proposal.
     """
 
     params: dict[str, Any]
     source: str | None = None
+    parents: tuple[int, ...] = ()
     rationale: str = ""
+    error: str | None = None
+    raw: str = ""
 
 
 class Agent(abc.ABC):
-    """A search strategy. Subclasses set ``name`` and implement :meth:`propose`."""
+    """A search strategy. Subclasses set ``name`` and implement :meth:`propose`.
 
-    name: str = "agent"
+    Args:
+        seed: RNG seed; the orchestrator derives it from the run's seed, the generation and the
+            agent's name, so a restarted run proposes the same points.
+        **settings: agent-specific settings (stored on the run's agent record).
+    """
 
-    def __init__(self, seed: int) -> None:
+    kind: str = "agent"
+
+    def __init__(self, seed: int, **settings: Any) -> None:
+        self.settings = settings
+        self.usage: dict[str, float] = {}
         self.reseed(seed)
 
     @abc.abstractmethod
     def propose(self, view: RunView, n: int) -> list[Proposal]:
-        """Return at most ``n`` proposals not in ``view.seen`` (fewer when the space is exhausted)."""
+        """Return at most ``n`` proposals whose point keys are not in ``view.seen``."""
 
     def observe(self, view: RunView, outcomes: list[Observation]) -> None:  # noqa: B027
-        """Learn from a finished generation. Stateless agents ignore it."""
+        """Learn from a finished generation. Agents here recompute from history instead."""
 
     def reseed(self, seed: int) -> None:
-        import numpy as np
-
         self.rng = np.random.default_rng(seed)
+
+    # helpers shared by parameter agents
+
+    def fill_random(self, view: RunView, n: int, taken: set[str]) -> list[Proposal]:
+        """Up to ``n`` random valid points not seen and not in ``taken`` (updated in place)."""
+        points = view.space.sample(self.rng, n, exclude=frozenset(view.seen | taken))
+        for p in points:
+            taken.add(view.space.point_key(p))
+        return [Proposal(params=p) for p in points]

@@ -8,8 +8,7 @@ from swarm.agents.base import Agent, Proposal, RunView
 class RandomAgent(Agent):
     """Uniform random points of the restricted space, never one already seen for the goal."""
 
-    name = "random"
+    kind = "random"
 
     def propose(self, view: RunView, n: int) -> list[Proposal]:
-        points = view.space.sample(self.rng, n, exclude=view.seen)
-        return [Proposal(params=p) for p in points]
+        return self.fill_random(view, n, set())

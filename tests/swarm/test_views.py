@@ -77,7 +77,7 @@ def evaluated_run(small_goal):
 
 @pytest.mark.django_db
 def test_promotion_puts_the_kernel_on_the_production_page_and_api(client, owner, evaluated_run):
-    best = orchestrator.best(evaluated_run.goal, list(evaluated_run.candidates.select_related("evidence")))
+    best = orchestrator.best(evaluated_run, list(evaluated_run.candidates.select_related("evidence")))
     client.force_login(owner)
     page = client.get(reverse("candidate-detail", args=[best.pk]))
     assert b"Promote to production" in page.content and b"rmsnorm" in page.content

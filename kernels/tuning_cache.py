@@ -1,0 +1,517 @@
+"""Kernel Tuner cache files: parse once, look configurations up in O(1), return evidence.
+
+Format (Kernel Tuner's ``cachefile``, see ``shared/datasets/tuning-cache/README.md`` and
+``kernel_tuner/util.py::process_cache`` / ``store_cache``)::
+
+    {"device_name": str, "kernel_name": str, "problem_size": [int, ...],
+     "tune_params_keys": [name, ...], "tune_params": {name: [value, ...]},
+     "objective": "time",
+     "cache": {"16,1,1,...": {<param>: value, ..., "time": 3.87, "times": [...], ...}, ...}}
+
+- ``cache`` keys are the parameter values joined by ``,`` in ``tune_params_keys`` order,
+  each formatted with Python's ``str`` (so ``1`` and ``1.0`` are different keys; lookups here
+  canonicalise through the recorded values, so both find the entry).
+- All times are in ms; ``nvml_energy`` is in J per kernel run; ``GFLOP/s`` and
+  ``GFLOPS/W`` are derived rates.
+- A failed configuration has a string where the objective should be
+  (``"RuntimeFailedConfig"``, ``"CompilationFailedConfig"``, ``"InvalidConfig"``) or, from
+  Kernel Tuner 1.4 on, an ``"__error__"`` field.
+- Configurations excluded by the tuning run's restrictions are absent.
+- Kernel Tuner appends entries while tuning, so a file may end with ``,`` and lack the closing
+  ``}\\n}``; :func:`load_cache` repairs that (and drops a half-written last line).
+- Older files lack header fields (e.g. no ``problem_size`` / ``objective``).
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import gzip
+import hashlib
+import json
+import math
+import os
+import time
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernels import stats
+from kernels.evaluator import Evidence
+from kernels.outcome import Outcome
+from kernels.space import DesignSpace, Parameter
+
+__all__ = [
+    "NOT_RECORDED_LOG",
+    "TuningCache",
+    "TuningCacheError",
+    "dataset_name",
+    "load_cache",
+]
+
+NOT_RECORDED_LOG = "configuration not in the recorded space (Kernel Tuner restrictions exclude it)"
+
+# Kernel Tuner's failure markers (``kernel_tuner/util.py``: ErrorConfig subclasses).
+_FAILURES: tuple[tuple[str, Outcome], ...] = (
+    ("CompilationFailedConfig", Outcome.compile_error),
+    ("RuntimeFailedConfig", Outcome.runtime_error),
+    ("InvalidConfig", Outcome.invalid),
+)
+# Per-entry bookkeeping of the tuning run (ms), not properties of the kernel.
+_COSTS = {
+    "compile_time": "compile_ms",
+    "verification_time": "verification_ms",
+    "benchmark_time": "benchmark_ms",
+    "framework_time": "framework_ms",
+    "strategy_time": "strategy_ms",
+}
+# Recorded measurement -> our metric name (units in the name or in Evidence's docs).
+_MEASURED = {
+    "GFLOP/s": "gflops",
+    "GFLOPS/W": "gflops_per_w",
+    "nvml_energy": "energy_j",
+    "nvml_power": "power_w",
+    "temperature": "temperature_c",
+    "core_freq": "core_freq_mhz",
+    "mem_freq": "mem_freq_mhz",
+}
+# Our metric names accepted by :meth:`TuningCache.optimum` for recorded fields.
+_METRIC_ALIASES = {"latency_ms": "time", "energy_j": "nvml_energy", "gflops": "GFLOP/s",
+                   "power_w": "nvml_power", "gflops_per_w": "GFLOPS/W"}
+# Bookkeeping and operating conditions: recorded, reported as metrics, but not objectives.
+_NOT_OBJECTIVES = frozenset(_COSTS) | {"timestamp", "__error__", "temperature", "core_freq", "mem_freq"}
+
+
+class TuningCacheError(ValueError):
+    """A cache file cannot be read or is not a Kernel Tuner cache; the message says why."""
+
+
+def dataset_name(path: str | os.PathLike[str]) -> str:
+    """Data set name of a cache file: its file name without ``.json`` / ``.json.gz``.
+
+    Example: ``.../gemm-clblast-xgemm_RTX-3090.json.gz`` -> ``'gemm-clblast-xgemm_RTX-3090'``.
+    """
+    name = Path(path).name
+    for suffix in (".json.gz", ".json"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _classify(record: Mapping[str, Any], objective: str) -> tuple[Outcome, str]:
+    """The one place that maps a recorded entry to an :class:`Outcome` (and a reason)."""
+    marker = record.get("__error__")
+    if marker is None:
+        for key in (objective, "time"):
+            if isinstance(record.get(key), str):
+                marker = record[key]
+                break
+    if marker is not None:
+        text = str(marker)
+        for name, outcome in _FAILURES:
+            if name in text:
+                return outcome, f"recorded as {name}"
+        return Outcome.runtime_error, f"recorded error: {text}"
+    t = record.get("time", record.get(objective))
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+        return Outcome.runtime_error, f"recorded entry has no usable time ({t!r})"
+    return Outcome.ok, "recorded measurement"
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def _parse(text: str, path: Path) -> tuple[dict[str, Any], str]:
+    """JSON of a cache file, repairing an unterminated one. Returns (data, repair note)."""
+    try:
+        return json.loads(text), ""
+    except json.JSONDecodeError as exc:
+        error = exc
+    body = text.rstrip()
+    body = body[:-1] if body.endswith(",") else body
+    attempts = [(body + "}\n}", "appended the missing closing '}\\n}' (file was written append-only and not closed)"),
+                (body + "\n}", "appended the missing final '}'")]
+    cut = max(body.rfind("},\n"), body.rfind("}, \n"))
+    if cut >= 0:  # a half-written last entry: keep everything up to the last complete one
+        attempts.append((body[: cut + 1] + "}\n}", f"dropped a half-written last entry ({len(body) - cut - 1} chars) "
+                         "and appended the missing closing '}\\n}'"))
+    for candidate, note in attempts:
+        try:
+            return json.loads(candidate), note
+        except json.JSONDecodeError:
+            continue
+    raise TuningCacheError(f"{path}: not valid JSON and not a repairable cache file: {error}")
+
+
+@dataclass(frozen=True)
+class TuningCache:
+    """One Kernel Tuner cache file, parsed and indexed. Do not modify its mappings.
+
+    Attributes:
+        name: data set name (file name without ``.json`` / ``.json.gz``).
+        path: the file it was read from.
+        sha256: hex digest of the decompressed file content, as stored (before repair).
+        device_name: GPU it was measured on, e.g. ``"NVIDIA A100-PCIE-40GB"``
+            (``"unknown"`` when the header lacks it).
+        kernel_name: tuned kernel, e.g. ``"Xgemm"`` (``""`` when absent).
+        problem_size: problem dimensions, or None when the header lacks them.
+        tune_params_keys: parameter names in key order.
+        tune_params: name -> recorded values (tuple, the file's order).
+        objective: the run's objective field (``"time"`` when absent).
+        objectives_available: numeric fields recorded on valid entries, ``"time"`` first
+            (e.g. ``time``, ``GFLOP/s``, ``nvml_energy``); run bookkeeping
+            (``compile_time`` ...) excluded.
+        entries: canonical key -> recorded entry (read-only mappings).
+        repaired: what :func:`load_cache` repaired, or ``""``.
+        load_ms: wall-clock time of reading, decompressing, parsing and indexing (ms).
+    """
+
+    name: str
+    path: Path
+    sha256: str
+    device_name: str
+    kernel_name: str
+    problem_size: tuple[int, ...] | None
+    tune_params_keys: tuple[str, ...]
+    tune_params: Mapping[str, tuple[Any, ...]]
+    objective: str
+    objectives_available: tuple[str, ...]
+    entries: Mapping[str, Mapping[str, Any]]
+    repaired: str = ""
+    load_ms: float = 0.0
+    _status: Mapping[str, tuple[Outcome, str]] = field(default_factory=dict, repr=False, compare=False)
+    _formats: tuple[Mapping[Any, str], ...] = field(default=(), repr=False, compare=False)
+    _summaries: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
+
+    # -- counts ----------------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        """Number of recorded entries (valid plus failed)."""
+        return len(self.entries)
+
+    @property
+    def valid_count(self) -> int:
+        """Entries with a usable measurement (outcome ``ok``)."""
+        return sum(1 for s, _ in self._status.values() if s is Outcome.ok)
+
+    @property
+    def failed_count(self) -> int:
+        """Entries recorded as failed (compile, runtime or invalid)."""
+        return self.size - self.valid_count
+
+    def failures(self) -> dict[str, int]:
+        """Count of failed entries per outcome, e.g. ``{"runtime_error": 155, "compile_error": 6}``."""
+        out: dict[str, int] = {}
+        for status, _ in self._status.values():
+            if status is not Outcome.ok:
+                out[str(status)] = out.get(str(status), 0) + 1
+        return out
+
+    @property
+    def sample_label(self) -> str:
+        """Label of the recorded samples, e.g. ``"problem_size=4096x4096"`` (``"recorded"``
+        when the file has no problem size)."""
+        if self.problem_size:
+            return "problem_size=" + "x".join(str(v) for v in self.problem_size)
+        return "recorded"
+
+    # -- space -----------------------------------------------------------------------------
+
+    def space(self) -> DesignSpace:
+        """The Cartesian design space of ``tune_params`` (no restriction expressions).
+
+        Points of this space that the file does not record are reported by :meth:`lookup`
+        as ``invalid`` with ``not_recorded``; no attempt is made to infer Kernel Tuner's
+        restriction expressions.
+
+        Raises:
+            SpaceError: a recorded parameter is not a C identifier or has non-numeric values.
+        """
+        return DesignSpace(tuple(Parameter(k, tuple(self.tune_params[k])) for k in self.tune_params_keys))
+
+    def cartesian_size(self) -> int:
+        """Number of points of the Cartesian product of ``tune_params``."""
+        return math.prod(len(v) for v in self.tune_params.values())
+
+    # -- lookup ----------------------------------------------------------------------------
+
+    def key(self, params: Mapping[str, Any]) -> str:
+        """Kernel Tuner's cache key of ``params`` (values formatted as recorded, so ``16.0``
+        for an int parameter gives ``"16"``).
+
+        Raises:
+            KeyError: a parameter is missing or unknown, or a value is not a recorded value;
+                the message names the parameter (and lists the allowed values).
+        """
+        unknown = sorted(set(params) - set(self.tune_params_keys))
+        if unknown:
+            raise KeyError(f"unknown parameter(s) {', '.join(unknown)} (recorded: {', '.join(self.tune_params_keys)})")
+        parts = []
+        for name, formats in zip(self.tune_params_keys, self._formats):
+            if name not in params:
+                raise KeyError(f"missing parameter '{name}'")
+            v = params[name]
+            try:
+                text = formats.get(v) if not isinstance(v, bool) or any(isinstance(x, bool) for x in formats) else None
+            except TypeError:  # unhashable value
+                text = None
+            if text is None:
+                raise KeyError(f"parameter '{name}' = {v!r} is not one of the recorded values {list(self.tune_params[name])}")
+            parts.append(text)
+        return ",".join(parts)
+
+    def params_of(self, key: str) -> dict[str, Any]:
+        """Recorded parameter values of the entry ``key``, in ``tune_params_keys`` order."""
+        rec = self.entries[key]
+        return {k: rec[k] for k in self.tune_params_keys}
+
+    def status(self, key: str) -> tuple[Outcome, str]:
+        """(outcome, reason) of the recorded entry ``key``."""
+        return self._status[key]
+
+    def lookup(self, params: Mapping[str, Any]) -> Evidence:
+        """The recorded evidence of one configuration (a dict lookup; nothing is run).
+
+        Args:
+            params: parameter name -> value, one per ``tune_params_keys`` entry.
+
+        Returns:
+            :class:`~kernels.evaluator.Evidence` with
+
+            - ``ok``: metrics ``latency_ms`` (the recorded ``time``, Kernel Tuner's mean of
+              the per-iteration ``times``, ms), ``latency_median_ms``, ``latency_iqr_ms``,
+              ``latency_ci_low_ms``/``latency_ci_high_ms`` (95% bootstrap CI of the median
+              of ``times``, ms), ``latency_ms[<label>]``, ``gflops`` (GFLOP/s) and
+              ``gflops_per_w`` when recorded, ``energy_j`` (``nvml_energy``, J per kernel
+              run) and ``power_w`` (``nvml_power`` if recorded, else ``energy_j`` divided
+              by the time, W), ``temperature_c``, ``core_freq_mhz``, ``mem_freq_mhz`` when
+              recorded; ``samples_ms = {label: times}``;
+            - a recorded failure: ``compile_error`` / ``runtime_error`` / ``invalid``
+              according to Kernel Tuner's marker;
+            - a configuration with recorded values that the file lacks: ``invalid``, log
+              :data:`NOT_RECORDED_LOG`, metric ``not_recorded = True``;
+            - a missing/unknown parameter or a value outside ``tune_params``: ``invalid``
+              with a log naming the parameter.
+
+            Every outcome also carries the recorded tuning costs ``compile_ms``,
+            ``verification_ms``, ``benchmark_ms``, ``framework_ms``, ``strategy_ms`` (ms)
+            when the entry records them. ``fingerprint`` = backend, data set, device,
+            kernel, problem size and the file's sha256.
+        """
+        start = time.perf_counter()
+        fingerprint = self.fingerprint()
+
+        def evidence(status: Outcome, reason: str, **kw: Any) -> Evidence:
+            log = f"== replay ==\n{self.name} ({self.device_name}, kernel {self.kernel_name or '?'})\n== verdict ==\n{status}: {reason}"
+            return Evidence(status=status, log=log, fingerprint=fingerprint,
+                            duration_s=time.perf_counter() - start, **kw)
+
+        if not isinstance(params, Mapping):
+            return evidence(Outcome.invalid, f"bad parameters: expected a mapping, got {type(params).__name__}")
+        try:
+            key = self.key(params)
+        except KeyError as exc:
+            return evidence(Outcome.invalid, f"bad parameters: {exc.args[0]}")
+        rec = self.entries.get(key)
+        if rec is None:
+            return evidence(Outcome.invalid, NOT_RECORDED_LOG, metrics={"not_recorded": True})
+        status, reason = self._status[key]
+        metrics: dict[str, Any] = {}
+        for src, dst in _COSTS.items():
+            v = _number(rec.get(src))
+            if v is not None:
+                metrics[dst] = v
+        if status is not Outcome.ok:
+            return evidence(status, reason, metrics=metrics)
+        t = float(rec.get("time", rec.get(self.objective)))
+        label = self.sample_label
+        metrics["latency_ms"] = t
+        metrics[f"latency_ms[{label}]"] = t
+        samples: dict[str, list[float]] = {}
+        times = [float(x) for x in rec.get("times") or () if _number(x) is not None]
+        if times:
+            summ = self._summaries.get(key)
+            if summ is None:
+                summ = self._summaries[key] = stats.summarize(times)
+            metrics["latency_median_ms"] = summ["median"]
+            metrics["latency_iqr_ms"] = summ["iqr"]
+            metrics["latency_ci_low_ms"] = summ["ci_low"]
+            metrics["latency_ci_high_ms"] = summ["ci_high"]
+            samples[label] = times
+        for src, dst in _MEASURED.items():
+            v = _number(rec.get(src))
+            if v is not None:
+                metrics[dst] = v
+        if "power_w" not in metrics and "energy_j" in metrics and t > 0:
+            metrics["power_w"] = metrics["energy_j"] / (t * 1e-3)
+        return evidence(Outcome.ok, reason, metrics=metrics, samples_ms=samples)
+
+    def optimum(self, metric: str = "time", *, maximize: bool | None = None) -> tuple[dict[str, Any], float]:
+        """Best valid recorded configuration for one recorded field.
+
+        Args:
+            metric: a recorded field (``"time"``, ``"nvml_energy"``, ``"GFLOP/s"`` ...) or
+                our metric name (``"latency_ms"``, ``"energy_j"``, ``"gflops"``).
+            maximize: direction; default maximises rates (names containing ``/s`` or
+                ``/W``) and minimises everything else.
+
+        Returns:
+            (parameters of the best entry, its recorded value).
+
+        Raises:
+            KeyError: no valid entry records ``metric`` (lists what is recorded).
+        """
+        field_name = _METRIC_ALIASES.get(metric, metric)
+        if maximize is None:
+            maximize = "/s" in field_name or "/W" in field_name
+        best_key, best = None, None
+        for key, (status, _) in self._status.items():
+            if status is not Outcome.ok:
+                continue
+            v = _number(self.entries[key].get(field_name))
+            if v is None:
+                continue
+            if best is None or (v > best if maximize else v < best):
+                best_key, best = key, v
+        if best_key is None:
+            raise KeyError(f"no valid entry of '{self.name}' records '{metric}' (recorded: {', '.join(self.objectives_available)})")
+        return self.params_of(best_key), best
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What identifies the recorded environment: backend, data set, device, kernel,
+        problem size, objective and the sha256 of the file's (decompressed) content."""
+        return {
+            "backend": "replay",
+            "format": "kernel_tuner_cache",
+            "dataset": self.name,
+            "device_name": self.device_name,
+            "kernel_name": self.kernel_name,
+            "problem_size": list(self.problem_size) if self.problem_size else None,
+            "objective": self.objective,
+            "sha256": self.sha256,
+        }
+
+
+def load_cache(path: str | os.PathLike[str]) -> TuningCache:
+    """Read a Kernel Tuner cache file (``.json`` or gzip ``.json.gz``), parsed once per
+    process and content version (memoised on path, mtime and size).
+
+    Args:
+        path: the cache file; gzip is detected from its magic bytes, not its name.
+
+    Returns:
+        The parsed, indexed :class:`TuningCache`.
+
+    Raises:
+        FileNotFoundError: no such file.
+        TuningCacheError: not gzip/JSON, unrepairable, or missing ``cache`` /
+            ``tune_params_keys`` and ``tune_params``.
+    """
+    p = Path(path).expanduser().resolve()
+    st = p.stat()
+    return _load(p, st.st_mtime_ns, st.st_size)
+
+
+def _canonical(rec: Mapping[str, Any], keys: tuple[str, ...], formats: tuple[Mapping[Any, str], ...], fallback: str) -> str:
+    """Key of an entry rebuilt from its own values, formatted as the recorded ``tune_params``."""
+    try:
+        return ",".join(f[rec[k]] for k, f in zip(keys, formats))
+    except (KeyError, TypeError):
+        return fallback
+
+
+def _keys_match(cache: Mapping[str, Any], keys: tuple[str, ...], formats: tuple[Mapping[Any, str], ...]) -> bool:
+    """True if the file's keys are already canonical (checked on a few entries); Kernel
+    Tuner writes them from the same values, so re-keying every entry is normally wasted."""
+    for n, (file_key, rec) in enumerate(cache.items()):
+        if n >= 8:
+            break
+        if isinstance(rec, dict) and _canonical(rec, keys, formats, file_key) != file_key:
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=64)
+def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 - cache key
+    start = time.perf_counter()
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise TuningCacheError(f"{path}: broken gzip data: {exc}") from None
+    digest = hashlib.sha256(raw).hexdigest()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TuningCacheError(f"{path}: not UTF-8 text: {exc}") from None
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # parsing creates ~10^6 objects and no cycles; collections would only slow it
+    try:
+        data, repaired = _parse(text, path)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    if not isinstance(data, dict) or not isinstance(data.get("cache"), dict):
+        raise TuningCacheError(f"{path}: not a Kernel Tuner cache file (no 'cache' object)")
+    cache: dict[str, Any] = data["cache"]
+    tune_params = data.get("tune_params")
+    keys = data.get("tune_params_keys") or (list(tune_params) if isinstance(tune_params, dict) else None)
+    if not keys:
+        raise TuningCacheError(f"{path}: header lacks 'tune_params_keys' and 'tune_params'")
+    keys = tuple(str(k) for k in keys)
+    if not isinstance(tune_params, dict):
+        tune_params = {}
+    params: dict[str, tuple[Any, ...]] = {}
+    for k in keys:
+        values = tune_params.get(k)
+        if not isinstance(values, list):  # infer from the entries, in first-seen order
+            values = list(dict.fromkeys(rec[k] for rec in cache.values() if isinstance(rec, dict) and k in rec))
+        params[k] = tuple(values)
+    formats = tuple({v: str(v) for v in params[k]} for k in keys)
+    objective = str(data.get("objective") or "time")
+
+    rekey = not _keys_match(cache, keys, formats)
+    entries: dict[str, types.MappingProxyType] = {}
+    status: dict[str, tuple[Outcome, str]] = {}
+    fields: set[str] = set()
+    for file_key, rec in cache.items():
+        if not isinstance(rec, dict):
+            continue
+        key = _canonical(rec, keys, formats, file_key) if rekey else file_key
+        entries[key] = types.MappingProxyType(rec)
+        status[key] = verdict = _classify(rec, objective)
+        if verdict[0] is Outcome.ok:
+            fields.update(rec.keys())
+    numeric = []
+    for f in sorted(fields - set(keys) - _NOT_OBJECTIVES):
+        sample = next((e[f] for k, e in entries.items() if status[k][0] is Outcome.ok and f in e), None)
+        if _number(sample) is not None:
+            numeric.append(f)
+    numeric.sort(key=lambda f: (f != "time", f))
+    problem_size = data.get("problem_size")
+    if isinstance(problem_size, (int, float)) and not isinstance(problem_size, bool):
+        problem_size = [problem_size]
+    return TuningCache(
+        name=dataset_name(path),
+        path=path,
+        sha256=digest,
+        device_name=str(data.get("device_name") or "unknown"),
+        kernel_name=str(data.get("kernel_name") or ""),
+        problem_size=tuple(problem_size) if isinstance(problem_size, list) else None,
+        tune_params_keys=keys,
+        tune_params=types.MappingProxyType(params),
+        objective=objective,
+        objectives_available=tuple(numeric),
+        entries=types.MappingProxyType(entries),
+        repaired=repaired,
+        load_ms=(time.perf_counter() - start) * 1e3,
+        _status=types.MappingProxyType(status),
+        _formats=formats,
+    )

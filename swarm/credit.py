@@ -1,0 +1,79 @@
+"""Agent credit and the bandit rule that shares a generation's budget among agents.
+
+Credit is frontier improvements per evaluation. Shares come from UCB1 (Auer, Cesa-Bianchi &
+Fischer, "Finite-time Analysis of the Multiarmed Bandit Problem", Machine Learning 47, 2002),
+allocated slot by slot with each slot counted as a pull, so one generation's batch spreads
+over agents instead of going all to the current leader.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from swarm.pareto import pareto_front
+
+
+@dataclass(frozen=True)
+class Arm:
+    """An agent as the bandit sees it."""
+
+    name: str
+    evaluations: int
+    improvements: int
+    boost: float = 1.0
+    paused: bool = False
+
+
+def ucb_score(arm: Arm, pulls: int, total: int, exploration: float) -> float:
+    """UCB1 score ``boost * (mean + c * sqrt(2 ln N / n))``; ``inf`` for an unpulled arm."""
+    if pulls == 0:
+        return math.inf
+    mean = arm.improvements / arm.evaluations if arm.evaluations else 0.0
+    return arm.boost * (mean + exploration * math.sqrt(2.0 * math.log(max(total, 2)) / pulls))
+
+
+def allocate(arms: Sequence[Arm], n: int, exploration: float = 0.3) -> tuple[dict[str, int], dict[str, float]]:
+    """Share ``n`` evaluation slots among the unpaused ``arms``.
+
+    Returns:
+        ``(shares, scores)``: slots per agent name (paused agents get 0) and each agent's UCB1
+        score before allocation (for display).
+    """
+    active = [a for a in arms if not a.paused and a.boost > 0]
+    shares = {a.name: 0 for a in arms}
+    pulls = {a.name: a.evaluations for a in active}
+    total = sum(pulls.values())
+    scores = {a.name: ucb_score(a, pulls[a.name], total, exploration) for a in active}
+    for _ in range(n if active else 0):
+        best = max(active, key=lambda a: (ucb_score(a, pulls[a.name], total, exploration), -shares[a.name]))
+        shares[best.name] += 1
+        pulls[best.name] += 1
+        total += 1
+    return shares, {k: (v if math.isfinite(v) else 1e9) for k, v in scores.items()}
+
+
+def frontier_improvements(before: Sequence[Sequence[float]], new: Sequence[tuple[str, Sequence[float]]]) -> dict[str, int]:
+    """Count, per agent, the new points that were not dominated when they arrived.
+
+    Args:
+        before: objective vectors (minimised) of the feasible points evaluated earlier.
+        new: ``(agent, vector)`` in evaluation order.
+
+    Returns:
+        agent name -> number of improvements of the Pareto frontier.
+    """
+    front = [list(before[i]) for i in pareto_front(before)] if before else []
+    counts: dict[str, int] = {}
+    for agent, p in new:
+        p = list(p)
+        if any(_dominates_or_equal(q, p) for q in front):
+            continue
+        counts[agent] = counts.get(agent, 0) + 1
+        front = [q for q in front if not _dominates_or_equal(p, q)] + [p]
+    return counts
+
+
+def _dominates_or_equal(a: Sequence[float], b: Sequence[float]) -> bool:
+    return all(x <= y for x, y in zip(a, b))
