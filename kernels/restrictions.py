@@ -85,25 +85,26 @@ class Restriction:
     text: str
     names: frozenset[str]
     _tree: ast.expr = field(init=False, repr=False, compare=False)
+    kind = "restriction"  # how messages name it (class attribute, not a field)
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
-            raise RestrictionError(f"restriction {self.text!r}: must be a string")
+            raise RestrictionError(f"{self.kind} {self.text!r}: must be a string")
         if len(self.text) > MAX_LENGTH:
             raise RestrictionError(
-                f"restriction '{self.text[:40]}...': longer than {MAX_LENGTH} characters"
+                f"{self.kind} '{self.text[:40]}...': longer than {MAX_LENGTH} characters"
             )
         try:
             tree = ast.parse(self.text.strip(), mode="eval").body
         except SyntaxError as exc:
-            raise RestrictionError(f"restriction '{self.text}': syntax error: {exc.msg}") from None
+            raise RestrictionError(f"{self.kind} '{self.text}': syntax error: {exc.msg}") from None
         except (RecursionError, MemoryError):
-            raise RestrictionError(f"restriction '{self.text}': nested too deeply") from None
+            raise RestrictionError(f"{self.kind} '{self.text}': nested too deeply") from None
         self._check(tree)
         object.__setattr__(self, "_tree", tree)
 
     def _fail(self, why: str) -> RestrictionError:
-        return RestrictionError(f"restriction '{self.text}': {why}")
+        return RestrictionError(f"{self.kind} '{self.text}': {why}")
 
     def _check(self, node: ast.AST) -> None:
         match node:
@@ -190,3 +191,30 @@ class Restriction:
             case ast.Call(func=ast.Name(id=fname), args=args):
                 return _FUNCS[fname](*(self._eval(a, p) for a in args))
         raise _EvalError(f"unexpected node {type(node).__name__}")  # unreachable after _check
+
+
+class Expression(Restriction):
+    """A safe arithmetic expression with the same whitelist, evaluated to its value.
+
+    Used for launch-plan grid/block/shared-memory sizes, e.g.
+    ``Expression("(rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK", names)``.
+
+    Raises:
+        RestrictionError: as :class:`Restriction`, with messages starting ``expression '<text>':``.
+    """
+
+    kind = "expression"
+
+    def value(self, params: Mapping[str, int | float]) -> int | float | bool:
+        """The expression's value at ``params``.
+
+        Raises:
+            RestrictionError: a name has no value in ``params``, or arithmetic failed
+                (division by zero, a power too large, a non-finite result).
+        """
+        try:
+            return self._eval(self._tree, params)
+        except KeyError as exc:
+            raise self._fail(f"no value for '{exc.args[0]}'") from None
+        except (_EvalError, ArithmeticError, ValueError, TypeError) as exc:
+            raise self._fail(f"cannot be evaluated: {exc or type(exc).__name__}") from None

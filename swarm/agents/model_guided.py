@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from typing import Any
 
 import optuna
@@ -19,6 +20,7 @@ from optuna.trial import TrialState, create_trial
 from swarm.agents.base import Agent, Proposal, RunView
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 log = logging.getLogger(__name__)
 
 
@@ -50,7 +52,6 @@ class OptunaAgent(Agent):
                 multivariate=True,
                 group=True,
                 constant_liar=True,
-                warn_independent_sampling=False,
             )
         study = optuna.create_study(directions=[o["direction"] for o in objectives], sampler=sampler)
         dists = {p.name: CategoricalDistribution(list(p.values)) for p in view.space.parameters}

@@ -1,0 +1,511 @@
+"""FlashInfer Trace interchange: import definitions and workloads, export solutions and traces.
+
+Schema: FlashInfer-Bench's "FlashInfer Trace" (Definition / Workload / Solution / Trace),
+as modelled by ``flashinfer_bench.data`` 0.1.2 (pydantic models ``Definition``, ``Workload``,
+``Solution``/``BuildSpec``/``SourceFile``, ``Trace``/``Evaluation``/``Correctness``/
+``Performance``/``Environment``) and the files in ``shared/datasets/flashinfer-trace/``
+(layout ``definitions/<op_type>/<name>.json``, ``workloads/<op_type>/<name>.jsonl``).
+
+Import: the definitions that match our workloads become shape sets (lists of our shapes)::
+
+    gemm_n4096_k4096, gemm_n6144_k4096 -> gemm               {M, N, K}   (N, K const)
+    rmsnorm_h4096                      -> rmsnorm            {rows: batch_size, hidden: hidden_size}
+    fused_add_rmsnorm_h4096            -> fused_add_rmsnorm  {rows: batch_size, hidden: hidden_size}
+
+FlashInfer's dtypes (fp16 GEMM, bf16 RMSNorm) are kept in :attr:`ShapeSetImport.dtypes`;
+our CPU workloads compute in float32, so the import carries the shapes, not the dtypes.
+
+Export mapping (our term -> FlashInfer field), documented on each function:
+
+- candidate -> ``Solution``: ``spec.language`` ``"cpp"`` for C (``cpu-*``; FlashInfer has no
+  ``"c"``) or ``"cuda"``, ``target_hardware`` from the target, ``entry_point``
+  ``"<file>::<symbol>"``, ``destination_passing_style`` true (our kernels write
+  preallocated outputs), ``sources`` = one file with the ``#define`` lines prepended.
+- evidence -> ``Trace.evaluation``: status via :data:`STATUS_MAP`, ``correctness``
+  (max relative/absolute error), ``performance.latency_ms`` (our median for that shape),
+  ``environment`` (hardware, libs) from the evidence fingerprint.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernels import config
+from kernels.evaluator import Evidence
+from kernels.outcome import Outcome
+from kernels.space import format_defines
+
+__all__ = [
+    "DEFINITION_MAP",
+    "STATUS_MAP",
+    "Definition",
+    "FlashInferTraceError",
+    "ShapeSetImport",
+    "WorkloadEntry",
+    "entry_shape",
+    "export_solution",
+    "export_trace",
+    "import_shape_sets",
+    "load_definitions",
+    "load_workloads",
+]
+
+# FlashInfer definition -> (our workload, FlashInfer axis -> our axis, in our axis order).
+DEFINITION_MAP: Mapping[str, tuple[str, Mapping[str, str]]] = {
+    "gemm_n4096_k4096": ("gemm", {"M": "M", "N": "N", "K": "K"}),
+    "gemm_n6144_k4096": ("gemm", {"M": "M", "N": "N", "K": "K"}),
+    "rmsnorm_h4096": ("rmsnorm", {"batch_size": "rows", "hidden_size": "hidden"}),
+    "fused_add_rmsnorm_h4096": ("fused_add_rmsnorm", {"batch_size": "rows", "hidden_size": "hidden"}),
+}
+
+# Our outcome -> FlashInfer ``EvaluationStatus``. FlashInfer has no "broke a rule" status:
+# ``invalid`` (wrote past an output, modified an input, bad parameters, faster than the
+# physical limit) becomes RUNTIME_ERROR, with our outcome named in the log.
+STATUS_MAP: Mapping[Outcome, str] = {
+    Outcome.ok: "PASSED",
+    Outcome.wrong_result: "INCORRECT_NUMERICAL",
+    Outcome.compile_error: "COMPILE_ERROR",
+    Outcome.runtime_error: "RUNTIME_ERROR",
+    Outcome.timeout: "TIMEOUT",
+    Outcome.invalid: "RUNTIME_ERROR",
+}
+
+# Our target -> FlashInfer ``spec.target_hardware`` names.
+_HARDWARE = {"cuda-sm90": ["NVIDIA_H100", "NVIDIA_H200"], "cuda-sm100": ["NVIDIA_B200"]}
+
+
+class FlashInferTraceError(ValueError):
+    """A FlashInfer Trace file or record is malformed, or cannot be mapped; says why."""
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A FlashInfer Definition (``definitions/<op_type>/<name>.json``).
+
+    Attributes:
+        name: e.g. ``"rmsnorm_h4096"``.
+        op_type: e.g. ``"rmsnorm"``.
+        axes: axis -> ``{"type": "const", "value": int}`` or ``{"type": "var"}``.
+        inputs, outputs: tensor name -> ``{"shape": [axis, ...], "dtype": str}``.
+        reference: PyTorch source of ``run(...)`` (the executable math spec; needs torch).
+        tags, description: as recorded.
+        raw: the whole JSON object.
+    """
+
+    name: str
+    op_type: str
+    axes: Mapping[str, Mapping[str, Any]]
+    inputs: Mapping[str, Mapping[str, Any]]
+    outputs: Mapping[str, Mapping[str, Any]]
+    reference: str = ""
+    tags: tuple[str, ...] = ()
+    description: str = ""
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def const_axes(self) -> dict[str, int]:
+        """Constant axes and their values, e.g. ``{"hidden_size": 4096}``."""
+        return {k: int(v["value"]) for k, v in self.axes.items() if v.get("type") == "const"}
+
+    @property
+    def var_axes(self) -> tuple[str, ...]:
+        """Variable axes, set per workload entry, e.g. ``("batch_size",)``."""
+        return tuple(k for k, v in self.axes.items() if v.get("type") == "var")
+
+
+@dataclass(frozen=True)
+class WorkloadEntry:
+    """One line of ``workloads/<op_type>/<definition>.jsonl`` (a workload-only Trace).
+
+    Attributes:
+        definition: the Definition's name.
+        uuid: the workload's id.
+        axes: var axis -> int, e.g. ``{"batch_size": 7}``.
+        inputs: input name -> descriptor (``{"type": "random"}``, ``scalar``, ``safetensors``).
+        raw: the whole JSON line.
+    """
+
+    definition: str
+    uuid: str
+    axes: Mapping[str, int]
+    inputs: Mapping[str, Any]
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def workload_record(self) -> dict[str, Any]:
+        """The FlashInfer ``Workload`` object ``{"uuid", "axes", "inputs"}``."""
+        return {"uuid": self.uuid, "axes": dict(self.axes), "inputs": dict(self.inputs)}
+
+
+@dataclass(frozen=True)
+class ShapeSetImport:
+    """A FlashInfer definition's workloads as one of our shape sets.
+
+    Attributes:
+        definition: FlashInfer definition name (also the shape set's name).
+        workload: our workload name, e.g. ``"gemm"``.
+        shapes: distinct shapes in our axis names, sorted by the var axes, e.g.
+            ``({"M": 1, "N": 4096, "K": 4096}, ...)``.
+        uuids: our shape label (``"M=1,N=4096,K=4096"``) -> FlashInfer workload uuids.
+        dtypes: FlashInfer tensor name -> dtype (``"float16"``, ``"bfloat16"``).
+        registered: True if ``workload`` is registered in :data:`kernels.WORKLOADS` (its
+            axis names were then checked against this mapping).
+    """
+
+    definition: str
+    workload: str
+    shapes: tuple[dict[str, int], ...]
+    uuids: Mapping[str, tuple[str, ...]]
+    dtypes: Mapping[str, str]
+    registered: bool
+
+    @property
+    def name(self) -> str:
+        return self.definition
+
+
+def _root(root: str | os.PathLike[str] | None) -> Path:
+    if root is not None:
+        return Path(root).expanduser()
+    found = config.flashinfer_trace_dir()
+    if found is None:
+        raise FileNotFoundError("no FlashInfer Trace folder: set KERNELS_FLASHINFER_TRACE_DIR or pass root=")
+    return found
+
+
+def load_definitions(root: str | os.PathLike[str] | None = None) -> dict[str, Definition]:
+    """All definitions under ``<root>/definitions/<op_type>/*.json``, by name.
+
+    Args:
+        root: FlashInfer Trace folder; default :func:`kernels.config.flashinfer_trace_dir`.
+
+    Raises:
+        FileNotFoundError: no folder.
+        FlashInferTraceError: a file is not JSON, lacks ``name``/``axes``/``inputs``/
+            ``outputs``, or two files define the same name.
+    """
+    out: dict[str, Definition] = {}
+    for path in sorted((_root(root) / "definitions").glob("*/*.json")):
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise FlashInferTraceError(f"{path}: not a JSON definition: {exc}") from None
+        missing = [k for k in ("name", "axes", "inputs", "outputs") if not isinstance(d, dict) or k not in d]
+        if missing:
+            raise FlashInferTraceError(f"{path}: definition lacks {', '.join(missing)}")
+        if d["name"] in out:
+            raise FlashInferTraceError(f"{path}: definition '{d['name']}' is defined twice")
+        out[d["name"]] = Definition(
+            name=d["name"], op_type=d.get("op_type", path.parent.name), axes=d["axes"], inputs=d["inputs"],
+            outputs=d["outputs"], reference=d.get("reference", ""), tags=tuple(d.get("tags", ())),
+            description=d.get("description", ""), raw=d,
+        )
+    return out
+
+
+def load_workloads(root: str | os.PathLike[str] | None = None) -> dict[str, list[WorkloadEntry]]:
+    """All workload entries under ``<root>/workloads/<op_type>/*.jsonl``, by definition name.
+
+    Raises:
+        FileNotFoundError: no folder.
+        FlashInferTraceError: a line is not JSON or lacks ``definition`` / ``workload.uuid`` /
+            ``workload.axes`` (the message gives file and line).
+    """
+    out: dict[str, list[WorkloadEntry]] = {}
+    for path in sorted((_root(root) / "workloads").glob("*/*.jsonl")):
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                wl = rec["workload"]
+                entry = WorkloadEntry(definition=rec["definition"], uuid=wl["uuid"],
+                                      axes={k: int(v) for k, v in wl["axes"].items()},
+                                      inputs=wl.get("inputs", {}), raw=rec)
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise FlashInferTraceError(f"{path}:{n}: not a workload entry: {exc!r}") from None
+            out.setdefault(entry.definition, []).append(entry)
+    return out
+
+
+def _rename(definition: str) -> tuple[str, Mapping[str, str]]:
+    try:
+        return DEFINITION_MAP[definition]
+    except KeyError:
+        raise FlashInferTraceError(
+            f"definition '{definition}' has no mapping to our workloads (mapped: {', '.join(DEFINITION_MAP)})"
+        ) from None
+
+
+def entry_shape(definition: Definition, entry: WorkloadEntry | Mapping[str, Any]) -> dict[str, int]:
+    """Our shape of one workload entry: the definition's const axes plus the entry's var
+    axes, renamed to our axis names, in our axis order.
+
+    Example: ``rmsnorm_h4096`` + ``{"batch_size": 7}`` -> ``{"rows": 7, "hidden": 4096}``.
+
+    Raises:
+        FlashInferTraceError: unmapped definition, or an axis missing from the entry.
+    """
+    _, rename = _rename(definition.name)
+    axes = entry.axes if isinstance(entry, WorkloadEntry) else _workload_of(entry)["axes"]
+    values = {**definition.const_axes, **{k: int(v) for k, v in axes.items()}}
+    missing = [k for k in rename if k not in values]
+    if missing:
+        raise FlashInferTraceError(f"workload entry of '{definition.name}' lacks axes {', '.join(missing)}")
+    return {ours: values[theirs] for theirs, ours in rename.items()}
+
+
+def _label(shape: Mapping[str, int]) -> str:
+    return ",".join(f"{k}={int(v)}" for k, v in shape.items())
+
+
+def import_shape_sets(root: str | os.PathLike[str] | None = None) -> dict[str, ShapeSetImport]:
+    """Shape sets of every mapped definition that has workload entries, by definition name.
+
+    Shapes are de-duplicated (several uuids may share axes) and sorted by the var axes.
+    When the target workload is registered, its axis names must equal the mapping's.
+
+    Raises:
+        FileNotFoundError: no folder.
+        FlashInferTraceError: malformed files, or a registered workload whose axes differ
+            from :data:`DEFINITION_MAP` (names both).
+    """
+    from kernels.workloads import WORKLOADS  # noqa: PLC0415 - keep this module import-light
+
+    definitions = load_definitions(root)
+    workloads = load_workloads(root)
+    out: dict[str, ShapeSetImport] = {}
+    for name, (ours, rename) in DEFINITION_MAP.items():
+        d = definitions.get(name)
+        entries = workloads.get(name, [])
+        if d is None or not entries:
+            continue
+        wl = WORKLOADS.get(ours)
+        if wl is not None:
+            theirs = {k for shapes in wl.shape_sets.values() for s in shapes for k in s}
+            if theirs and theirs != set(rename.values()):
+                raise FlashInferTraceError(
+                    f"workload '{ours}' has axes {sorted(theirs)} but DEFINITION_MAP maps '{name}' to "
+                    f"{sorted(rename.values())}: update kernels/flashinfer_trace.py"
+                )
+        uuids: dict[str, list[str]] = {}
+        shapes: dict[str, dict[str, int]] = {}
+        for e in entries:
+            shape = entry_shape(d, e)
+            label = _label(shape)
+            shapes.setdefault(label, shape)
+            uuids.setdefault(label, []).append(e.uuid)
+        var = [rename[a] for a in d.var_axes if a in rename]
+        order = sorted(shapes.values(), key=lambda s: tuple(s[a] for a in var))
+        dtypes = {t: spec.get("dtype", "") for t, spec in {**d.inputs, **d.outputs}.items()}
+        out[name] = ShapeSetImport(name, ours, tuple(order), {k: tuple(v) for k, v in uuids.items()},
+                                   dtypes, wl is not None)
+    return out
+
+
+# -- export ------------------------------------------------------------------------------------
+
+_CUDA_KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+([A-Za-z_]\w*)\s*\(')
+
+
+def _definition_for(workload: str, definition: str | None) -> str:
+    if definition is not None:
+        ours, _ = _rename(definition)
+        if ours != workload:
+            raise FlashInferTraceError(f"definition '{definition}' maps to workload '{ours}', not '{workload}'")
+        return definition
+    names = [d for d, (ours, _) in DEFINITION_MAP.items() if ours == workload]
+    if len(names) != 1:
+        known = ", ".join(names) if names else f"none (mapped workloads: {', '.join(sorted({w for w, _ in DEFINITION_MAP.values()}))})"
+        raise FlashInferTraceError(f"workload '{workload}' maps to definitions {known}: pass definition=")
+    return names[0]
+
+
+def export_solution(
+    workload: str,
+    source: str,
+    params: Mapping[str, int | float],
+    *,
+    name: str,
+    author: str,
+    target: str,
+    definition: str | None = None,
+    description: str | None = None,
+) -> dict[str, Any]:
+    """A FlashInfer ``Solution`` record of one candidate.
+
+    Fields: ``name``, ``definition``, ``author``, ``description``, ``spec`` (``language``:
+    ``"cpp"`` for ``cpu-*`` targets (our C source; FlashInfer has no ``"c"``) or
+    ``"cuda"`` for ``cuda-*``; ``target_hardware``: ``cuda-sm90`` -> ``NVIDIA_H100``,
+    ``NVIDIA_H200``, ``cuda-sm100`` -> ``NVIDIA_B200``, ``cpu-*`` -> ``cpu``;
+    ``entry_point``: ``"kernel.c::<workload>"`` or ``"kernel.cu::<first extern "C"
+    __global__ kernel>"``; ``dependencies``: ``[]``; ``destination_passing_style``: true),
+    ``sources``: one file, ``#define`` lines of ``params`` prepended (self-contained).
+
+    Our ABI is not FlashInfer's binding: the C entry point takes float32 raw pointers and
+    int axes (DESIGN.md candidate contract), the definitions use fp16/bf16 tensors, and
+    CUDA candidates are ``__global__`` kernels plus a launch plan, not a host launcher. The
+    record carries the exact source for exchange and provenance; running it under
+    FlashInfer-Bench needs a tvm-ffi/torch wrapper. The description says so.
+
+    Args:
+        workload: our workload name, e.g. ``"rmsnorm"``.
+        source: candidate source (C or CUDA C).
+        params: parameter values (become ``#define`` lines).
+        name: solution name (unique, e.g. ``"int21-rmsnorm-<hash12>"``).
+        author: person or agent that produced it.
+        target: ``cpu-<arch>`` or ``cuda-sm<NN>``.
+        definition: FlashInfer definition; default the only one mapped to ``workload``.
+        description: free text prepended to the generated description.
+
+    Returns:
+        A JSON-serialisable dict.
+
+    Raises:
+        FlashInferTraceError: replay or unknown target, unmapped or ambiguous workload
+            (``gemm`` maps to two definitions: pass ``definition=``), empty name/author/source.
+        SpaceError: a parameter name is not a C identifier or a value is not a finite number.
+    """
+    if not name or not author:
+        raise FlashInferTraceError("a FlashInfer Solution needs a non-empty name and author")
+    if not isinstance(source, str) or not source.strip():
+        raise FlashInferTraceError("a FlashInfer Solution needs non-empty source")
+    if target.startswith("cpu-"):
+        language, path, symbol, hardware = "cpp", "kernel.c", workload, ["cpu"]
+    elif target.startswith("cuda-"):
+        m = _CUDA_KERNEL.search(source)
+        language, path, symbol = "cuda", "kernel.cu", m.group(1) if m else workload
+        hardware = _HARDWARE.get(target, [target])
+    else:
+        raise FlashInferTraceError(f"target {target!r} has no FlashInfer Solution (expected cpu-* or cuda-*; replay data has no source)")
+    def_name = _definition_for(workload, definition)
+    content = format_defines(params) + source
+    note = (f"INT21 Kernel Factory candidate for workload '{workload}' on target '{target}', "
+            f"parameters {json.dumps(dict(params), sort_keys=True)}. Entry point uses the INT21 "
+            "C ABI (float32 raw pointers, int axes), not a FlashInfer binding: wrap before running "
+            "under FlashInfer-Bench.")
+    return {
+        "name": name,
+        "definition": def_name,
+        "author": author,
+        "description": f"{description.rstrip()} {note}" if description else note,
+        "spec": {
+            "language": language,
+            "target_hardware": hardware,
+            "entry_point": f"{path}::{symbol}",
+            "dependencies": [],
+            "destination_passing_style": True,
+        },
+        "sources": [{"path": path, "content": content}],
+    }
+
+
+def _workload_of(entry: WorkloadEntry | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(entry, WorkloadEntry):
+        return entry.workload_record()
+    wl = entry.get("workload", entry) if isinstance(entry, Mapping) else None
+    if not isinstance(wl, Mapping) or "uuid" not in wl or "axes" not in wl:
+        raise FlashInferTraceError("workload_entry must be a jsonl line or a workload object with 'uuid' and 'axes'")
+    return {"uuid": wl["uuid"], "axes": dict(wl["axes"]), "inputs": dict(wl.get("inputs", {}))}
+
+
+def _parse_label(label: str) -> dict[str, int] | None:
+    try:
+        return {k: int(v) for k, v in (part.split("=", 1) for part in label.split(","))}
+    except ValueError:
+        return None
+
+
+def _finite(v: Any) -> float | str:
+    """A float for JSON; NaN/inf as FlashInfer's pydantic writes them (``"NaN"``, ``"Infinity"``)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return "NaN"
+    if math.isnan(f):
+        return "NaN"
+    if math.isinf(f):
+        return "Infinity" if f > 0 else "-Infinity"
+    return f
+
+
+def export_trace(
+    definition_name: str,
+    workload_entry: WorkloadEntry | Mapping[str, Any],
+    solution_name: str,
+    evidence: Evidence,
+    *,
+    hardware: str | None = None,
+    timestamp: str | None = None,
+) -> dict[str, Any]:
+    """A FlashInfer ``Trace`` record: one solution on one workload entry, from our evidence.
+
+    Mapping:
+
+    - ``evaluation.status``: :data:`STATUS_MAP` (``invalid`` -> ``RUNTIME_ERROR``, log says
+      ``int21 outcome: invalid``).
+    - ``evaluation.correctness`` (PASSED and INCORRECT_NUMERICAL only, as FlashInfer
+      requires): ``max_relative_error`` / ``max_absolute_error``, the worst over our
+      validation cases of this entry's shape (else over all cases); NaN written as
+      ``"NaN"`` like FlashInfer's own serialisation.
+    - ``evaluation.performance`` (PASSED only): ``latency_ms`` = our median latency of this
+      entry's shape (``latency_ms[<label>]``; FlashInfer reports a mean);
+      ``reference_latency_ms`` and ``speedup_factor`` are 0.0 (not measured here).
+    - ``evaluation.environment``: ``hardware`` = ``hardware`` or the fingerprint's
+      ``device_name`` / ``gpu_name`` / ``cpu_model``; ``libs`` = fingerprint fields ending in
+      ``_version`` (strings).
+    - ``evaluation.log`` = our log; ``evaluation.timestamp`` = ``timestamp`` or now (UTC ISO 8601).
+
+    Args:
+        definition_name: FlashInfer definition (mapped in :data:`DEFINITION_MAP`).
+        workload_entry: a :class:`WorkloadEntry`, a jsonl line dict, or its ``workload`` object.
+        solution_name: the exported Solution's ``name``.
+        evidence: our evaluation of that solution (on a shape set containing the entry's shape).
+
+    Returns:
+        A JSON-serialisable dict ``{"definition", "solution", "workload", "evaluation"}``.
+
+    Raises:
+        FlashInferTraceError: unmapped definition, malformed entry, or a passed evidence
+            without timing for the entry's shape.
+    """
+    _, rename = _rename(definition_name)
+    wl = _workload_of(workload_entry)
+    status = STATUS_MAP[Outcome(evidence.status)]
+    want = {rename[k]: int(v) for k, v in wl["axes"].items() if k in rename}
+    labels = [lab for lab in evidence.samples_ms if (s := _parse_label(lab)) and all(s.get(k) == v for k, v in want.items())]
+    label = labels[0] if labels else None
+    evaluation: dict[str, Any] = {"status": status}
+    if status in ("PASSED", "INCORRECT_NUMERICAL"):
+        cases = [c for c in evidence.cases if label is None or c.get("label") == label] or list(evidence.cases)
+        errs = [(c.get("max_abs_error"), c.get("max_rel_error")) for c in cases if c.get("max_rel_error") is not None]
+        if errs:
+            max_abs = max((float(a) for a, _ in errs if a is not None), default=math.nan)
+            max_rel = max(float(r) for _, r in errs)
+        else:
+            max_abs = evidence.metrics.get("max_abs_error", math.nan)
+            max_rel = evidence.metrics.get("max_rel_error", math.nan)
+        evaluation["correctness"] = {"max_relative_error": _finite(max_rel), "max_absolute_error": _finite(max_abs)}
+    if status == "PASSED":
+        latency = evidence.metrics.get(f"latency_ms[{label}]") if label else None
+        if latency is None:
+            raise FlashInferTraceError(
+                f"evidence has no latency for {want} (timed: {', '.join(evidence.samples_ms) or 'nothing'}); "
+                f"evaluate on a shape set that contains it"
+            )
+        evaluation["performance"] = {"latency_ms": float(latency), "reference_latency_ms": 0.0, "speedup_factor": 0.0}
+    fp = evidence.fingerprint or {}
+    hw = hardware or fp.get("device_name") or fp.get("gpu_name") or fp.get("cpu_model") or fp.get("backend") or "unknown"
+    libs = {k[: -len("_version")]: str(v) for k, v in fp.items() if k.endswith("_version") and v is not None}
+    log = evidence.log if Outcome(evidence.status) is not Outcome.invalid else f"int21 outcome: invalid\n{evidence.log}"
+    evaluation["environment"] = {"hardware": str(hw), "libs": libs}
+    evaluation["timestamp"] = timestamp or _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    evaluation["log"] = log
+    return {"definition": definition_name, "solution": solution_name, "workload": wl, "evaluation": evaluation}

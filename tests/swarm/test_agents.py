@@ -1,0 +1,47 @@
+"""Each agent against the agent contract, plus what is specific to each."""
+
+from swarm.agents import Observation, make_agent
+from tests.contracts.agent_contract import SPACE, AgentContract, landscape, median_best, search, view
+
+
+class TestRandomAgent(AgentContract):
+    agent_kind = "random"
+
+
+class TestEvolutionaryAgent(AgentContract):
+    agent_kind = "evolutionary"
+
+    def test_children_name_their_parents(self):
+        history = search("random", {}, 20, 20, seed=3)
+        proposals = make_agent("evolutionary", 4).propose(view(history, 2), 6)
+        ids = {o.candidate for o in history}
+        assert any(p.parents for p in proposals)
+        assert all(set(p.parents) <= ids for p in proposals)
+
+    def test_it_beats_random_search_on_the_landscape(self):
+        assert median_best("evolutionary") < median_best("random")
+
+    def test_it_starts_from_warm_start_configs(self):
+        warm = [{"BX": 128, "BY": 4, "TILE": 4, "UNROLL": 1}]
+        proposals = make_agent("evolutionary", 1).propose(view([], 1, warm_start=warm), 3)
+        assert proposals[0].params == warm[0]
+
+
+class TestOptunaAgent(AgentContract):
+    agent_kind = "optuna"
+
+    def test_it_beats_random_search_on_the_landscape(self):
+        assert median_best("optuna") < median_best("random")
+
+    def test_failures_are_told_with_a_penalty_not_dropped(self):
+        history = [Observation(i, p, *landscape(p), landscape(p)[0] == "ok") for i, p in enumerate(SPACE.sample(__import__("numpy").random.default_rng(0), 30))]
+        assert any(o.status != "ok" for o in history)
+        proposals = make_agent("optuna", 2).propose(view(history, 2), 6)
+        assert len(proposals) == 6
+
+
+def test_unknown_agent_kinds_are_named():
+    import pytest
+
+    with pytest.raises(KeyError, match="known: evolutionary, llm, optuna, random"):
+        make_agent("annealing", 1)

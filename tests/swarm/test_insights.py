@@ -1,0 +1,54 @@
+import numpy as np
+import pytest
+
+from kernels import DesignSpace
+from swarm import orchestrator
+from swarm.insights import best_per_shape, failure_rules, parameter_importance
+from swarm.models import Insight
+from tests.contracts.agent_contract import SPACE, landscape
+from tests.swarm.synthetic import drive, synthetic_goal
+
+
+def sample_rows(n=150, seed=0):
+    points = SPACE.sample(np.random.default_rng(seed), n)
+    return [(p, *landscape(p)) for p in points]
+
+
+def test_the_known_failure_rule_is_learned_as_a_restriction():
+    rows = sample_rows()
+    rules = failure_rules(SPACE, [(p, s) for p, s, _ in rows])
+    assert rules, "no rule learned"
+    top = rules[0]
+    assert top["status"] == "runtime_error" and "BX*BY > " in top["rule"] and top["precision"] >= 0.9
+    # the suggested restriction is valid and excludes exactly failing points in the sample
+    space = DesignSpace.from_dict({**SPACE.to_dict(), "restrictions": [*SPACE.restrictions, top["restriction"]]})
+    kept = [s for p, s, _ in rows if space.contains(p)]
+    assert kept and all(s == "ok" for s in kept)
+
+
+def test_importance_ranks_the_parameters_that_matter():
+    rows = [(p, m["latency_ms"]) for p, s, m in sample_rows(200, 1) if s == "ok"]
+    imp = parameter_importance(SPACE, rows)
+    assert set(imp) == {"BX", "BY", "TILE", "UNROLL"}
+    assert abs(sum(imp.values()) - 1) < 1e-6
+
+
+def test_best_per_shape_reads_per_shape_latencies():
+    best = best_per_shape([({"A": 1}, {"latency_ms[m=1]": 2.0, "latency_ms[m=64]": 9.0}),
+                           ({"A": 2}, {"latency_ms[m=1]": 3.0, "latency_ms[m=64]": 5.0})])
+    assert best == {"m=1": {"params": {"A": 1}, "latency_ms": 2.0}, "m=64": {"params": {"A": 2}, "latency_ms": 5.0}}
+
+
+@pytest.mark.django_db
+def test_a_run_stores_insights_and_the_next_run_warm_starts_from_them():
+    goal = synthetic_goal()
+    run, pending = orchestrator.start_run(goal, budget=60, seed=2, batch_size=10)
+    drive(run, pending)
+    kinds = set(Insight.objects.filter(workload="rmsnorm", target="cpu-x86_64").values_list("kind", flat=True))
+    assert kinds == {"importance", "failure_rule", "best_config"}
+    best = Insight.objects.get(kind="best_config")
+    # another goal on the same workload and another shape set starts from the best configuration
+    other = synthetic_goal(name="other", shape_set="other-shapes")
+    run2, first = orchestrator.start_run(other, budget=10, seed=3, batch_size=5)
+    assert run2.warm_start["configs"][0] == best.data["params"]
+    assert best.data["params"] in [c.params for c in first]
