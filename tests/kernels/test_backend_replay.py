@@ -4,6 +4,7 @@ import gzip
 import itertools
 import json
 import math
+import os
 import time
 
 import pytest
@@ -13,6 +14,7 @@ from kernels import Outcome, config, evaluate
 from kernels.backends import BACKENDS, get_backend
 from kernels.backends import replay
 from kernels.backends.replay import ReplayBackend, list_datasets, register_dataset
+from kernels import tuning_cache
 from kernels.tuning_cache import NOT_RECORDED_LOG, TuningCacheError, load_cache
 
 DATA = config.shared_dataset_dir("tuning-cache")
@@ -52,13 +54,6 @@ def private_registry(monkeypatch):
     monkeypatch.setattr(replay, "_registered", {})
 
 
-def unterminated(text: str, n_entries: int) -> str:
-    """The first ``n_entries`` entries of a cache file, as Kernel Tuner leaves it mid-run."""
-    head, _, body = text.partition('"cache": {\n')
-    lines = body.splitlines(keepends=True)
-    return head + '"cache": {\n' + "".join(line.rstrip("\n").rstrip("}").rstrip() if False else line for line in lines[:n_entries])
-
-
 # -- loading ---------------------------------------------------------------------------------
 
 
@@ -89,7 +84,7 @@ def test_the_unterminated_energy_file_is_repaired_and_lacks_header_fields():
 
 def test_the_big_gemm_file_loads_fast_once_per_process():
     path = DATA / f"{GEMM}.json.gz"
-    load_cache.__globals__["_load"].cache_clear()
+    tuning_cache._load.cache_clear()
     cache = load_cache(path)
     assert cache.load_ms < 5000, f"GEMM cache took {cache.load_ms:.0f} ms to load"
     start = time.perf_counter()
@@ -331,7 +326,7 @@ def test_replay_dirs_come_from_the_environment(tmp_path, monkeypatch, private_re
     (tmp_path / "a" / "one.json.gz").write_bytes((DATA / f"{CONV}.json.gz").read_bytes())
     (tmp_path / "b" / "two.json").write_text('{"tune_params_keys": ["A"], "cache": {"1": {"A": 1, "time": 1.0}}}')
     (tmp_path / "b" / "notes.txt").write_text("not a data set")
-    monkeypatch.setenv("KERNELS_REPLAY_DIRS", f"{tmp_path / 'a'}:{tmp_path / 'b'}:{tmp_path / 'absent'}")
+    monkeypatch.setenv("KERNELS_REPLAY_DIRS", os.pathsep.join(str(tmp_path / d) for d in ("a", "b", "absent")))
     assert list_datasets() == ["one", "two"]
     assert evaluate("k", "", {"A": 1}, target="replay:two").metrics["latency_ms"] == 1.0
     assert math.isclose(evaluate("k", "", CONV_PARAMS, target="replay:one").metrics["latency_ms"], 3.8753279224038124)
