@@ -1,35 +1,117 @@
-"""Runs inside the sandbox child: loads the candidate, calls it, times it, saves outputs.
+"""Runs inside the sandbox child: prepares buffers, locks down, calls and times the candidate.
 
 Nothing here judges correctness: the trusted parent regenerates the inputs from
-(shape, seed), computes the reference and classifies. The child only reports timing
-samples on a dedicated pipe and leaves raw arrays as ``.npy`` files in its private cwd.
+(shape, seed), computes the reference and classifies. The child reports timing samples on a
+dedicated pipe and leaves raw arrays as ``.npy`` files in its private cwd.
 
-Files written (``<o>``/``<i>``: output/input names):
-  ``<case>_call1_<o>.npy``, ``<case>_call2_<o>.npy``  output buffers incl. guard, two calls
-  ``<case>_after_<i>.npy``                            inputs after both calls
-  ``<timed>_last_<o>.npy``                           output buffer of the last timed call
-  ``<timed>_after<j>_<i>.npy``                       input set j after timing
+Phases:
+
+1. *Trusted* (before any candidate code): read the request, import everything, generate
+   every input set and allocate every buffer (so nothing needs files outside the private
+   directory later: after the privilege drop the interpreter's own directory may be
+   unreadable).
+2. *Lockdown*: :func:`kernels._isolation.apply`; its report is written to the result pipe as
+   the first line, before the candidate library is loaded, so the candidate cannot forge it.
+3. *Candidate*: load the library, call, time; the result JSON follows on the pipe.
+
+Buffers: every array the candidate sees is float32 with ``guard`` sentinel elements before
+and after it (``[guard | data | guard]``, bit pattern ``0xA5A5A5A5``); outputs are NaN-filled
+before every call. Input sets of validation cases are fresh per case; timed calls rotate
+between the item's input sets (distinct buffers), and after timing one more call runs on
+*fresh contents written into the same buffers* (same pointers), which a kernel that caches
+by pointer or by call count gets wrong.
+
+Files written (``<o>``/``<i>``: output/input names), each a whole guarded buffer:
+  ``<case>_call1_<o>.npy``, ``<case>_call2_<o>.npy``  output right after each call returned
+  ``<case>_call<n>_late_<o>.npy``                     only if the output changed afterwards
+  ``<case>_after_<i>.npy``                            input after both calls
+  ``<timed>_last_<o>.npy`` (+ ``_last_late_``)        output of the last timed call
+  ``<timed>_fresh_<o>.npy`` (+ ``_fresh_late_``)      output of the fresh-contents call
+  ``<timed>_after<j>_<i>.npy``                        input set j after all calls (the set
+                                                      at ``fresh_slot`` holds the fresh contents)
 """
 
 from __future__ import annotations
 
 import ctypes
+import io
 import json
 import os
 import sys
+import time
 import traceback
 
 import numpy as np
 
+from kernels import _isolation
+
 GUARD_BITS = np.uint32(0xA5A5A5A5)
+LATE_CHECK_DELAY_S = 0.02  # outputs are re-read at least this long after the last call
 
 
-def _alloc_output(n: int, guard: int) -> np.ndarray:
-    """One float32 buffer of n + guard elements; the guard is sentinel-filled."""
-    buf = np.empty(n + guard, dtype=np.float32)
-    buf[:n] = np.nan
-    buf[n:].view(np.uint32)[:] = GUARD_BITS
+def guarded(n: int, guard: int, fill: np.ndarray | None = None) -> np.ndarray:
+    """A float32 buffer ``[guard | n | guard]``: sentinel guards, middle NaN or ``fill``."""
+    buf = np.empty(n + 2 * guard, dtype=np.float32)
+    buf[:guard].view(np.uint32)[:] = GUARD_BITS
+    buf[guard + n :].view(np.uint32)[:] = GUARD_BITS
+    buf[guard : guard + n] = np.nan if fill is None else fill.reshape(-1)
     return buf
+
+
+class _Io:
+    """Guarded input and output buffers of one (shape, input set) with the call's args."""
+
+    def __init__(self, workload, shape: dict, inputs: dict, guard: int, outputs: dict | None = None):
+        self.guard = guard
+        self.inputs = {k: guarded(v.size, guard, v) for k, v in inputs.items()}
+        self.sizes = {k: int(np.prod(s)) for k, s in workload.output_shapes(shape).items()}
+        self.outputs = outputs if outputs is not None else {k: guarded(n, guard) for k, n in self.sizes.items()}
+        self.args = []
+        for a in workload.args:
+            if a.kind == "in":
+                self.args.append(self.inputs[a.name][guard:].ctypes.data)
+            elif a.kind == "out":
+                self.args.append(self.outputs[a.name][guard:].ctypes.data)
+            elif a.kind == "int":
+                self.args.append(int(shape[a.name]))
+            else:
+                self.args.append(float(workload.attrs[a.name]))
+
+    def nan_outputs(self) -> None:
+        g = self.guard
+        for k, n in self.sizes.items():
+            self.outputs[k][g : g + n] = np.nan
+
+    def refill(self, inputs: dict) -> None:
+        """Write new contents into the same input buffers (pointers unchanged)."""
+        g = self.guard
+        for k, v in inputs.items():
+            self.inputs[k][g : g + v.size] = v.reshape(-1)
+
+
+class _Late:
+    """Output snapshots taken right after a call, compared with the buffer later."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[np.ndarray, np.ndarray, str]] = []
+        self.last_call = 0.0
+
+    def snapshot(self, outputs: dict, prefix: str) -> None:
+        """Copy every output now (right after the call), save it, remember it for later."""
+        self.last_call = time.monotonic()
+        snaps = {k: buf.copy() for k, buf in outputs.items()}  # copy first, save after
+        for k, snap in snaps.items():
+            np.save(f"{prefix}_{k}.npy", snap)
+            self.pending.append((outputs[k], snap, f"{prefix}_late_{k}.npy"))
+
+    def check(self, *, wait: bool) -> None:
+        """Save ``*_late_*`` for every output that changed since its snapshot."""
+        if wait:
+            time.sleep(max(0.0, LATE_CHECK_DELAY_S - (time.monotonic() - self.last_call)))
+        for live, snap, name in self.pending:
+            if not np.array_equal(live.view(np.uint32), snap.view(np.uint32)):
+                np.save(name, live.copy())
+        self.pending.clear()
 
 
 def _bind(lib: ctypes.CDLL, workload):
@@ -40,83 +122,117 @@ def _bind(lib: ctypes.CDLL, workload):
     return fn
 
 
-def _args(workload, shape, inputs, outputs):
-    vals = []
-    for a in workload.args:
-        if a.kind == "in":
-            vals.append(inputs[a.name].ctypes.data)
-        elif a.kind == "out":
-            vals.append(outputs[a.name].ctypes.data)
-        elif a.kind == "int":
-            vals.append(int(shape[a.name]))
-        else:
-            vals.append(float(workload.attrs[a.name]))
-    return vals
-
-
-def _run(req: dict) -> dict:
+def _prepare_cpu(req: dict):
+    """Trusted phase of the CPU backend; returns the candidate phase as a callable."""
     from kernels.timing import BenchSettings, bench, make_flush
     from kernels.workloads import get_workload
 
     workload = get_workload(req["workload"])
+    if hasattr(workload, "for_shape_set"):
+        workload = workload.for_shape_set(req.get("shape_set"))  # same attrs as the parent
     guard = int(req["guard"])
-    lib = ctypes.CDLL(req["library"])  # candidate constructors run here
-    fn = _bind(lib, workload)
-
+    cases = []
     for case in req["cases"]:
-        shape, cid = case["shape"], case["id"]
-        inputs = workload.generate(shape, case["seed"])
-        sizes = {k: int(np.prod(s)) for k, s in workload.output_shapes(shape).items()}
-        outputs = {k: _alloc_output(n, guard) for k, n in sizes.items()}
-        args = _args(workload, shape, inputs, outputs)
-        for call in (1, 2):
-            for k, n in sizes.items():
-                outputs[k][:n] = np.nan
-            fn(*args)
-            for k, buf in outputs.items():
-                np.save(f"{cid}_call{call}_{k}.npy", buf)
-        for k, arr in inputs.items():
-            np.save(f"{cid}_after_{k}.npy", arr)
-
+        cases.append((case["id"], _Io(workload, case["shape"], workload.generate(case["shape"], case["seed"]), guard)))
+    timed = []
+    for item in req["timed"]:  # rotation sets: own input buffers, one shared output buffer
+        first = _Io(workload, item["shape"], workload.generate(item["shape"], item["seeds"][0]), guard)
+        sets = [first] + [
+            _Io(workload, item["shape"], workload.generate(item["shape"], s), guard, outputs=first.outputs)
+            for s in item["seeds"][1:]
+        ]
+        fresh = workload.generate(item["shape"], item["fresh_seed"])
+        timed.append((item, sets, fresh))
     settings = BenchSettings(**req["bench"])
     flush = make_flush(settings.flush_bytes)
-    timed = {}
-    for item in req["timed"]:
-        shape, tid = item["shape"], item["id"]
-        sets = [workload.generate(shape, s) for s in item["seeds"]]
-        sizes = {k: int(np.prod(s)) for k, s in workload.output_shapes(shape).items()}
-        outputs = {k: _alloc_output(n, guard) for k, n in sizes.items()}
-        arglists = [_args(workload, shape, inp, outputs) for inp in sets]
-        cur = [len(sets) - 1]
+    np.save(io.BytesIO(), np.zeros(2, np.float32))  # import numpy's lazy modules now
+    traceback.format_exc()
 
-        def prepare() -> None:
-            # Fresh input contents each call (rotate sets) and NaN outputs before every call.
-            cur[0] = (cur[0] + 1) % len(sets)
-            for k, n in sizes.items():
-                outputs[k][:n] = np.nan
+    def run() -> dict:
+        lib = ctypes.CDLL(req["library"])  # candidate constructors run here
+        fn = _bind(lib, workload)
+        late = _Late()
+        for cid, io_ in cases:
+            for call in (1, 2):
+                if call == 2:
+                    late.check(wait=False)  # anything written after call 1 returned?
+                io_.nan_outputs()
+                fn(*io_.args)
+                late.snapshot(io_.outputs, f"{cid}_call{call}")
+            for k, buf in io_.inputs.items():
+                np.save(f"{cid}_after_{k}.npy", buf)
+        out = {}
+        for item, sets, fresh in timed:
+            tid = item["id"]
+            cur = [len(sets) - 1]
 
-        def call() -> None:
-            fn(*arglists[cur[0]])
+            def prepare() -> None:
+                # Fresh input contents each call (rotate sets) and NaN outputs before every call.
+                cur[0] = (cur[0] + 1) % len(sets)
+                sets[cur[0]].nan_outputs()
 
-        samples = bench(call, settings, prepare=prepare, flush=flush)
-        for k, buf in outputs.items():
-            np.save(f"{tid}_last_{k}.npy", buf)
-        for j, inp in enumerate(sets):
-            for k, arr in inp.items():
-                np.save(f"{tid}_after{j}_{k}.npy", arr)
-        timed[tid] = {"samples_ms": samples, "last_set": cur[0]}
-    return {"ok": True, "timed": timed}
+            def call() -> None:
+                fn(*sets[cur[0]].args)
+
+            samples = bench(call, settings, prepare=prepare, flush=flush)
+            late.snapshot(sets[cur[0]].outputs, f"{tid}_last")
+            late.check(wait=True)
+            slot = (cur[0] + 1) % len(sets)
+            sets[slot].refill(fresh)
+            sets[slot].nan_outputs()
+            fn(*sets[slot].args)
+            late.snapshot(sets[slot].outputs, f"{tid}_fresh")
+            for j, io_ in enumerate(sets):
+                for k, buf in io_.inputs.items():
+                    np.save(f"{tid}_after{j}_{k}.npy", buf)
+            out[tid] = {"samples_ms": samples, "last_set": cur[0], "fresh_slot": slot}
+        late.check(wait=True)
+        return {"ok": True, "timed": out}
+
+    return run
+
+
+def _prepare(req: dict):
+    """Trusted phase: import, generate, allocate. Returns the candidate phase.
+
+    Backends other than ``cpu`` dispatch here; whatever they need (modules, device handles)
+    must be imported or opened in this phase, before the lockdown.
+    """
+    backend = req.get("backend", "cpu")
+    if backend == "cpu":
+        return _prepare_cpu(req)
+    raise ValueError(f"the sandbox child has no runner for backend {backend!r}")
+
+
+def _write(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data) :]
 
 
 def main(result_fd: int) -> None:
-    """Read the request (JSON) from stdin, run it, write one JSON object to ``result_fd``."""
+    """Read the request (JSON) from stdin, prepare, lock down, run; report on ``result_fd``.
+
+    The pipe carries two JSON documents: first line the sandbox report (written before the
+    candidate is loaded), then the result. A failed lockdown writes ``{"error": ...}`` as
+    the first line and exits with code 70 without loading the candidate.
+    """
     req = json.loads(sys.stdin.read())
     try:
-        result = _run(req)
+        run = _prepare(req)
+    except BaseException as exc:  # the parent classifies; no candidate code has run
+        _write(result_fd, b"{}\n" + json.dumps({"ok": False, "error": f"prepare: {type(exc).__name__}: {exc}",
+                                                "traceback": traceback.format_exc()[-4000:]}).encode())
+        return
+    try:
+        report = _isolation.apply(req.get("sandbox", {}), os.getcwd())
+    except OSError as exc:
+        _write(result_fd, json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode() + b"\n")
+        os._exit(70)
+    _write(result_fd, json.dumps(report).encode() + b"\n")
+    try:
+        result = run()
     except BaseException as exc:  # report, then let the parent classify runtime_error
         result = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
-    data = json.dumps(result).encode()
-    with os.fdopen(result_fd, "wb") as f:
-        f.write(data)
+    _write(result_fd, json.dumps(result).encode())
     sys.stdout.flush()
     sys.stderr.flush()

@@ -27,10 +27,51 @@ def cache_dir() -> Path:
     return Path(raw).expanduser() if raw else Path.home() / ".cache" / "int21-kernels"
 
 
-def cpu_peak_gbps() -> float:
-    """Physical bandwidth limit in GB/s (``$KERNELS_CPU_PEAK_GBPS``, default 400); a
-    measured result above it is classified ``invalid``."""
-    return _env_float("KERNELS_CPU_PEAK_GBPS", 400.0)
+def cpu_peak_gbps() -> float | None:
+    """Physical bandwidth limit in GB/s set by ``$KERNELS_CPU_PEAK_GBPS``, or None (unset):
+    then the limit is ``roofline_margin()`` times this host's measured copy bandwidth
+    (:mod:`kernels.hostperf`). A measured result above the limit is classified ``invalid``."""
+    raw = os.environ.get("KERNELS_CPU_PEAK_GBPS")
+    return _env_float("KERNELS_CPU_PEAK_GBPS", 0.0) if raw else None
+
+
+def roofline_margin() -> float:
+    """Factor (``$KERNELS_ROOFLINE_MARGIN``, default 4) applied to this host's measured copy
+    bandwidth and FMA throughput to get the physical limits a result may not exceed.
+
+    Raises:
+        ValueError: not a number >= 1.
+    """
+    value = _env_float("KERNELS_ROOFLINE_MARGIN", 4.0)
+    if not value >= 1.0:
+        raise ValueError(f"KERNELS_ROOFLINE_MARGIN={value!r} must be >= 1")
+    return value
+
+
+def data_dir() -> Path:
+    """Persistent data (the growing validation set): ``$KERNELS_DATA_DIR`` or
+    ``$XDG_DATA_HOME/int21-kernels`` (``~/.local/share/int21-kernels``)."""
+    raw = os.environ.get("KERNELS_DATA_DIR")
+    if raw:
+        return Path(raw).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share") / "int21-kernels"
+
+
+def sandbox_user() -> str | None:
+    """User the sandbox child becomes when the worker runs as root:
+    ``$KERNELS_SANDBOX_USER`` (a name or ``uid:gid``; default ``nobody``); set it empty to
+    keep root (not recommended)."""
+    raw = os.environ.get("KERNELS_SANDBOX_USER")
+    if raw is None:
+        return "nobody"
+    return raw.strip() or None
+
+
+def validation_store_limit() -> int:
+    """How many stored failure cases per workload every evaluation re-runs
+    (``$KERNELS_VALIDATION_STORE_LIMIT``, default 16; 0 disables the store)."""
+    return max(0, int(_env_float("KERNELS_VALIDATION_STORE_LIMIT", 16)))
 
 
 def sandbox_memory_bytes() -> int:

@@ -3,24 +3,37 @@
 Protocol (DESIGN.md, "Evaluation protocol"):
 
 1. Compile in this (trusted) process; failure -> ``compile_error`` with the compiler log.
-2. Run the candidate only in a child Python process: own session (process group), empty
-   environment (``OMP_NUM_THREADS`` and a minimal ``PATH`` only), private temporary cwd,
-   resource limits (address space, CPU seconds, file size, no core dumps), request on
-   stdin, result on a dedicated pipe (so the candidate's prints cannot forge it), a
-   wall-clock timeout that kills the whole process group.
-3. The child calls the kernel twice per validation case, then times the shape set and
-   leaves raw outputs/inputs as ``.npy`` files.
-4. This process regenerates every input from (shape, seed), computes the float64
-   reference and classifies in one place, :func:`_judge`.
+2. Run the candidate only in a confined child process (:mod:`kernels.sandbox`): own session,
+   wall-clock timeout that kills the process group, resource limits, empty environment,
+   private directory, no network, no writes outside that directory, unprivileged user.
+3. The child gives the candidate guarded buffers (sentinels before and after every array),
+   NaN-fills outputs before every call, and calls the kernel:
+   - twice per validation case (fresh seed per case): every timed shape, each odd shape
+     (not a multiple of any tile) with two seeds, and the workload's stored failure cases
+     (:mod:`kernels.validation_store`, the latest ``KERNELS_VALIDATION_STORE_LIMIT``);
+   - in the timing loop, rotating between two input sets, cache flushed before every rep;
+   - once more after timing with *fresh contents written into the same buffers* (same
+     pointers), which a kernel that caches results by pointer or by call count gets wrong.
+   Every output is copied right after the call returns and compared with the buffer again
+   later: a change means work continued after the return (e.g. a thread outliving the call).
+4. This process regenerates every input from (shape, seed), computes the float64 reference
+   and classifies in one place, :func:`_judge`: guards intact, inputs unchanged, no late
+   writes (else ``invalid``); finite, within tolerance, repeated calls agreeing, timed and
+   fresh-contents outputs correct (else ``wrong_result``); measured bandwidth and FLOP rate
+   within ``roofline_margin`` times this host's measured copy bandwidth and FMA throughput
+   (:mod:`kernels.hostperf`; else ``invalid``). Inputs that exposed a wrong result are added
+   to the validation store.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import secrets
 import shutil
 import signal
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -29,19 +42,22 @@ from typing import Any
 
 import numpy as np
 
-from kernels import config, stats
+from kernels import config, hostperf, stats
 from kernels.backends import get_backend
+from kernels.hashing import candidate_hash
 from kernels.outcome import Outcome
-from kernels.sandbox import ChildRun, run_child
+from kernels.sandbox import ChildRun, SandboxPolicy, make_workdir, run_child
 from kernels.space import SpaceError, format_defines
-from kernels.timing import BenchSettings
+from kernels.timing import BenchSettings, omp_environment
+from kernels.validation_store import StoredCase, ValidationStore
 from kernels.workloads import Workload, get_workload, shape_label
 
 __all__ = ["BenchSettings", "Evidence", "evaluate"]
 
-GUARD_ELEMS = 1024  # 4 KiB sentinel region after every output
+GUARD_ELEMS = 1024  # 4 KiB sentinel region before and after every array the kernel sees
 _GUARD_BITS = np.uint32(0xA5A5A5A5)
 _TIMED_INPUT_SETS = 2  # input sets rotated between timed calls (fresh contents)
+
 
 @dataclass(frozen=True)
 class Evidence:
@@ -51,17 +67,22 @@ class Evidence:
         status: the classified :class:`~kernels.outcome.Outcome`.
         metrics: ``latency_ms`` (sum over the shape set of per-shape median latency, ms),
             ``latency_iqr_ms``, ``latency_ci_low_ms``/``latency_ci_high_ms`` (sums of the
-            per-shape 95% bootstrap CI bounds of the median, ms), ``gbps`` (GB/s) and
-            ``gflops`` (GFLOP/s) over the whole set, ``max_abs_error``, ``max_rel_error``,
-            and per shape ``latency_ms[<label>]``, ``gbps[<label>]``. Partial or empty
-            when ``status`` is not ``ok``.
+            per-shape 95% bootstrap CI bounds of the median, ms), ``gbps`` (GB/s),
+            ``gflops`` (GFLOP/s) and ``roofline_pct`` (% of the host's roofline) over the
+            whole set, ``max_abs_error``, ``max_rel_error``, and per shape
+            ``latency_ms[<label>]``, ``gbps[<label>]``, ``gflops[<label>]``,
+            ``roofline_pct[<label>]``. Partial or empty when ``status`` is not ``ok``.
         samples_ms: raw timing samples (ms) per timed shape label, e.g.
             ``"rows=512,hidden=4096"``.
         cases: per validation case ``{kind, label, shape, seed, max_abs_error,
-            max_rel_error, passed, reason}``; ``kind`` is ``"validation"`` or
-            ``"timed"`` (re-validation of the last timed call's output).
+            max_rel_error, passed, reason, verdict}``; ``kind`` is ``"validation"``,
+            ``"regression"`` (a stored failure case), ``"timed"`` (the last timed call's
+            output) or ``"fresh"`` (the call on fresh contents in the timed buffers).
         log: compiler log, child stdout/stderr tails and the reason for ``status``.
-        fingerprint: backend environment (compiler, flags, CPU) plus evaluation settings.
+        fingerprint: backend environment (compiler, flags, CPU) plus evaluation settings:
+            ``bench``, ``seed``, ``omp`` (OpenMP environment), ``limits`` (physical limits
+            and their source), ``sandbox`` (what the sandbox applied, see
+            :mod:`kernels.sandbox`).
         duration_s: wall-clock seconds of the whole evaluation.
     """
 
@@ -103,9 +124,9 @@ def _jsonable(obj: Any) -> Any:
 # -- plan ------------------------------------------------------------------------------------
 
 
-def _plan(wl: Workload, shape_set: str, base_seed: int) -> tuple[list[dict], list[dict]]:
-    """Validation cases (every timed shape once, each odd shape twice) and timed items,
-    with fresh seeds derived from ``base_seed``."""
+def _plan(wl: Workload, shape_set: str, base_seed: int, stored: list[StoredCase] = ()) -> tuple[list[dict], list[dict]]:
+    """Validation cases (every timed shape once, each odd shape twice, then the stored
+    failure cases not already planned) and timed items, with fresh seeds from ``base_seed``."""
     rng = np.random.default_rng(base_seed)
 
     def fresh() -> int:
@@ -113,14 +134,21 @@ def _plan(wl: Workload, shape_set: str, base_seed: int) -> tuple[list[dict], lis
 
     shapes = [dict(s) for s in wl.shapes(shape_set)]
     odd = [dict(s) for s in wl.validation_shapes.get(shape_set, ())]
-    cases = [{"id": f"v{i}", "shape": s, "seed": fresh()} for i, s in enumerate(shapes)]
+    cases = [{"id": f"v{i}", "kind": "validation", "shape": s, "seed": fresh()} for i, s in enumerate(shapes)]
     for s in odd:
         for _ in range(2):
-            cases.append({"id": f"v{len(cases)}", "shape": s, "seed": fresh()})
+            cases.append({"id": f"v{len(cases)}", "kind": "validation", "shape": s, "seed": fresh()})
     timed = [
-        {"id": f"t{i}", "shape": s, "seeds": [fresh() for _ in range(_TIMED_INPUT_SETS)]}
+        {"id": f"t{i}", "shape": s, "seeds": [fresh() for _ in range(_TIMED_INPUT_SETS)], "fresh_seed": fresh()}
         for i, s in enumerate(shapes)
     ]
+    planned = {(tuple(sorted(c["shape"].items())), c["seed"]) for c in cases}
+    axes = {a.name for a in wl.args if a.kind == "int"}
+    for sc in stored:
+        if set(sc.shape) != axes or sc.key in planned:
+            continue  # a shape of another version of the workload, or already planned
+        planned.add(sc.key)
+        cases.append({"id": f"v{len(cases)}", "kind": "regression", "shape": dict(sc.shape), "seed": sc.seed})
     return cases, timed
 
 
@@ -131,42 +159,77 @@ class _Broken(Exception):
     """The child's results are missing or malformed (-> runtime_error)."""
 
 
-def _load(workdir: Path, name: str, size: int) -> np.ndarray:
+def _load(workdir: Path, name: str, size: int, *, missing_ok: bool = False) -> np.ndarray | None:
+    """A float32 array of ``size`` elements saved by the child, read defensively: no symlinks,
+    regular files only, bounded size (the child owned the directory)."""
     path = workdir / name
     try:
-        arr = np.load(path, allow_pickle=False, mmap_mode="r")
-    except (OSError, ValueError, EOFError) as exc:
-        raise _Broken(f"result file {name} missing or unreadable: {exc}") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if missing_ok:
+            return None
+        raise _Broken(f"result file {name} missing") from None
+    except OSError as exc:
+        raise _Broken(f"result file {name} unreadable: {exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 4 * size + 4096:
+            raise _Broken(f"result file {name} is not a regular file of the expected size")
+        try:
+            arr = np.load(f, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
+            raise _Broken(f"result file {name} unreadable: {exc}") from None
     if arr.dtype != np.float32 or arr.size != size:
         raise _Broken(f"result file {name} has dtype {arr.dtype} shape {arr.shape}, expected {size} float32")
-    return np.array(arr).reshape(-1)
+    return np.ascontiguousarray(arr).reshape(-1)
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
+def _guard_hits(buf: np.ndarray, n: int) -> tuple[int, int]:
+    """Changed guard elements (before, after) of a ``[guard | n | guard]`` buffer."""
+    g = GUARD_ELEMS
+    before = int(np.count_nonzero(buf[:g].view(np.uint32) != _GUARD_BITS))
+    after = int(np.count_nonzero(buf[g + n :].view(np.uint32) != _GUARD_BITS))
+    return before, after
+
+
 def _check_outputs(
-    wl: Workload, shape: dict, buf_name: str, workdir: Path, ref: dict[str, np.ndarray]
+    wl: Workload, shape: dict, prefix: str, workdir: Path, ref: dict[str, np.ndarray]
 ) -> tuple[Outcome | None, str, dict[str, np.ndarray], float, float]:
-    """Guard and accuracy of one call's outputs.
+    """Guards, late writes and accuracy of one call's outputs (files ``<prefix>_<out>.npy``).
 
     Returns (verdict or None if passed, reason, outputs, max_abs_error, max_rel_error).
     """
     outs: dict[str, np.ndarray] = {}
     max_abs = max_rel = 0.0
+    g = GUARD_ELEMS
     for name, oshape in wl.output_shapes(shape).items():
         n = int(np.prod(oshape))
-        buf = _load(workdir, buf_name.format(out=name), n + GUARD_ELEMS)
-        hit = np.count_nonzero(buf[n:].view(np.uint32) != _GUARD_BITS)
-        if hit:
-            return Outcome.invalid, f"wrote past the end of output '{name}' ({hit} of {GUARD_ELEMS} guard elements changed)", outs, math.nan, math.nan
-        y = buf[:n].reshape(oshape)
+        buf = _load(workdir, f"{prefix}_{name}.npy", n + 2 * g)
+        before, after = _guard_hits(buf, n)
+        if after:
+            return Outcome.invalid, f"wrote past the end of output '{name}' ({after} of {g} guard elements changed)", outs, math.nan, math.nan
+        if before:
+            return Outcome.invalid, f"wrote before the start of output '{name}' ({before} of {g} guard elements changed)", outs, math.nan, math.nan
+        late = _load(workdir, f"{prefix}_late_{name}.npy", n + 2 * g, missing_ok=True)
+        if late is not None and not _same_bits(late, buf):
+            changed = int(np.count_nonzero(late.view(np.uint32) != buf.view(np.uint32)))
+            return Outcome.invalid, (
+                f"output '{name}' changed after the call returned ({changed} elements): work continued "
+                "after the return (e.g. a thread that outlives the call)"
+            ), outs, math.nan, math.nan
+        y = buf[g : g + n].reshape(oshape)
         outs[name] = y
         bad = ~np.isfinite(y)
         if bad.any():
             first = tuple(int(i) for i in np.argwhere(bad)[0])
-            return Outcome.wrong_result, f"output '{name}' has {int(bad.sum())} NaN/inf elements of {n} (first at {first})", outs, math.nan, math.nan
+            return Outcome.wrong_result, (
+                f"output '{name}' has {int(bad.sum())} NaN/inf elements of {n} (first at {first}; outputs are "
+                "NaN-filled before every call, so these were not written before the call returned)"
+            ), outs, math.nan, math.nan
         a, r = wl.errors(y, ref[name])
         max_abs, max_rel = max(max_abs, a), max(max_rel, r)
         if not r <= wl.tolerance:
@@ -175,31 +238,42 @@ def _check_outputs(
     return None, "", outs, max_abs, max_rel
 
 
-def _check_inputs(wl: Workload, inputs: dict[str, np.ndarray], workdir: Path, name_fmt: str) -> str:
+def _check_inputs(inputs: dict[str, np.ndarray], workdir: Path, name_fmt: str) -> str:
+    """'' if every input (guards included) is unchanged, else what changed."""
+    g = GUARD_ELEMS
     for name, arr in inputs.items():
-        after = _load(workdir, name_fmt.format(inp=name), arr.size).reshape(arr.shape)
-        if not _same_bits(after, arr):
-            changed = int(np.count_nonzero(after.view(np.uint32) != arr.view(np.uint32)))
+        n = arr.size
+        after = _load(workdir, name_fmt.format(inp=name), n + 2 * g)
+        before_hit, after_hit = _guard_hits(after, n)
+        if before_hit or after_hit:
+            return f"wrote outside input '{name}' ({before_hit} guard elements before it, {after_hit} after it changed)"
+        body = after[g : g + n]
+        if not _same_bits(body, arr.reshape(-1)):
+            changed = int(np.count_nonzero(body.view(np.uint32) != arr.reshape(-1).view(np.uint32)))
             return f"modified input '{name}' ({changed} elements changed)"
     return ""
+
+
+def _record(kind: str, shape: dict, seed: int) -> dict:
+    return {"kind": kind, "label": shape_label(shape), "shape": shape, "seed": seed,
+            "max_abs_error": None, "max_rel_error": None, "passed": False, "reason": "", "verdict": None}
 
 
 def _validate_case(wl: Workload, case: dict, workdir: Path) -> dict:
     shape, cid = case["shape"], case["id"]
     inputs = wl.generate(shape, case["seed"])
     ref = wl.reference(inputs, wl.attrs)
-    record = {"kind": "validation", "label": shape_label(shape), "shape": shape, "seed": case["seed"],
-              "max_abs_error": None, "max_rel_error": None, "passed": False, "reason": "", "verdict": None}
-    why = _check_inputs(wl, inputs, workdir, f"{cid}_after_{{inp}}.npy")
+    record = _record(case.get("kind", "validation"), shape, case["seed"])
+    why = _check_inputs(inputs, workdir, f"{cid}_after_{{inp}}.npy")
     if why:
         record.update(reason=why, verdict=Outcome.invalid)
         return record
-    v1, why1, y1, a1, r1 = _check_outputs(wl, shape, f"{cid}_call1_{{out}}.npy", workdir, ref)
+    v1, why1, y1, a1, r1 = _check_outputs(wl, shape, f"{cid}_call1", workdir, ref)
     record.update(max_abs_error=a1, max_rel_error=r1)
     if v1:
         record.update(reason=f"first call: {why1}", verdict=v1)
         return record
-    v2, why2, y2, a2, r2 = _check_outputs(wl, shape, f"{cid}_call2_{{out}}.npy", workdir, ref)
+    v2, why2, y2, a2, r2 = _check_outputs(wl, shape, f"{cid}_call2", workdir, ref)
     if v2:
         record.update(reason=f"second call (repeatability): {why2}", verdict=v2)
         return record
@@ -215,25 +289,29 @@ def _validate_case(wl: Workload, case: dict, workdir: Path) -> dict:
     return record
 
 
-def _validate_timed(wl: Workload, item: dict, last_set: int, workdir: Path) -> dict:
+def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, workdir: Path) -> list[dict]:
+    """Records of the last timed call and of the fresh-contents call after timing."""
     shape, tid = item["shape"], item["id"]
     sets = [wl.generate(shape, s) for s in item["seeds"]]
-    seed = item["seeds"][last_set]
-    record = {"kind": "timed", "label": shape_label(shape), "shape": shape, "seed": seed,
-              "max_abs_error": None, "max_rel_error": None, "passed": False, "reason": "", "verdict": None}
+    fresh = wl.generate(shape, item["fresh_seed"])
+    last = _record("timed", shape, item["seeds"][last_set])
+    again = _record("fresh", shape, item["fresh_seed"])
     for j, inputs in enumerate(sets):
-        why = _check_inputs(wl, inputs, workdir, f"{tid}_after{j}_{{inp}}.npy")
+        why = _check_inputs(fresh if j == fresh_slot else inputs, workdir, f"{tid}_after{j}_{{inp}}.npy")
         if why:
-            record.update(reason=f"during timing: {why}", verdict=Outcome.invalid)
-            return record
-    ref = wl.reference(sets[last_set], wl.attrs)
-    verdict, why, _, a, r = _check_outputs(wl, shape, f"{tid}_last_{{out}}.npy", workdir, ref)
-    record.update(max_abs_error=a, max_rel_error=r)
-    if verdict:
-        record.update(reason=f"last timed call: {why}", verdict=verdict)
-        return record
-    record["passed"] = True
-    return record
+            last.update(reason=f"during timing: {why}", verdict=Outcome.invalid)
+            return [last]
+    for rec, prefix, inputs, what in (
+        (last, f"{tid}_last", sets[last_set], "last timed call"),
+        (again, f"{tid}_fresh", fresh, "call on fresh contents in the timed buffers"),
+    ):
+        verdict, why, _, a, r = _check_outputs(wl, shape, prefix, workdir, wl.reference(inputs, wl.attrs))
+        rec.update(max_abs_error=a, max_rel_error=r)
+        if verdict:
+            rec.update(reason=f"{what}: {why}", verdict=verdict)
+        else:
+            rec["passed"] = True
+    return [last, again]
 
 
 def _parse_result(run: ChildRun, timed: list[dict]) -> dict[str, dict]:
@@ -248,6 +326,10 @@ def _parse_result(run: ChildRun, timed: list[dict]) -> dict[str, dict]:
     out = result.get("timed")
     if not isinstance(out, dict):
         raise _Broken("result lacks timing data")
+
+    def index_ok(v: Any, n: int) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n
+
     for item in timed:
         t = out.get(item["id"])
         ok = (
@@ -255,8 +337,8 @@ def _parse_result(run: ChildRun, timed: list[dict]) -> dict[str, dict]:
             and isinstance(t.get("samples_ms"), list)
             and len(t["samples_ms"]) > 0
             and all(isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s >= 0 for s in t["samples_ms"])
-            and isinstance(t.get("last_set"), int)
-            and 0 <= t["last_set"] < len(item["seeds"])
+            and index_ok(t.get("last_set"), len(item["seeds"]))
+            and index_ok(t.get("fresh_slot"), len(item["seeds"]))
         )
         if not ok:
             raise _Broken(f"timing data for {shape_label(item['shape'])} is missing or malformed")
@@ -270,7 +352,18 @@ def _signal_name(rc: int) -> str:
         return f"signal {-rc}"
 
 
-def _metrics(wl: Workload, timed: list[dict], result: dict, cases: list[dict]) -> tuple[dict, dict]:
+def _roofline_pct(flops: float, nbytes: float, seconds: float, limits: dict) -> float | None:
+    """Achieved GFLOP/s over min(FMA peak, intensity * copy bandwidth), in %; None if unknown."""
+    copy, peak = limits.get("copy_gbps"), limits.get("fma_gflops")
+    if not copy or not peak or seconds <= 0 or nbytes <= 0:
+        return None
+    attainable = min(peak, flops / nbytes * copy)  # GFLOP/s
+    if attainable <= 0:  # no FLOPs counted: a pure data-movement workload
+        return 100.0 * (nbytes / seconds / 1e9) / copy
+    return 100.0 * (flops / seconds / 1e9) / attainable
+
+
+def _metrics(wl: Workload, timed: list[dict], result: dict, cases: list[dict], limits: dict) -> tuple[dict, dict]:
     metrics: dict[str, float] = {}
     samples: dict[str, list[float]] = {}
     tot = {"median": 0.0, "iqr": 0.0, "ci_low": 0.0, "ci_high": 0.0}
@@ -283,17 +376,27 @@ def _metrics(wl: Workload, timed: list[dict], result: dict, cases: list[dict]) -
         for k in tot:
             tot[k] += summ[k]
         metrics[f"latency_ms[{label}]"] = summ["median"]
+        nbytes, flops = wl.bytes(item["shape"]), wl.flops(item["shape"])
         if summ["median"] > 0:
-            metrics[f"gbps[{label}]"] = wl.bytes(item["shape"]) / (summ["median"] * 1e-3) / 1e9
-        total_bytes += wl.bytes(item["shape"])
-        total_flops += wl.flops(item["shape"])
+            sec = summ["median"] * 1e-3
+            metrics[f"gbps[{label}]"] = nbytes / sec / 1e9
+            metrics[f"gflops[{label}]"] = flops / sec / 1e9
+            pct = _roofline_pct(flops, nbytes, sec, limits)
+            if pct is not None:
+                metrics[f"roofline_pct[{label}]"] = pct
+        total_bytes += nbytes
+        total_flops += flops
     metrics["latency_ms"] = tot["median"]
     metrics["latency_iqr_ms"] = tot["iqr"]
     metrics["latency_ci_low_ms"] = tot["ci_low"]
     metrics["latency_ci_high_ms"] = tot["ci_high"]
     if tot["median"] > 0:
-        metrics["gbps"] = total_bytes / (tot["median"] * 1e-3) / 1e9
-        metrics["gflops"] = total_flops / (tot["median"] * 1e-3) / 1e9
+        sec = tot["median"] * 1e-3
+        metrics["gbps"] = total_bytes / sec / 1e9
+        metrics["gflops"] = total_flops / sec / 1e9
+        pct = _roofline_pct(total_flops, total_bytes, sec, limits)
+        if pct is not None:
+            metrics["roofline_pct"] = pct
     errs = [c for c in cases if c["max_abs_error"] is not None and math.isfinite(c["max_abs_error"])]
     if errs:
         metrics["max_abs_error"] = max(c["max_abs_error"] for c in errs)
@@ -301,11 +404,13 @@ def _metrics(wl: Workload, timed: list[dict], result: dict, cases: list[dict]) -
     return metrics, samples
 
 
-def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRun, workdir: Path, timeout_s: float):
+def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRun, workdir: Path,
+           timeout_s: float, limits: dict | None = None):
     """The one place that maps a child run to an Outcome.
 
     Returns (status, reason, cases, metrics, samples_ms).
     """
+    limits = limits or {}
     if run.timed_out:
         return Outcome.timeout, f"no result within {timeout_s:g} s wall clock; process group killed", [], {}, {}
     rc = run.returncode
@@ -318,25 +423,37 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
     try:
         result = _parse_result(run, timed)
         cases = [_validate_case(wl, c, workdir) for c in cases_plan]
-        cases += [_validate_timed(wl, t, result[t["id"]]["last_set"], workdir) for t in timed]
+        for t in timed:
+            cases += _validate_timed(wl, t, result[t["id"]]["last_set"], result[t["id"]]["fresh_slot"], workdir)
     except _Broken as exc:
         return Outcome.runtime_error, str(exc), [], {}, {}
-    metrics, samples = _metrics(wl, timed, result, cases)
+    metrics, samples = _metrics(wl, timed, result, cases, limits)
     for verdict in (Outcome.invalid, Outcome.wrong_result):  # breaking a rule outranks wrong
         failed = [c for c in cases if c["verdict"] == verdict]
         if failed:
             reasons = "; ".join(f"{c['kind']} {c['label']} seed {c['seed']}: {c['reason']}" for c in failed[:5])
             return verdict, f"{len(failed)} of {len(cases)} cases failed: {reasons}", cases, metrics, samples
-    peak = config.cpu_peak_gbps()
     for item in timed:
         label = shape_label(item["shape"])
-        gbps = metrics.get(f"gbps[{label}]", 0.0)
-        if gbps > peak:
-            return Outcome.invalid, (
-                f"measured {gbps:.1f} GB/s at {label}, above the physical limit {peak:g} GB/s "
-                "(KERNELS_CPU_PEAK_GBPS): timing cannot be trusted"
-            ), cases, metrics, samples
+        for key, unit, limit in (("gbps", "GB/s", limits.get("gbps")), ("gflops", "GFLOP/s", limits.get("gflops"))):
+            value = metrics.get(f"{key}[{label}]", 0.0)
+            if limit and value > limit:
+                return Outcome.invalid, (
+                    f"measured {value:.1f} {unit} at {label}, above the physical limit {limit:.1f} {unit} "
+                    f"({limits.get('source', '')}; margin x{limits.get('margin', 1):g}): timing cannot be trusted"
+                ), cases, metrics, samples
     return Outcome.ok, "all validation cases passed", cases, metrics, samples
+
+
+def _limits(be: Any) -> dict:
+    """Physical limits of ``be``'s target: the backend's own ``physical_limits()`` if it has
+    one, this host's (:func:`kernels.hostperf.physical_limits`) for ``cpu``, else none."""
+    own = getattr(be, "physical_limits", None)
+    if callable(own):
+        return dict(own())
+    if getattr(be, "name", "") == "cpu":
+        return hostperf.physical_limits()
+    return {}
 
 
 # -- entry point -----------------------------------------------------------------------------
@@ -353,6 +470,8 @@ def evaluate(
     bench: BenchSettings | None = None,
     seed: int | None = None,
     target: str | None = None,
+    sandbox: SandboxPolicy | None = None,
+    validation_store: ValidationStore | None = None,
 ) -> Evidence:
     """Compile, validate and time one candidate in a sandboxed child process.
 
@@ -371,13 +490,18 @@ def evaluate(
             ``backend="replay"``) the recorded evidence of ``params`` is returned without
             compiling or running anything (:func:`kernels.backends.replay.evaluate_replay`;
             ``workload`` is the recorded kernel name, ``source`` is ignored).
+        sandbox: confinement of the child; default :meth:`SandboxPolicy.from_env`.
+        validation_store: where failure cases are read from and added to; default
+            ``ValidationStore()`` (``KERNELS_DATA_DIR``). ``KERNELS_VALIDATION_STORE_LIMIT=0``
+            turns the store off.
 
     Returns:
         :class:`Evidence`; every candidate failure is an outcome, never an exception.
 
     Raises:
         KeyError: unknown workload, shape set or backend.
-        OSError: the sandbox cannot be started (infrastructure failure, not the candidate's).
+        OSError: the sandbox cannot be started (infrastructure failure, not the candidate's);
+            :class:`kernels.sandbox.SandboxError` when the child could not confine itself.
     """
     if backend == "replay" or (target or "").startswith("replay:"):
         from kernels.backends.replay import evaluate_replay  # noqa: PLC0415  (recorded data, trusted)
@@ -386,10 +510,14 @@ def evaluate(
     start = time.monotonic()
     wl = get_workload(workload)
     wl.shapes(shape_set)  # KeyError early for an unknown shape set
+    if hasattr(wl, "for_shape_set"):
+        wl = wl.for_shape_set(shape_set)  # attributes (e.g. eps) of the shape set's model
     be = get_backend(backend)
     bench = bench or BenchSettings()
+    policy = sandbox or SandboxPolicy.from_env()
+    omp = omp_environment()
     base_seed = int(seed) if seed is not None else secrets.randbits(62)
-    fingerprint = {**be.fingerprint(), "shape_set": shape_set, "bench": bench.to_dict(), "seed": base_seed}
+    fingerprint = {**be.fingerprint(), "shape_set": shape_set, "bench": bench.to_dict(), "seed": base_seed, "omp": omp}
     sections: list[str] = []
 
     def finish(status: Outcome, reason: str, **kw: Any) -> Evidence:
@@ -412,25 +540,40 @@ def evaluate(
         return finish(Outcome.compile_error, str(exc))
     sections.append(f"== compile ==\n{'(cached)' if artifact.cached else artifact.log or '(no output)'}")
 
-    cases_plan, timed = _plan(wl, shape_set, base_seed)
+    limits = _limits(be)  # measured once per host (before the child, so nothing competes)
+    fingerprint["limits"] = limits
+    store_limit = config.validation_store_limit()
+    store = validation_store or ValidationStore()
+    stored = store.cases(wl.name, store_limit) if store_limit else []
+    cases_plan, timed = _plan(wl, shape_set, base_seed, stored)
+    workdir = make_workdir(policy, {"candidate.so": Path(artifact.path)})
     request = {
-        "library": str(artifact.path),
+        "library": str(workdir / "candidate.so"),
+        "backend": getattr(be, "name", backend),
         "workload": wl.name,
+        "shape_set": shape_set,
         "guard": GUARD_ELEMS,
         "cases": cases_plan,
         "timed": timed,
         "bench": bench.to_dict(),
     }
-    workdir = Path(tempfile.mkdtemp(prefix="int21-eval-"))
     logdir = Path(tempfile.mkdtemp(prefix="int21-log-"))
     try:
-        run = run_child(request, workdir, logdir, timeout_s)
+        run = run_child(request, workdir, logdir, timeout_s, policy=policy, env=omp)
+        fingerprint["sandbox"] = run.sandbox or {"error": "the child exited before reporting its sandbox"}
         if run.stdout:
             sections.append(f"== child stdout (tail) ==\n{run.stdout}")
         if run.stderr:
             sections.append(f"== child stderr (tail) ==\n{run.stderr}")
-        status, reason, cases, metrics, samples = _judge(wl, cases_plan, timed, run, workdir, timeout_s)
+        status, reason, cases, metrics, samples = _judge(wl, cases_plan, timed, run, workdir, timeout_s, limits)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(logdir, ignore_errors=True)
+    wrong = [c for c in cases if c["verdict"] == Outcome.wrong_result]
+    if wrong and store_limit:
+        try:
+            added = store.add_many(wl.name, wrong, candidate=candidate_hash(source, params, be.fingerprint()))
+            sections.append(f"== validation store ==\n{added} new failure case(s) kept for '{wl.name}' in {store.path(wl.name)}")
+        except (OSError, ValueError) as exc:
+            sections.append(f"== validation store ==\ncould not keep the failure cases: {exc}")
     return finish(status, reason, metrics=metrics, samples_ms=samples, cases=cases)

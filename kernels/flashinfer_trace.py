@@ -42,6 +42,7 @@ from kernels import config
 from kernels.evaluator import Evidence
 from kernels.outcome import Outcome
 from kernels.space import format_defines
+from kernels.workloads import WORKLOADS
 
 __all__ = [
     "DEFINITION_MAP",
@@ -277,8 +278,6 @@ def import_shape_sets(root: str | os.PathLike[str] | None = None) -> dict[str, S
         FlashInferTraceError: malformed files, or a registered workload whose axes differ
             from :data:`DEFINITION_MAP` (names both).
     """
-    from kernels.workloads import WORKLOADS  # noqa: PLC0415 - keep this module import-light
-
     definitions = load_definitions(root)
     workloads = load_workloads(root)
     out: dict[str, ShapeSetImport] = {}

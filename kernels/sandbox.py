@@ -1,19 +1,72 @@
-"""The sandbox: run the candidate-calling child in its own session with limits."""
+"""The sandbox: run the candidate-calling child in its own session, confined and limited.
+
+Every evaluation runs :mod:`kernels._sandbox_child` in a fresh ``python -I`` process:
+
+- its own session and process group; after ``timeout_s`` of wall clock (or when it exits)
+  the whole group gets SIGKILL;
+- resource limits set before anything is imported: address space
+  (``KERNELS_SANDBOX_MEMORY_BYTES``, default 8 GiB), CPU seconds (``timeout_s * cpus + 10``),
+  file size (256 MiB), no core dumps;
+- an empty environment: only ``PATH=/usr/bin:/bin``, ``OMP_NUM_THREADS`` (= CPU count),
+  ``OPENBLAS_NUM_THREADS=1`` and the OpenMP wait settings of
+  :func:`kernels.timing.omp_environment` (no secrets, no ``HOME``);
+- a private temporary directory as its cwd, holding a copy of the candidate library;
+- request on stdin, results on a dedicated pipe (the candidate's prints cannot forge it), its
+  stdout/stderr in files whose tails go to the evidence log;
+- confinement applied inside the child before the candidate is loaded
+  (:mod:`kernels._isolation`, see there for the details and the sources):
+
+  ============== ========================================= ==================================
+  layer          as root (this project's CI, workers)      not root
+  ============== ========================================= ==================================
+  network        own network namespace (``"namespace"``)   user+network namespace if the
+                                                           kernel allows unprivileged user
+                                                           namespaces, else ``"shared"``
+  sockets        seccomp: ``socket()`` fails (EACCES)      same
+  user           drop to ``KERNELS_SANDBOX_USER``          unchanged: reads what the
+                 (``nobody``), no capabilities,            worker's user can read
+                 ``no_new_privs``
+  filesystem     Landlock: writes only in the private      Landlock, same; without it writes
+                 directory; without Landlock a read-only   go wherever the user may write
+                 mount namespace                           (``/tmp``, ``$HOME``, ...)
+  processes      seccomp: no fork/vfork/clone of           same
+                 processes (threads are fine)
+  ============== ========================================= ==================================
+
+  What was applied is recorded per evaluation in ``Evidence.fingerprint["sandbox"]``
+  (``network``: ``"namespace"`` | ``"user-namespace"`` | ``"shared"``; ``filesystem``:
+  ``"landlock"`` | ``"mount-namespace"`` | ``"uid-permissions"``; ``user``; ``seccomp``;
+  ``notes`` saying why a layer is missing). A missing layer never stops an evaluation;
+  only a failed privilege drop as root does (:class:`SandboxError`).
+
+Threat model: the sandbox protects the host (network, files, other processes, secrets) from
+the candidate. It cannot make a *deliberately* malicious candidate's timing honest: the
+candidate shares the child's address space and could forge what the child reports. The
+evaluation protocol (:mod:`kernels.evaluator`) catches the honest-but-wrong and the
+accidentally-cheating kernels that search agents and LLMs produce.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import pwd
 import resource
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
-from dataclasses import dataclass
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernels import config
+
+__all__ = ["ChildRun", "SandboxError", "SandboxPolicy", "make_workdir", "run_child"]
 
 _TAIL = 4000  # characters of child stdout/stderr kept in the log
 _MAX_RESULT_BYTES = 16 * 2**20
@@ -26,21 +79,146 @@ _BOOTSTRAP = """\
 import resource, sys
 for _res, _val in {limits!r}:
     resource.setrlimit(_res, (_val, _val))
+sys.dont_write_bytecode = True
 sys.path.insert(0, {root!r})
 from kernels._sandbox_child import main
 main(int(sys.argv[1]))
 """
 
+DEVICE_GLOBS: tuple[str, ...] = (
+    "/dev/null", "/dev/zero", "/dev/full", "/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/dri/*",
+)
+
+
+class SandboxError(OSError):
+    """The sandbox could not be set up (an infrastructure failure, not the candidate's)."""
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """What the sandbox applies; every layer is on by default.
+
+    Attributes:
+        user: unprivileged user to become when running as root: a name (``"nobody"``) or
+            ``"uid:gid"``; None keeps root (not recommended). Ignored when not root.
+        network: isolate the network with a namespace.
+        landlock: restrict writes to the private directory with Landlock.
+        mount_fallback: as root without Landlock, use a read-only mount namespace instead.
+        seccomp: deny sockets, process creation and namespace/mount/ptrace/bpf syscalls.
+        device_globs: device files the candidate may still open for writing (Landlock).
+        memory_bytes: address-space limit (RLIMIT_AS) in bytes.
+
+    Raises:
+        ValueError: ``memory_bytes`` below 256 MiB.
+    """
+
+    user: str | None = "nobody"
+    network: bool = True
+    landlock: bool = True
+    mount_fallback: bool = True
+    seccomp: bool = True
+    device_globs: tuple[str, ...] = field(default=DEVICE_GLOBS)
+    memory_bytes: int = 8 * 2**30
+
+    def __post_init__(self) -> None:
+        if self.memory_bytes < 256 * 2**20:
+            raise ValueError(f"SandboxPolicy: memory_bytes must be >= 256 MiB (got {self.memory_bytes})")
+
+    @classmethod
+    def from_env(cls) -> SandboxPolicy:
+        """The policy of this host: ``KERNELS_SANDBOX_USER`` (default ``nobody``; empty keeps
+        root) and ``KERNELS_SANDBOX_MEMORY_BYTES``."""
+        return cls(user=config.sandbox_user(), memory_bytes=config.sandbox_memory_bytes())
+
+    def ids(self) -> tuple[int, int] | None:
+        """(uid, gid) to drop to, or None when not root or no user is configured.
+
+        Raises:
+            SandboxError: the configured user does not exist or is root.
+        """
+        if os.geteuid() != 0 or not self.user:
+            return None
+        if ":" in self.user:
+            try:
+                uid, gid = (int(v) for v in self.user.split(":", 1))
+            except ValueError:
+                raise SandboxError(f"KERNELS_SANDBOX_USER={self.user!r}: expected a user name or 'uid:gid'") from None
+        else:
+            try:
+                entry = pwd.getpwnam(self.user)
+            except KeyError:
+                raise SandboxError(
+                    f"sandbox user {self.user!r} does not exist: create it or set KERNELS_SANDBOX_USER "
+                    "to another unprivileged user or 'uid:gid'"
+                ) from None
+            uid, gid = entry.pw_uid, entry.pw_gid
+        if uid == 0 or gid == 0:
+            raise SandboxError(f"sandbox user {self.user!r} is root: choose an unprivileged user")
+        return uid, gid
+
+    def to_child(self) -> dict:
+        """The JSON the child's :func:`kernels._isolation.apply` reads."""
+        ids = self.ids()
+        return {
+            "uid": ids[0] if ids else None,
+            "gid": ids[1] if ids else None,
+            "network": self.network,
+            "landlock": self.landlock,
+            "mount_fallback": self.mount_fallback,
+            "seccomp": self.seccomp,
+            "device_globs": list(self.device_globs),
+        }
+
 
 @dataclass
 class ChildRun:
-    """What came back from one child: exit status, output tails, raw result bytes."""
+    """What came back from one child.
+
+    Attributes:
+        returncode: exit status (negative: killed by that signal), None if unknown.
+        timed_out: the wall-clock limit was hit and the group killed.
+        stdout, stderr: the last 4000 characters of each.
+        result: raw bytes of the result document (after the sandbox report line).
+        sandbox: the child's sandbox report (:func:`kernels._isolation.apply`), None when
+            the child died before writing it.
+        wall_s: wall-clock seconds from start to exit.
+    """
 
     returncode: int | None
     timed_out: bool
     stdout: str
     stderr: str
     result: bytes
+    sandbox: dict | None = None
+    wall_s: float = 0.0
+
+
+def make_workdir(policy: SandboxPolicy, files: Mapping[str, Path]) -> Path:
+    """A private temporary directory holding copies of ``files`` (name -> source path).
+
+    When the child will drop privileges, the directory (mode 0700) and the copies are
+    chowned to the sandbox uid so it can read them and write its results, while the
+    originals (e.g. the compile cache) stay out of its reach.
+
+    Raises:
+        SandboxError: the configured user is invalid.
+        OSError: copying failed.
+    """
+    ids = policy.ids()
+    workdir = Path(tempfile.mkdtemp(prefix="int21-eval-"))
+    try:
+        for name, src in files.items():
+            dst = workdir / name
+            shutil.copyfile(src, dst)
+            os.chmod(dst, 0o500)
+            if ids:
+                os.chown(dst, *ids)
+        if ids:
+            os.chown(workdir, *ids)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    return workdir
 
 
 def _tail(path: Path) -> str:
@@ -53,26 +231,51 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def run_child(request: dict, workdir: Path, logdir: Path, timeout_s: float) -> ChildRun:
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The child's whole environment: ``PATH``, ``OMP_NUM_THREADS`` (CPU count),
+    ``OPENBLAS_NUM_THREADS=1`` (numpy stays single-threaded, so the lockdown happens in a
+    single-threaded process) and ``extra`` (e.g. OpenMP wait settings)."""
+    env = {"OMP_NUM_THREADS": str(os.cpu_count() or 1), "OPENBLAS_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    env.update(extra or {})
+    return env
+
+
+def run_child(
+    request: dict,
+    workdir: Path,
+    logdir: Path,
+    timeout_s: float,
+    *,
+    policy: SandboxPolicy | None = None,
+    env: Mapping[str, str] | None = None,
+) -> ChildRun:
     """Run :mod:`kernels._sandbox_child` on ``request`` with ``workdir`` as its cwd.
 
-    The child gets its own session, an environment of only ``OMP_NUM_THREADS`` (= CPU
-    count) and a minimal ``PATH``, rlimits (address space ``KERNELS_SANDBOX_MEMORY_BYTES``,
-    CPU ``timeout_s * cpus + 10`` s, files 256 MiB, no core dumps), the request as JSON on
-    stdin and a pipe for its result. Its stdout/stderr go to files in ``logdir``. After
-    ``timeout_s`` seconds of wall clock (or when it exits) its whole process group is
-    killed with SIGKILL.
-    """
+    Args:
+        request: JSON-serialisable request; ``"sandbox"`` is set from ``policy``.
+        workdir: private directory from :func:`make_workdir`.
+        logdir: directory (trusted, not the child's) for its stdout/stderr files.
+        timeout_s: wall-clock limit in seconds.
+        policy: confinement; default :meth:`SandboxPolicy.from_env`.
+        env: extra environment variables (see :func:`child_env`).
 
+    Returns:
+        :class:`ChildRun`.
+
+    Raises:
+        SandboxError: the child could not confine itself (e.g. the privilege drop failed).
+        OSError: the child could not be started.
+    """
+    policy = policy or SandboxPolicy.from_env()
+    request = {**request, "sandbox": policy.to_child()}
     cpus = os.cpu_count() or 1
     limits = [
-        (resource.RLIMIT_AS, config.sandbox_memory_bytes()),
+        (resource.RLIMIT_AS, policy.memory_bytes),
         (resource.RLIMIT_CPU, int(math.ceil(timeout_s * cpus + 10))),
         (resource.RLIMIT_FSIZE, 256 * 2**20),
         (resource.RLIMIT_CORE, 0),
     ]
     code = _BOOTSTRAP.format(limits=limits, root=_PROJECT_ROOT)
-    env = {"OMP_NUM_THREADS": str(cpus), "PATH": "/usr/bin:/bin"}
     rfd, wfd = os.pipe()
     out_path, err_path = logdir / "stdout", logdir / "stderr"
     chunks: list[bytes] = []
@@ -87,6 +290,7 @@ def run_child(request: dict, workdir: Path, logdir: Path, timeout_s: float) -> C
             if total <= _MAX_RESULT_BYTES:
                 chunks.append(data)
 
+    start = time.monotonic()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
             proc = subprocess.Popen(
@@ -95,11 +299,14 @@ def run_child(request: dict, workdir: Path, logdir: Path, timeout_s: float) -> C
                 stdout=out,
                 stderr=err,
                 cwd=workdir,
-                env=env,
+                env=child_env(env),
                 pass_fds=(wfd,),
                 start_new_session=True,
                 close_fds=True,
             )
+        except BaseException:
+            os.close(rfd)
+            raise
         finally:
             os.close(wfd)  # only the child holds the write end: EOF when it is gone
     thread = threading.Thread(target=reader, daemon=True)
@@ -121,7 +328,23 @@ def run_child(request: dict, workdir: Path, logdir: Path, timeout_s: float) -> C
         except (ProcessLookupError, PermissionError):
             pass
         proc.wait()
+        wall_s = time.monotonic() - start
         thread.join(timeout=5)
         if not thread.is_alive():
             os.close(rfd)
-    return ChildRun(proc.returncode, timed_out, _tail(out_path), _tail(err_path), b"".join(chunks))
+    raw = b"".join(chunks)
+    head, sep, rest = raw.partition(b"\n")
+    report = None
+    if sep:
+        try:
+            report = json.loads(head.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            report = None
+        if not isinstance(report, dict):
+            report = None
+    if report is not None and "error" in report and proc.returncode == 70:
+        raise SandboxError(f"the sandbox child could not confine itself: {report['error']}")
+    return ChildRun(
+        proc.returncode, timed_out, _tail(out_path), _tail(err_path),
+        rest if sep else raw, report or None, wall_s,
+    )

@@ -105,6 +105,10 @@ class DesignSpace:
         parameters: distinct-named parameters, in ``#define`` order.
         restrictions: safe boolean expressions over the parameter names (see
             :mod:`kernels.restrictions` for the whitelist).
+        domain: optional name of an enumerated set of admissible points, e.g.
+            ``"replay:<dataset>"`` (the configurations a Kernel Tuner cache records; see
+            :mod:`kernels.domains`). Points outside it are not in the space, as Kernel Tuner's
+            search space built from a cache excludes unrecorded configurations.
 
     Raises:
         SpaceError: duplicate names, bad values, or a restriction that is not allowed
@@ -113,6 +117,7 @@ class DesignSpace:
 
     parameters: tuple[Parameter, ...]
     restrictions: tuple[str, ...] = ()
+    domain: str | None = None
     _compiled: tuple[Restriction, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -130,9 +135,25 @@ class DesignSpace:
             compiled = tuple(Restriction(r, frozenset(names)) for r in restrictions)
         except RestrictionError as exc:
             raise SpaceError(str(exc)) from None
+        if self.domain is not None and (not isinstance(self.domain, str) or ":" not in self.domain):
+            raise SpaceError(f"domain {self.domain!r} must look like '<kind>:<name>', e.g. 'replay:<dataset>'")
         object.__setattr__(self, "parameters", params)
         object.__setattr__(self, "restrictions", restrictions)
         object.__setattr__(self, "_compiled", compiled)
+
+    def _domain_points(self) -> tuple[dict[str, Value], ...] | None:
+        if self.domain is None:
+            return None
+        from kernels.domains import resolve
+
+        return resolve(self.domain).points
+
+    def _domain_keys(self) -> frozenset[str] | None:
+        if self.domain is None:
+            return None
+        from kernels.domains import resolve
+
+        return resolve(self.domain).keys
 
     # -- (de)serialisation -------------------------------------------------------------
 
@@ -145,7 +166,7 @@ class DesignSpace:
         """
         if not isinstance(d, Mapping):
             raise SpaceError("design space must be an object with 'parameters'")
-        unknown = set(d) - {"parameters", "restrictions"}
+        unknown = set(d) - {"parameters", "restrictions", "domain"}
         if unknown:
             raise SpaceError(f"unknown design space keys: {', '.join(sorted(unknown))}")
         raw = d.get("parameters")
@@ -163,14 +184,17 @@ class DesignSpace:
             isinstance(r, str) for r in restrictions
         ):
             raise SpaceError("'restrictions' must be a list of strings")
-        return cls(tuple(params), tuple(restrictions))
+        return cls(tuple(params), tuple(restrictions), d.get("domain"))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form accepted by :meth:`from_dict`."""
-        return {
+        d: dict[str, Any] = {
             "parameters": [{"name": p.name, "values": list(p.values)} for p in self.parameters],
             "restrictions": list(self.restrictions),
         }
+        if self.domain is not None:
+            d["domain"] = self.domain
+        return d
 
     # -- queries -----------------------------------------------------------------------
 
@@ -195,10 +219,22 @@ class DesignSpace:
             v = params[p.name]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v not in p.values:
                 return False
+        keys = self._domain_keys()
+        if keys is not None and point_key(params) not in keys:
+            return False
         return self.satisfies_restrictions(params)
 
+    def _in_values(self, point: Mapping[str, Value]) -> bool:
+        return all(point.get(p.name) in p.values for p in self.parameters)
+
     def iter_valid(self) -> Iterator[dict[str, Value]]:
-        """All valid points in lexicographic order (only for small spaces)."""
+        """All valid points: the domain's in recorded order, else lexicographic (small spaces only)."""
+        domain = self._domain_points()
+        if domain is not None:
+            for point in domain:
+                if self._in_values(point) and self.satisfies_restrictions(point):
+                    yield dict(point)
+            return
         for combo in itertools.product(*(p.values for p in self.parameters)):
             point = dict(zip(self.names, combo))
             if self.satisfies_restrictions(point):
@@ -221,6 +257,19 @@ class DesignSpace:
         exclude = set(exclude)
         if n <= 0 or not self.parameters:
             return []
+        if self.domain is not None:
+            from kernels.domains import resolve
+
+            d = resolve(self.domain)
+            pool = [
+                pt for pt, key in zip(d.points, d.point_keys)
+                if key not in exclude and self._in_values(pt) and self.satisfies_restrictions(pt)
+            ]
+            if len(pool) <= n:
+                order = rng.permutation(len(pool))
+            else:
+                order = rng.choice(len(pool), size=n, replace=False)
+            return [dict(pool[int(i)]) for i in order]
         if self.cartesian_size() <= _ENUMERATE_LIMIT:
             pool = [p for p in self.iter_valid() if point_key(p) not in exclude]
             if len(pool) <= n:

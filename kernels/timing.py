@@ -43,6 +43,32 @@ class BenchSettings:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
+# OpenMP settings of the sandbox child (see omp_environment). Chosen by measurement on a
+# 2-core x86_64 host with and without a competing busy process; see OMP_CHOICE_NOTE.
+OMP_DEFAULTS: dict[str, str] = {}
+OMP_CHOICE_NOTE = ""
+_OMP_KNOBS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_PROC_BIND", "OMP_PLACES")
+
+
+def omp_environment() -> dict[str, str]:
+    """OpenMP environment variables for timed candidate runs (recorded in the fingerprint).
+
+    :data:`OMP_DEFAULTS`, each overridable by ``KERNELS_<NAME>`` (e.g.
+    ``KERNELS_OMP_WAIT_POLICY=ACTIVE``; an empty value removes the setting).
+    """
+    import os  # noqa: PLC0415
+
+    env = dict(OMP_DEFAULTS)
+    for name in _OMP_KNOBS:
+        raw = os.environ.get(f"KERNELS_{name}")
+        if raw is not None:
+            if raw.strip():
+                env[name] = raw.strip()
+            else:
+                env.pop(name, None)
+    return env
+
+
 def make_flush(nbytes: int) -> Callable[[], None] | None:
     """A function that writes ``nbytes`` of fresh values (evicting caches), or None for 0."""
     if nbytes <= 0:

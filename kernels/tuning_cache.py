@@ -148,7 +148,7 @@ def _parse(text: str, path: Path) -> tuple[dict[str, Any], str]:
     raise TuningCacheError(f"{path}: not valid JSON and not a repairable cache file: {error}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity: comparing 18k entries is never wanted
 class TuningCache:
     """One Kernel Tuner cache file, parsed and indexed. Do not modify its mappings.
 
@@ -320,7 +320,10 @@ class TuningCache:
             return evidence(Outcome.invalid, f"bad parameters: {exc.args[0]}")
         rec = self.entries.get(key)
         if rec is None:
-            return evidence(Outcome.invalid, NOT_RECORDED_LOG, metrics={"not_recorded": True})
+            reason = NOT_RECORDED_LOG
+            if self.repaired:
+                reason += "; this file is a partial (unterminated) run, so it may simply not have been measured"
+            return evidence(Outcome.invalid, reason, metrics={"not_recorded": True})
         status, reason = self._status[key]
         metrics: dict[str, Any] = {}
         for src, dst in _COSTS.items():
@@ -329,6 +332,10 @@ class TuningCache:
                 metrics[dst] = v
         if status is not Outcome.ok:
             return evidence(status, reason, metrics=metrics)
+        if metrics.get("verification_ms", 0.0) > 0:
+            reason += " (outputs verified by Kernel Tuner when recorded)"
+        else:
+            reason += " (no output verification recorded)"
         t = float(rec.get("time", rec.get(self.objective)))
         label = self.sample_label
         metrics["latency_ms"] = t

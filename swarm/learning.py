@@ -39,7 +39,10 @@ def update_insights(run: Run, generation: int) -> list[Insight]:
     common = dict(workload=goal.workload, target=goal.target, run=run, generation=generation)
 
     values = [(p, sign * m[primary["metric"]]) for p, m in ok if _finite(m.get(primary["metric"]))]
-    imp = insights.parameter_importance(space, values)
+    last = Insight.objects.filter(kind=Insight.Kind.IMPORTANCE, workload=goal.workload, target=goal.target).first()
+    # Importance is the costly part: recompute when the evidence grew by a quarter.
+    stale = last is None or len(values) >= 1.25 * last.data.get("n", 0)
+    imp = insights.parameter_importance(space, values) if stale else None
     if imp:
         changed.append(Insight.objects.create(
             kind=Insight.Kind.IMPORTANCE, shape_set=goal.shape_set,

@@ -37,7 +37,8 @@ class Goal(models.Model):
     objectives = models.JSONField()
     constraints = models.JSONField(default=list, blank=True)
     space = models.JSONField()
-    source = models.TextField(help_text="Kernel template; parameters arrive as #define lines.")
+    source = models.TextField(blank=True, help_text="Kernel template; parameters arrive as #define lines.")
+    dataset_path = models.CharField(max_length=1000, blank=True, help_text="Recorded data of a replay: target.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -58,7 +59,15 @@ class Goal(models.Model):
         return f"target.{self.target}"
 
     def design_space(self) -> DesignSpace:
+        self.ensure_dataset()
         return DesignSpace.from_dict(self.space)
+
+    def ensure_dataset(self) -> None:
+        """Register the recorded data set of a replay goal in this process (workers start bare)."""
+        if self.dataset_path:
+            from swarm.replay_goals import ensure_dataset
+
+            ensure_dataset(self)
 
     def space_size(self) -> int:
         """Number of points of the unrestricted space (product of value counts)."""
@@ -136,6 +145,7 @@ class Run(models.Model):
         return f"run.{self.pk}"
 
     def design_space(self) -> DesignSpace:
+        self.goal.ensure_dataset()
         return DesignSpace.from_dict(self.space)
 
     def is_feasible(self, metrics: dict[str, float]) -> bool:

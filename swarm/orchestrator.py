@@ -50,10 +50,19 @@ EvaluateFn = Callable[..., Any]
 MAX_REUSE_ROUNDS = 100
 
 
+def backend_fingerprint(goal: Goal) -> dict[str, Any]:
+    """Environment fingerprint of the goal's target: compiler, flags and CPU on this host, or
+    the recorded data set of a ``replay:`` target."""
+    if goal.backend == "replay":
+        goal.ensure_dataset()
+        return _fingerprint("replay", goal.target)
+    return _fingerprint(goal.backend, None)
+
+
 @functools.cache
-def backend_fingerprint(backend: str) -> dict[str, Any]:
-    """Environment fingerprint of a backend on this host (compiler, flags, CPU)."""
-    return get_backend(backend).fingerprint()
+def _fingerprint(backend: str, target: str | None) -> dict[str, Any]:
+    b = get_backend(backend)
+    return b.fingerprint(target) if target else b.fingerprint()
 
 
 def stale_after() -> timedelta:
@@ -188,7 +197,7 @@ def propose_generation(run: Run) -> list[Candidate]:
         exploration=float(getattr(settings, "SWARM_UCB_EXPLORATION", 0.3)),
     )
     view = run_view(run, number)
-    fingerprint = backend_fingerprint(goal.backend)
+    fingerprint = backend_fingerprint(goal)
     seen = set(view.seen)
     created: list[Candidate] = []
     usage = dict(run.llm_usage)
@@ -468,6 +477,7 @@ def evaluate_candidate(candidate_id: int, *, evaluate: EvaluateFn | None = None)
     evaluate = evaluate or kernels.evaluate
     kwargs: dict[str, Any] = dict(shape_set=goal.shape_set, backend=goal.backend, timeout_s=settings.EVAL_TIMEOUT_S)
     if goal.backend == "replay":
+        goal.ensure_dataset()
         kwargs["target"] = goal.target
     try:
         record = evaluate(goal.workload, candidate.source, candidate.params, **kwargs).to_dict()

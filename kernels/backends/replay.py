@@ -16,11 +16,14 @@ import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernels import config
 from kernels.evaluator import Evidence
 from kernels.tuning_cache import TuningCache, dataset_name, load_cache
+
+if TYPE_CHECKING:
+    from kernels.space import DesignSpace
 
 __all__ = [
     "PREFIX",
@@ -170,8 +173,13 @@ class ReplayBackend:
             return {"backend": self.name, "format": "kernel_tuner_cache"}
         return get_dataset(_dataset_of(t)).fingerprint()
 
-    def space(self, target: str | None = None):
-        """The recorded Cartesian design space (see :meth:`TuningCache.space`)."""
+    def space(self, target: str | None = None) -> DesignSpace:
+        """The recorded Cartesian design space (see :meth:`TuningCache.space`).
+
+        Raises:
+            KeyError: unknown data set.
+            ValueError: no or malformed target.
+        """
         return get_dataset(_dataset_of(self._target(target))).space()
 
     def lookup(self, params: Mapping[str, Any], target: str | None = None) -> Evidence:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from kernels.space import DesignSpace, Parameter
 
 _DIR = Path(__file__).resolve().parent
-_SUFFIX = {"cpu": ".c"}
+_SUFFIX = {"cpu": ".c", "cuda": ".cu"}
 
 _DEFAULT_SPACES = {
     "rmsnorm": DesignSpace(
@@ -35,13 +37,32 @@ def load_template(workload: str, backend: str = "cpu") -> str:
     return path.read_text()
 
 
-def default_space(workload: str) -> DesignSpace:
-    """The default design space of ``workload``'s template.
+def default_space(workload: str, backend: str = "cpu") -> DesignSpace:
+    """The default design space of ``workload``'s template on ``backend`` (``"cpu"`` or
+    ``"cuda"``; the CUDA spaces live in :mod:`kernels.templates.cuda`).
 
     Raises:
-        KeyError: unknown workload.
+        KeyError: unknown workload or backend.
     """
+    if backend == "cuda":
+        from kernels.templates.cuda import cuda_space  # noqa: PLC0415
+
+        return cuda_space(workload)
+    if backend != "cpu":
+        raise KeyError(f"no default spaces for backend '{backend}' (known: cpu, cuda)")
     try:
         return _DEFAULT_SPACES[workload]
     except KeyError:
         raise KeyError(f"no default space for '{workload}' (known: {', '.join(sorted(_DEFAULT_SPACES))})") from None
+
+
+def default_launch_plan(workload: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The CUDA launch plan (JSON dict) of ``workload``'s ``.cu`` template at ``params``; see
+    :func:`kernels.templates.cuda.default_launch_plan`.
+
+    Raises:
+        KeyError: no CUDA template for ``workload``.
+    """
+    from kernels.templates.cuda import default_launch_plan as plan  # noqa: PLC0415
+
+    return plan(workload, params)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -47,6 +48,10 @@ class Workload:
         errors: ``(output float32, reference float64) -> (max_abs_error, max_rel_error)``.
         tolerance: pass iff ``max_rel_error <= tolerance`` (and no NaN/inf).
         flops, bytes: FLOP and minimum DRAM byte counts of one call at ``shape``.
+        error_definition: how ``errors`` measures error, in words.
+        shape_set_attrs: per shape set, attributes that override ``attrs`` (a model
+            constant such as ``eps`` belongs to the model the shape set comes from); see
+            :meth:`for_shape_set`.
     """
 
     name: str
@@ -63,6 +68,7 @@ class Workload:
     flops: Callable[[Shape], float]
     bytes: Callable[[Shape], float]
     error_definition: str = field(default="")
+    shape_set_attrs: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     @property
     def entry_point(self) -> str:
@@ -75,6 +81,17 @@ class Workload:
     @property
     def outputs(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.args if a.kind == "out")
+
+    def attrs_for(self, shape_set: str | None) -> dict[str, float]:
+        """Attributes in force for ``shape_set``: ``attrs`` updated with its overrides."""
+        return {**self.attrs, **self.shape_set_attrs.get(shape_set or "", {})}
+
+    def for_shape_set(self, shape_set: str | None) -> Workload:
+        """This workload with ``attrs`` as in force for ``shape_set`` (itself when the set has
+        no overrides), so code that reads ``wl.attrs`` needs no other change."""
+        if not shape_set or shape_set not in self.shape_set_attrs:
+            return self
+        return dataclasses.replace(self, attrs=self.attrs_for(shape_set))
 
     def shapes(self, shape_set: str) -> tuple[Shape, ...]:
         """Timed shapes of ``shape_set``.

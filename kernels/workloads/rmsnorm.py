@@ -1,8 +1,9 @@
 """RMSNorm: ``y = x / sqrt(mean(x**2, axis=-1) + eps) * w``, per row, float32.
 
 Inputs ``x`` [rows, hidden] float32 and ``w`` [hidden] float32; output ``y`` [rows, hidden]
-float32. Reference in float64. Shapes from Llama-3-8B (hidden 4096; 1 token = decode,
-32 = small batch, 512 = prefill chunk).
+float32. Reference in float64. Shapes from Llama-3-8B (hidden 4096, eps 1e-5; 1 token =
+decode, 32 = small batch, 512 = prefill chunk) and DeepSeek-V3 / Kimi K2 (hidden 7168,
+eps 1e-6 via ``shape_set_attrs``).
 """
 
 from __future__ import annotations
@@ -100,11 +101,15 @@ RMSNORM = Workload(
     attrs={"eps": EPS},
     shape_sets={
         "llama3-8b": tuple({"rows": r, "hidden": 4096} for r in (1, 32, 512)),
+        "deepseek-v3": tuple({"rows": r, "hidden": 7168} for r in (1, 32, 512)),
         "test-small": tuple({"rows": r, "hidden": 256} for r in (1, 8)),
     },
+    # DeepSeek-V3 / Kimi K2 (hidden 7168) use rms_norm_eps 1e-6 (their config.json).
+    shape_set_attrs={"deepseek-v3": {"eps": 1e-6}},
     # Not multiples of any tile: exercise remainder loops and ragged row chunks.
     validation_shapes={
         "llama3-8b": ({"rows": 7, "hidden": 4099},),
+        "deepseek-v3": ({"rows": 7, "hidden": 7171},),
         "test-small": ({"rows": 7, "hidden": 259},),
     },
     generate=generate,

@@ -63,7 +63,9 @@ class OptunaAgent(Agent):
         taken: set[str] = set()
         out: list[Proposal] = []
         tries = 0
-        while len(out) < n and tries < 20 * n:
+        # TPE concentrates on the best region and re-proposes evaluated points there; after a
+        # few rejections the rest of the batch is filled at random (exploration).
+        while len(out) < n and tries < 5 * n:
             tries += 1
             trial = study.ask(dists)
             params = {k: trial.params[k] for k in view.space.names}

@@ -16,6 +16,13 @@ def _private_compile_cache(tmp_path_factory):
     mp.undo()
 
 
+@pytest.fixture(autouse=True)
+def _private_data_dir(tmp_path_factory, monkeypatch):
+    """A fresh validation store per test, so stored failure cases never leak between tests
+    (or into the user's ``~/.local/share``)."""
+    monkeypatch.setenv("KERNELS_DATA_DIR", str(tmp_path_factory.mktemp("kernel-data")))
+
+
 @pytest.fixture
 def quick_bench() -> BenchSettings:
     """Tiny timing protocol so the suite stays fast; enough reps to exercise the loop."""

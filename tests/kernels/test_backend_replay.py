@@ -330,3 +330,15 @@ def test_replay_dirs_come_from_the_environment(tmp_path, monkeypatch, private_re
     assert list_datasets() == ["one", "two"]
     assert evaluate("k", "", {"A": 1}, target="replay:two").metrics["latency_ms"] == 1.0
     assert math.isclose(evaluate("k", "", CONV_PARAMS, target="replay:one").metrics["latency_ms"], 3.8753279224038124)
+
+
+def test_logs_say_whether_outputs_were_verified_and_why_a_config_is_absent():
+    gemm = load_cache(DATA / f"{GEMM}.json.gz")
+    assert "outputs verified by Kernel Tuner" in gemm.lookup(gemm.params_of(next(iter(gemm.entries)))).log
+    conv = load_cache(DATA / f"{CONV}.json.gz")
+    assert "no output verification recorded" in conv.lookup(CONV_PARAMS).log
+    energy = load_cache(DATA / f"{ENERGY}.json.gz")
+    params = {**energy.params_of(next(iter(energy.entries))), "nvml_pwr_limit": 150}  # only 250 W was run
+    ev = energy.lookup(params)
+    assert ev.status == Outcome.invalid and ev.metrics == {"not_recorded": True}
+    assert NOT_RECORDED_LOG in ev.log and "partial (unterminated) run" in ev.log

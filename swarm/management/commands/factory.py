@@ -26,17 +26,45 @@ class Command(BaseCommand):
         run.add_argument("--batch-size", type=int, default=4, help="candidates per generation")
         run.add_argument("--seed", type=int, default=None)
         run.add_argument("--no-baseline", action="store_true", help="skip timing the NumPy baseline")
+        run.add_argument("--agents", default=None,
+                         help="comma-separated agent kinds (default: the swarm mix random,evolutionary,optuna)")
         run.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+        imp = sub.add_parser("import-cache", help="create a replay: goal from a Kernel Tuner cache file")
+        imp.add_argument("file", help="Kernel Tuner cache file (.json or .json.gz)")
+        imp.add_argument("--name", default=None, help="data set name (default: the file name)")
+        imp.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         if opts["action"] == "run":
             self.run(opts)
+        elif opts["action"] == "import-cache":
+            self.import_cache(opts)
+
+    def import_cache(self, opts: dict[str, Any]) -> None:
+        from kernels.tuning_cache import TuningCacheError
+        from swarm.replay_goals import import_cache
+
+        try:
+            goal, summary = import_cache(opts["file"], name=opts["name"])
+        except (OSError, TuningCacheError, ValueError) as exc:
+            raise CommandError(f"cannot import {opts['file']}: {exc}") from exc
+        if opts["json"]:
+            self.stdout.write(json.dumps(summary, indent=2))
+        else:
+            self.stdout.write(
+                f"goal {goal.pk}: {goal.name}\n{summary['entries']} entries ({summary['valid']} valid, "
+                f"{summary['failed']} failed) of {summary['space_size']} configurations; "
+                f"recorded optimum {summary['optimum_ms']:.4g} ms"
+            )
 
     def run(self, opts: dict[str, Any]) -> None:
         goal = self._goal(opts)
         try:
+            agents = None
+            if opts["agents"]:
+                agents = [{"name": k.strip(), "kind": k.strip(), "settings": {}} for k in opts["agents"].split(",") if k.strip()]
             run, pending = orchestrator.start_run(
-                goal, budget=opts["budget"], seed=opts["seed"], batch_size=opts["batch_size"]
+                goal, budget=opts["budget"], seed=opts["seed"], batch_size=opts["batch_size"], agents=agents
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc

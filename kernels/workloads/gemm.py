@@ -1,0 +1,174 @@
+"""GEMM in the Linear-layer convention: ``C = A @ B^T``, float32.
+
+Inputs ``A`` [M, K] (activations) and ``B`` [N, K] (weights, one row per output feature);
+output ``C`` [M, N]; all float32, row-major. This is FlashInfer Trace's ``gemm`` definition
+(``C = torch.matmul(A, B.T)``, ``definitions/gemm/gemm_n6144_k4096.json``) and PyTorch's
+``F.linear(A, B)``. Reference in float64.
+
+Shape sets are Llama-3-8B's projections (hidden 4096, 32 query / 8 key-value heads of 128,
+MLP 14336; ``config.json`` of meta-llama/Meta-Llama-3-8B), one projection per set so that an
+evaluation stays affordable on a CPU:
+
+======================  =====  =====  =========================================
+set                     N      K      what
+======================  =====  =====  =========================================
+llama3-8b-o-decode      4096   4096   attention output projection
+llama3-8b-qkv-decode    6144   4096   fused q/k/v projection (4096 + 2 * 1024)
+llama3-8b-gate-up-decode 28672 4096   fused gate/up MLP projection (2 * 14336)
+llama3-8b-down-decode   4096   14336  MLP down projection
+llama3-8b-o-prefill     4096   4096   o_proj on a prefill chunk
+square-1024             1024   1024   classic square benchmark
+test-small              64     128    unit tests
+======================  =====  =====  =========================================
+
+M (tokens in the batch) comes from FlashInfer Trace's workloads captured in real
+Llama-3.1-8B serving (``workloads/gemm/gemm_n{4096,6144}_k4096.jsonl``: M = 1, 2, 4, 7, 8,
+15, 16, 24, ..., 256, 972, 2053, 2379, 8192): decode sets use M = 1, 16, 64, prefill uses
+M = 972, and the odd validation shapes use the trace's ragged M = 7 and 35 (decode) or 35
+and 2053 (prefill, square) with N and K that are not multiples of any tile (N = 263,
+K = the real K + 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from kernels.workloads.base import Arg, Arrays, Shape, Workload
+
+# Row-normalised error bound (see ERROR_DEFINITION). Measured float32 errors at K = 4096 and
+# 14336: blocked BLAS ~4e-7, one sequential float32 accumulator ~3e-6 / 5.5e-6. 2e-5 keeps a
+# >3x margin over the worst reasonable float32 summation while dropping a single k term
+# (~1e-2 at K = 14336) or rounding inputs to fp16/bf16 (~4e-4) fails.
+TOLERANCE = 2e-5
+REL_FLOOR = 1e-12
+
+ERROR_DEFINITION = (
+    "max_abs_error = max |C - ref|; max_rel_error = max over rows m of "
+    "max_n |C[m, n] - ref[m, n]| / max_n |ref[m, n]| (error relative to the row's largest "
+    f"output, robust to outputs near zero from cancellation); pass iff max_rel_error <= {TOLERANCE:g}"
+)
+
+
+def uniform_fast(rng: np.random.Generator, size: int, bound: float) -> np.ndarray:
+    """``size`` float32 values uniform in [-bound, bound), built from raw random bits.
+
+    2-3x faster than ``rng.random`` for the 10^8-element weight matrices of the large
+    projections (23 mantissa bits per value: plenty for test data).
+    """
+    bits = rng.integers(0, 2**32, size=size, dtype=np.uint32)
+    bits >>= np.uint32(9)
+    bits |= np.uint32(0x3F800000)  # [1, 2)
+    out = bits.view(np.float32)
+    out -= np.float32(1.5)  # [-0.5, 0.5)
+    out *= np.float32(2.0 * bound)
+    return out
+
+
+def generate(shape: Shape, seed: int) -> Arrays:
+    """Seeded inputs with LLM-like statistics.
+
+    ``A`` (activations): N(0, 1) times a log-normal per-row (token) scale, plus a few outlier
+    feature channels (about 1 in 1000, at least one) of magnitude 10-60 with a fixed sign per
+    channel (Dettmers et al. 2022, "LLM.int8()", arXiv:2208.07339).
+    ``B`` (weights): PyTorch's ``nn.Linear`` default initialisation, uniform in
+    [-1/sqrt(K), 1/sqrt(K)) (kaiming-uniform with a = sqrt(5)), times a log-normal per-row
+    (output feature) scale.
+
+    Returns:
+        ``{"A": float32 [M, K], "B": float32 [N, K]}``, C-contiguous.
+    """
+    M, N, K = int(shape["M"]), int(shape["N"]), int(shape["K"])
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((M, K), dtype=np.float32)
+    A *= np.exp(rng.normal(0.0, 0.3, size=(M, 1))).astype(np.float32)
+    n_out = max(1, K // 1000)
+    channels = rng.choice(K, size=n_out, replace=False)
+    signs = rng.choice([-1.0, 1.0], size=n_out)
+    A[:, channels] = (rng.uniform(10.0, 60.0, size=(M, n_out)) * signs).astype(np.float32)
+    B = uniform_fast(rng, N * K, 1.0 / np.sqrt(K)).reshape(N, K)
+    B *= np.exp(rng.normal(0.0, 0.2, size=(N, 1))).astype(np.float32)
+    return {"A": np.ascontiguousarray(A), "B": np.ascontiguousarray(B)}
+
+
+def reference(inputs: Arrays, attrs: Mapping[str, float]) -> Arrays:
+    """Float64 reference: ``{"C": float64 [M, N]}`` = ``A @ B^T``."""
+    A = inputs["A"].astype(np.float64)
+    B = inputs["B"].astype(np.float64)
+    return {"C": A @ B.T}
+
+
+def errors(out: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
+    """``(max_abs_error, max_rel_error)`` as in :data:`ERROR_DEFINITION`."""
+    if out.size == 0:
+        return 0.0, 0.0
+    diff = np.abs(out.astype(np.float64) - ref)
+    denom = np.maximum(np.max(np.abs(ref), axis=-1, keepdims=True), REL_FLOOR)
+    return float(np.max(diff)), float(np.max(diff / denom))
+
+
+def output_shapes(shape: Shape) -> dict[str, tuple[int, ...]]:
+    return {"C": (int(shape["M"]), int(shape["N"]))}
+
+
+def flops(shape: Shape) -> float:
+    """``2 * M * N * K``: one multiply and one add per term of each dot product."""
+    return 2.0 * shape["M"] * shape["N"] * shape["K"]
+
+
+def nbytes(shape: Shape) -> float:
+    """Compulsory DRAM traffic: read A and B once, write C once, 4 bytes each:
+    ``4 * (M*K + N*K + M*N)``."""
+    M, N, K = shape["M"], shape["N"], shape["K"]
+    return 4.0 * (M * K + N * K + M * N)
+
+
+def _decode(n: int, k: int) -> tuple[Shape, ...]:
+    return tuple({"M": m, "N": n, "K": k} for m in (1, 16, 64))
+
+
+def _odd(k: int, ms: tuple[int, ...] = (7, 35)) -> tuple[Shape, ...]:
+    """Ragged M from the trace, prime N = 263, K = real K + 3: no tile divides them."""
+    return tuple({"M": m, "N": 263, "K": k + 3} for m in ms)
+
+
+GEMM = Workload(
+    name="gemm",
+    c_signature="void gemm(const float *A, const float *B, float *C, int M, int N, int K)",
+    args=(
+        Arg("A", "in"),
+        Arg("B", "in"),
+        Arg("C", "out"),
+        Arg("M", "int"),
+        Arg("N", "int"),
+        Arg("K", "int"),
+    ),
+    attrs={},
+    shape_sets={
+        "llama3-8b-o-decode": _decode(4096, 4096),
+        "llama3-8b-qkv-decode": _decode(6144, 4096),
+        "llama3-8b-gate-up-decode": _decode(28672, 4096),
+        "llama3-8b-down-decode": _decode(4096, 14336),
+        "llama3-8b-o-prefill": ({"M": 972, "N": 4096, "K": 4096},),
+        "square-1024": ({"M": 1024, "N": 1024, "K": 1024},),
+        "test-small": ({"M": 1, "N": 64, "K": 128}, {"M": 16, "N": 64, "K": 128}),
+    },
+    validation_shapes={
+        "llama3-8b-o-decode": _odd(4096),
+        "llama3-8b-qkv-decode": _odd(4096),
+        "llama3-8b-gate-up-decode": _odd(4096),
+        "llama3-8b-down-decode": _odd(14336),
+        "llama3-8b-o-prefill": _odd(4096, (35, 2053)),
+        "square-1024": _odd(1024, (35, 2053)),
+        "test-small": ({"M": 7, "N": 37, "K": 133}, {"M": 35, "N": 37, "K": 133}),
+    },
+    generate=generate,
+    reference=reference,
+    output_shapes=output_shapes,
+    errors=errors,
+    tolerance=TOLERANCE,
+    flops=flops,
+    bytes=nbytes,
+    error_definition=ERROR_DEFINITION,
+)

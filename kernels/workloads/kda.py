@@ -1,0 +1,231 @@
+"""Kimi Delta Attention (KDA) forward, float32: the linear-attention layer of Kimi Linear.
+
+Per sequence-head ``h`` (one of ``batch_heads`` independent problems), tokens
+``t = 0..seq-1``, state ``S`` [dk, dv] starting at zero (Kimi Linear, arXiv:2510.26692,
+Sec. 3, Eq. (1); step order of fla-org/flash-linear-attention ``fla/ops/kda``):
+
+    S'_t = Diag(exp(g_t)) S_{t-1}                   per-channel decay, g_t <= 0
+    S_t  = S'_t + beta_t k_t (v_t - S'_t^T k_t)^T   delta rule on the decayed state
+    o_t  = S_t^T (scale * q_t),  scale = dk ** -0.5
+
+Inputs (float32, row-major, heads-first so that each sequence-head is contiguous):
+``q``, ``k``, ``g`` [batch_heads, seq, dk]; ``v`` [batch_heads, seq, dv];
+``beta`` [batch_heads, seq]. Outputs: ``o`` [batch_heads, seq, dv] and ``state``
+[batch_heads, dk, dv], the state after the last token ("K-first" as in FLA; what a serving
+engine keeps for the following decode steps). ``batch_heads`` = batch x value heads (the
+FLA layout [B, T, H, D] transposed to [B*H, T, D]); q/k are given already L2-normalised
+(the kernel does not normalise them), ``g`` in log space, ``beta`` already sigmoid-ed.
+
+Any correct algorithm is allowed (token-by-token recurrence, the chunked WY/UT form of the
+paper's Sec. 3.1, ...). :func:`reference` is the chunked form in float64 with a
+per-chunk dense triangular solve; :func:`recurrent` is the token-by-token form; the test
+suite checks both against each other and against ``../shared/reference/kda_reference.py``.
+
+Shapes: Kimi-Linear-48B-A3B has 32 KDA heads with dk = dv = 128
+(moonshotai/Kimi-Linear-48B-A3B-Instruct ``config.json``). ``kimi-linear`` times 4 heads
+(one tensor-parallel rank of 8) on a 512- and a 2048-token prompt, and all 32 heads on a
+256-token prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from kernels.workloads.base import Arg, Arrays, Shape, Workload
+
+CHUNK = 64  # chunk length of the reference and of the paper's FLOP model (FLA's default)
+GATE_LOWER_BOUND = -5.0
+# Row-normalised error bound (see ERROR_DEFINITION). A float32 token-by-token recurrence
+# measures ~1e-6..1e-5 on these inputs (the state is a long sum of decayed rank-1 updates);
+# 1e-4 is FLA's fp32 self-test bound and leaves a >10x margin. Ignoring beta, the decay or
+# the delta rule's prediction is off by >1e-1.
+TOLERANCE = 1e-4
+REL_FLOOR = 1e-30
+
+ERROR_DEFINITION = (
+    "per output (o and state): max_abs_error = max |out - ref|; max_rel_error = max over "
+    "rows (one row = one token's dv outputs of one head for o, one dk-channel of one head's "
+    "state) of max_j |out - ref| / max_j |ref|; the worst output counts; "
+    f"pass iff max_rel_error <= {TOLERANCE:g}"
+)
+
+
+def _l2norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + eps)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+def generate(shape: Shape, seed: int) -> Arrays:
+    """Seeded inputs with the value ranges KDA sees in Kimi Linear.
+
+    ``q``, ``k``: L2-normalised Gaussian rows (FLA's in-kernel l2norm, eps 1e-6).
+    ``v``: N(0, 1). ``beta = sigmoid(N(0, 1))`` in (0, 1). ``g``: Kimi Linear's
+    lower-bounded gate, ``g = -5 * sigmoid(f + b)`` with ``f ~ N(0, 1)`` per token and a
+    per-head, per-channel bias ``b ~ U(-8, 2)``: channels range from long memory
+    (``g ~ -0.002``) to fast forgetting (``g ~ -4.5``), so ``exp`` of an in-chunk cumulative
+    gate underflows float32 in chunked kernels that do not work with differences.
+
+    Returns:
+        ``{"q", "k", "g": [BH, T, dk], "v": [BH, T, dv], "beta": [BH, T]}``, float32,
+        C-contiguous.
+    """
+    bh, t, dk, dv = (int(shape[a]) for a in ("batch_heads", "seq", "dk", "dv"))
+    rng = np.random.default_rng(seed)
+    q = _l2norm(rng.standard_normal((bh, t, dk)))
+    k = _l2norm(rng.standard_normal((bh, t, dk)))
+    v = rng.standard_normal((bh, t, dv))
+    bias = rng.uniform(-8.0, 2.0, size=(bh, 1, dk))
+    g = GATE_LOWER_BOUND * _sigmoid(rng.standard_normal((bh, t, dk)) + bias)
+    beta = _sigmoid(rng.standard_normal((bh, t)))
+    f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)  # noqa: E731
+    return {"q": f32(q), "k": f32(k), "v": f32(v), "g": f32(g), "beta": f32(beta)}
+
+
+def recurrent(q, k, v, g, beta, scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Token-by-token KDA in float64 (Eq. (1)), heads-first layout.
+
+    Args:
+        q, k, g: [BH, T, dk]; v: [BH, T, dv]; beta: [BH, T] (any float dtype).
+        scale: default ``dk ** -0.5``.
+
+    Returns:
+        ``(o [BH, T, dv], state [BH, dk, dv])``, float64.
+    """
+    q, k, v, g, beta = (np.asarray(a, dtype=np.float64) for a in (q, k, v, g, beta))
+    bh, t, dk = q.shape
+    dv = v.shape[-1]
+    scale = dk**-0.5 if scale is None else scale
+    S = np.zeros((bh, dk, dv))
+    o = np.empty((bh, t, dv))
+    for i in range(t):
+        S *= np.exp(g[:, i])[:, :, None]
+        pred = np.einsum("bk,bkv->bv", k[:, i], S)
+        S += k[:, i, :, None] * (beta[:, i, None] * (v[:, i] - pred))[:, None, :]
+        o[:, i] = np.einsum("bk,bkv->bv", q[:, i] * scale, S)
+    return o, S
+
+
+def chunked(q, k, v, g, beta, scale: float | None = None, chunk: int = CHUNK) -> tuple[np.ndarray, np.ndarray]:
+    """Chunked (WY/UT) KDA in float64, heads-first layout (Kimi Linear Sec. 3.1).
+
+    Within a chunk of ``c`` tokens with chunk-initial state ``S`` and in-chunk cumulative
+    log decay ``G_r = g_1 + ... + g_r``:
+    ``A_kk[i, j] = sum_d k_i k_j exp(G_i - G_j)`` (j < i),
+    ``A_qk[i, j] = scale * sum_d q_i k_j exp(G_i - G_j)`` (j <= i),
+    ``(I + Diag(beta) A_kk) [U | W] = Diag(beta) [V | exp(G) K]`` (dense solve),
+    ``U~ = U - W S``, ``O = scale (Q * exp(G)) S + A_qk U~``,
+    ``S <- exp(G_c) * S + (exp(G_c - G) * K)^T U~``. Every exponent is <= 0 (no overflow).
+    The last chunk is simply shorter (no padding).
+
+    Returns:
+        ``(o [BH, T, dv], state [BH, dk, dv])``, float64.
+    """
+    q, k, v, g, beta = (np.asarray(a, dtype=np.float64) for a in (q, k, v, g, beta))
+    bh, t, dk = q.shape
+    dv = v.shape[-1]
+    scale = dk**-0.5 if scale is None else scale
+    S = np.zeros((bh, dk, dv))
+    o = np.empty((bh, t, dv))
+    for t0 in range(0, t, chunk):
+        sl = slice(t0, min(t0 + chunk, t))
+        Q, K, V, B = q[:, sl] * scale, k[:, sl], v[:, sl], beta[:, sl]
+        c = K.shape[1]
+        G = np.cumsum(g[:, sl], axis=1)  # [BH, c, dk]
+        lower = np.tril(np.ones((c, c), dtype=bool))
+        D = np.where(lower[None, :, :, None], G[:, :, None, :] - G[:, None, :, :], -np.inf)
+        E = np.exp(D)  # exp(G_i - G_j) for j <= i, else 0
+        Akk = np.einsum("bid,bjd,bijd->bij", K, K, E) * np.tril(np.ones((c, c)), -1)
+        Aqk = np.einsum("bid,bjd,bijd->bij", Q, K, E)
+        T = np.eye(c) + B[:, :, None] * Akk
+        rhs = B[:, :, None] * np.concatenate([V, np.exp(G) * K], axis=-1)
+        X = np.linalg.solve(T, rhs)
+        U, W = X[..., :dv], X[..., dv:]
+        Ut = U - W @ S
+        o[:, sl] = (Q * np.exp(G)) @ S + Aqk @ Ut
+        Gc = G[:, -1]  # [BH, dk]
+        S = np.exp(Gc)[:, :, None] * S + np.swapaxes(np.exp(Gc[:, None, :] - G) * K, 1, 2) @ Ut
+    return o, S
+
+
+def reference(inputs: Arrays, attrs: Mapping[str, float]) -> Arrays:
+    """Float64 reference (:func:`chunked`): ``{"o": [BH, T, dv], "state": [BH, dk, dv]}``."""
+    o, S = chunked(inputs["q"], inputs["k"], inputs["v"], inputs["g"], inputs["beta"])
+    return {"o": o, "state": S}
+
+
+def errors(out: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
+    """``(max_abs_error, max_rel_error)`` as in :data:`ERROR_DEFINITION` (rows = last axis)."""
+    if out.size == 0:
+        return 0.0, 0.0
+    diff = np.abs(out.astype(np.float64) - ref)
+    denom = np.maximum(np.max(np.abs(ref), axis=-1, keepdims=True), REL_FLOOR)
+    return float(np.max(diff)), float(np.max(diff / denom))
+
+
+def output_shapes(shape: Shape) -> dict[str, tuple[int, ...]]:
+    bh, t, dk, dv = (int(shape[a]) for a in ("batch_heads", "seq", "dk", "dv"))
+    return {"o": (bh, t, dv), "state": (bh, dk, dv)}
+
+
+def flops(shape: Shape) -> float:
+    """Kimi Linear's FLOP model of the chunked forward (arXiv:2510.26692, Sec. 6.3,
+    Eq. (13)), per head ``6 T d^2 + 3 T C d + T C^2`` with chunk ``C = 64``, generalised to
+    ``dk != dv`` as ``6 T dk dv + 1.5 T C (dk + dv) + T C^2``, times ``batch_heads``."""
+    bh, t, dk, dv = (shape[a] for a in ("batch_heads", "seq", "dk", "dv"))
+    return float(bh * (6 * t * dk * dv + 1.5 * t * CHUNK * (dk + dv) + t * CHUNK * CHUNK))
+
+
+def nbytes(shape: Shape) -> float:
+    """Compulsory DRAM traffic, 4 bytes per element: read q, k, g (dk each), v (dv) and beta
+    per token, write o (dv) per token and the final state (dk x dv) per head."""
+    bh, t, dk, dv = (shape[a] for a in ("batch_heads", "seq", "dk", "dv"))
+    return 4.0 * bh * (t * (3 * dk + 2 * dv + 1) + dk * dv)
+
+
+def _shape(bh: int, t: int, dk: int = 128, dv: int = 128) -> Shape:
+    return {"batch_heads": bh, "seq": t, "dk": dk, "dv": dv}
+
+
+KDA = Workload(
+    name="kda",
+    c_signature=(
+        "void kda(const float *q, const float *k, const float *v, const float *g, "
+        "const float *beta, float *o, float *state, int batch_heads, int seq, int dk, int dv)"
+    ),
+    args=(
+        Arg("q", "in"),
+        Arg("k", "in"),
+        Arg("v", "in"),
+        Arg("g", "in"),
+        Arg("beta", "in"),
+        Arg("o", "out"),
+        Arg("state", "out"),
+        Arg("batch_heads", "int"),
+        Arg("seq", "int"),
+        Arg("dk", "int"),
+        Arg("dv", "int"),
+    ),
+    attrs={},
+    shape_sets={
+        "kimi-linear": (_shape(4, 512), _shape(4, 2048), _shape(32, 256)),
+        "test-small": (_shape(2, 64, 32, 32), _shape(1, 160, 32, 32)),
+    },
+    # seq not a multiple of any chunk, odd head dims (test-small), odd head count.
+    validation_shapes={
+        "kimi-linear": (_shape(3, 333),),
+        "test-small": (_shape(3, 37, 19, 13), _shape(1, 133, 33, 17)),
+    },
+    generate=generate,
+    reference=reference,
+    output_shapes=output_shapes,
+    errors=errors,
+    tolerance=TOLERANCE,
+    flops=flops,
+    bytes=nbytes,
+    error_definition=ERROR_DEFINITION,
+)

@@ -1,0 +1,202 @@
+"""FlashInfer Trace definitions import as shape sets; candidates export as Solutions and Traces."""
+
+import json
+import shutil
+
+import pytest
+
+from kernels import WORKLOADS, Evidence, Outcome, config, evaluate, load_template
+from kernels.flashinfer_trace import (
+    DEFINITION_MAP,
+    STATUS_MAP,
+    FlashInferTraceError,
+    entry_shape,
+    export_solution,
+    export_trace,
+    import_shape_sets,
+    load_definitions,
+    load_workloads,
+)
+
+DATA = config.shared_dataset_dir("flashinfer-trace")
+pytestmark = pytest.mark.skipif(DATA is None, reason="shared/datasets/flashinfer-trace not found")
+
+PARAMS = {"ROWS_PER_CHUNK": 4, "UNROLL": 2, "VEC": 8, "ACC_DOUBLE": 0}
+SOLUTION_KEYS = {"name", "definition", "author", "description", "spec", "sources"}
+SPEC_KEYS = {"language", "target_hardware", "entry_point", "dependencies", "destination_passing_style"}
+TRACE_KEYS = {"definition", "solution", "workload", "evaluation"}
+
+
+def strict_json(record: dict) -> dict:
+    """Round-trip through strict JSON (no NaN/inf literals)."""
+    return json.loads(json.dumps(record, allow_nan=False))
+
+
+@pytest.fixture(scope="module")
+def rmsnorm_evidence():
+    """The rmsnorm template evaluated on llama3-8b shapes (rows 1, 32, 512; hidden 4096)."""
+    from kernels import BenchSettings
+
+    bench = BenchSettings(warmup_ms=1.0, rep_ms=2.0, min_reps=3, max_reps=5, flush_bytes=1 << 20)
+    ev = evaluate("rmsnorm", load_template("rmsnorm"), PARAMS, shape_set="llama3-8b", bench=bench, seed=5, timeout_s=60)
+    assert ev.status == Outcome.ok, ev.log
+    return ev
+
+
+def batch_entry(n: int):
+    return next(e for e in load_workloads()["rmsnorm_h4096"] if e.axes["batch_size"] == n)
+
+
+# -- import ----------------------------------------------------------------------------------
+
+
+def test_all_definitions_and_workload_entries_load():
+    definitions = load_definitions()
+    workloads = load_workloads()
+    assert len(definitions) == 10
+    assert sum(len(v) for v in workloads.values()) == 114
+    assert {k: len(v) for k, v in workloads.items()} == {
+        "gemm_n4096_k4096": 43, "gemm_n6144_k4096": 43, "rmsnorm_h4096": 14, "fused_add_rmsnorm_h4096": 14,
+    }
+    rms = definitions["rmsnorm_h4096"]
+    assert rms.op_type == "rmsnorm" and rms.const_axes == {"hidden_size": 4096} and rms.var_axes == ("batch_size",)
+    assert rms.inputs["hidden_states"]["dtype"] == "bfloat16" and "def run" in rms.reference
+
+
+def test_mapped_definitions_become_shape_sets_of_our_workloads():
+    sets = import_shape_sets()
+    assert set(sets) == set(DEFINITION_MAP)
+    assert {k: v.workload for k, v in sets.items()} == {
+        "gemm_n4096_k4096": "gemm", "gemm_n6144_k4096": "gemm",
+        "rmsnorm_h4096": "rmsnorm", "fused_add_rmsnorm_h4096": "fused_add_rmsnorm",
+    }
+    for s in sets.values():
+        assert s.registered == (s.workload in WORKLOADS)
+
+
+@pytest.mark.parametrize("definition, n", [("gemm_n4096_k4096", 4096), ("gemm_n6144_k4096", 6144)])
+def test_gemm_shapes_fix_n_and_k_and_take_m_from_the_workloads(definition, n):
+    s = import_shape_sets()[definition]
+    ms = sorted({e.axes["M"] for e in load_workloads()[definition]})
+    assert [shape["M"] for shape in s.shapes] == ms
+    assert all(shape == {"M": shape["M"], "N": n, "K": 4096} and list(shape) == ["M", "N", "K"] for shape in s.shapes)
+    assert s.dtypes == {"A": "float16", "B": "float16", "C": "float16"}
+    assert sum(len(u) for u in s.uuids.values()) == 43
+
+
+def test_rmsnorm_shapes_use_our_axis_names():
+    s = import_shape_sets()["rmsnorm_h4096"]
+    assert s.registered and s.name == "rmsnorm_h4096"
+    assert s.shapes[0] == {"rows": 1, "hidden": 4096}
+    assert [x["rows"] for x in s.shapes] == sorted({e.axes["batch_size"] for e in load_workloads()["rmsnorm_h4096"]})
+    ours = {k for shapes in WORKLOADS["rmsnorm"].shape_sets.values() for shape in shapes for k in shape}
+    assert set(s.shapes[0]) == ours
+    assert s.uuids["rows=1,hidden=4096"] == (batch_entry(1).uuid,)
+
+
+def test_entry_shape_converts_one_entry():
+    d = load_definitions()["rmsnorm_h4096"]
+    assert entry_shape(d, batch_entry(7)) == {"rows": 7, "hidden": 4096}
+    assert entry_shape(d, batch_entry(7).raw) == {"rows": 7, "hidden": 4096}
+    with pytest.raises(FlashInferTraceError, match="no mapping"):
+        entry_shape(load_definitions()["gdn_decode_qk16_v32_d128_k_last"], {"uuid": "u", "axes": {}})
+
+
+def test_the_folder_is_configurable(tmp_path, monkeypatch):
+    for sub in ("definitions/rmsnorm", "workloads/rmsnorm"):
+        shutil.copytree(DATA / sub, tmp_path / sub)
+    monkeypatch.setenv("KERNELS_FLASHINFER_TRACE_DIR", str(tmp_path))
+    assert set(load_definitions()) == {"rmsnorm_h4096", "fused_add_rmsnorm_h4096"}
+    assert set(import_shape_sets()) == {"rmsnorm_h4096", "fused_add_rmsnorm_h4096"}
+    assert len(load_definitions(DATA)) == 10
+
+
+def test_malformed_files_are_named(tmp_path):
+    (tmp_path / "workloads" / "x").mkdir(parents=True)
+    (tmp_path / "workloads" / "x" / "bad.jsonl").write_text('{"definition": "d", "workload": {"axes": {}}}\n')
+    with pytest.raises(FlashInferTraceError, match="bad.jsonl:1"):
+        load_workloads(tmp_path)
+
+
+# -- export ----------------------------------------------------------------------------------
+
+
+def test_export_solution_is_a_flashinfer_solution():
+    src = load_template("rmsnorm")
+    s = strict_json(export_solution("rmsnorm", src, PARAMS, name="int21-rmsnorm-1", author="evolutionary", target="cpu-x86_64"))
+    assert set(s) == SOLUTION_KEYS and set(s["spec"]) == SPEC_KEYS
+    assert s["definition"] == "rmsnorm_h4096" and s["spec"]["language"] == "cpp"
+    assert s["spec"]["entry_point"] == "kernel.c::rmsnorm" and s["spec"]["target_hardware"] == ["cpu"]
+    (source,) = s["sources"]
+    assert source["path"] == s["spec"]["entry_point"].split("::")[0]
+    assert source["content"].startswith("#define ROWS_PER_CHUNK 4\n") and source["content"].endswith(src)
+
+
+def test_export_solution_for_cuda_names_the_kernel_and_hardware():
+    src = 'extern "C" __global__ void gemm_tiled(const float *A, const float *B, float *C) {}\n'
+    s = strict_json(export_solution("gemm", src, {"BM": 64}, name="g1", author="llm", target="cuda-sm90",
+                                    definition="gemm_n6144_k4096"))
+    assert s["definition"] == "gemm_n6144_k4096" and s["spec"]["language"] == "cuda"
+    assert s["spec"]["entry_point"] == "kernel.cu::gemm_tiled"
+    assert s["spec"]["target_hardware"] == ["NVIDIA_H100", "NVIDIA_H200"]
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"workload": "gemm"}, "pass definition="),
+    ({"workload": "softmax"}, "maps to definitions none"),
+    ({"target": "replay:gemm-clblast-xgemm_RTX-3090"}, "replay data has no source"),
+    ({"definition": "gemm_n4096_k4096"}, "maps to workload 'gemm'"),
+    ({"name": ""}, "non-empty name"),
+])
+def test_export_solution_refuses_what_it_cannot_map(kwargs, words):
+    args = {"workload": "rmsnorm", "target": "cpu-x86_64", "name": "n", "author": "a", **kwargs}
+    with pytest.raises(FlashInferTraceError, match=words):
+        export_solution(args.pop("workload"), "int x;", PARAMS, **args)
+
+
+def test_export_trace_of_a_passed_evaluation(rmsnorm_evidence):
+    entry = batch_entry(1)
+    t = strict_json(export_trace("rmsnorm_h4096", entry, "int21-rmsnorm-1", rmsnorm_evidence))
+    assert set(t) == TRACE_KEYS and t["workload"] == entry.raw["workload"]
+    ev = t["evaluation"]
+    assert set(ev) == {"status", "correctness", "performance", "environment", "timestamp", "log"}
+    assert ev["status"] == "PASSED"
+    assert ev["performance"]["latency_ms"] == rmsnorm_evidence.metrics["latency_ms[rows=1,hidden=4096]"]
+    assert 0 <= ev["correctness"]["max_relative_error"] <= WORKLOADS["rmsnorm"].tolerance
+    assert ev["environment"]["hardware"] == rmsnorm_evidence.fingerprint["cpu_model"]
+    assert "compiler" in ev["environment"]["libs"] and ev["timestamp"].endswith("Z")
+
+
+def test_export_trace_needs_timing_of_the_entry_shape(rmsnorm_evidence):
+    with pytest.raises(FlashInferTraceError, match="no latency"):
+        export_trace("rmsnorm_h4096", batch_entry(7), "s", rmsnorm_evidence)
+
+
+@pytest.mark.parametrize("outcome", [o for o in Outcome if o is not Outcome.ok])
+def test_export_trace_maps_every_failure_to_flashinfer_status(outcome):
+    ev = Evidence(status=outcome, metrics={"max_abs_error": 3.0, "max_rel_error": float("nan")}, log="why",
+                  fingerprint={"device_name": "NVIDIA H200", "cuda_version": "12.6"})
+    t = strict_json(export_trace("rmsnorm_h4096", batch_entry(7).raw["workload"], "s", ev, timestamp="2026-01-01T00:00:00Z"))
+    e = t["evaluation"]
+    assert e["status"] == STATUS_MAP[outcome] and "performance" not in e
+    assert e["environment"] == {"hardware": "NVIDIA H200", "libs": {"cuda": "12.6"}}
+    if outcome is Outcome.wrong_result:
+        assert e["correctness"] == {"max_relative_error": "NaN", "max_absolute_error": 3.0}
+    else:
+        assert "correctness" not in e
+    assert e["log"].startswith("int21 outcome: invalid") == (outcome is Outcome.invalid)
+
+
+def test_export_trace_picks_the_entry_shape_from_synthetic_evidence():
+    """Same mapping without the sandbox: latency and errors of the entry's own shape."""
+    cases = [
+        {"kind": "validation", "label": "rows=7,hidden=4096", "max_abs_error": 1e-6, "max_rel_error": 2e-7},
+        {"kind": "validation", "label": "rows=1,hidden=4096", "max_abs_error": 5e-6, "max_rel_error": 9e-7},
+    ]
+    ev = Evidence(status=Outcome.ok, metrics={"latency_ms[rows=7,hidden=4096]": 0.25, "latency_ms[rows=1,hidden=4096]": 0.1},
+                  samples_ms={"rows=7,hidden=4096": [0.25], "rows=1,hidden=4096": [0.1]}, cases=cases,
+                  fingerprint={"device_name": "NVIDIA H200"})
+    e = strict_json(export_trace("rmsnorm_h4096", batch_entry(7), "s", ev, hardware="NVIDIA_H200"))["evaluation"]
+    assert e["performance"] == {"latency_ms": 0.25, "reference_latency_ms": 0.0, "speedup_factor": 0.0}
+    assert e["correctness"] == {"max_relative_error": 2e-7, "max_absolute_error": 1e-6}
+    assert e["environment"]["hardware"] == "NVIDIA_H200"

@@ -1,0 +1,72 @@
+"""Replay goals on real GPU data: import a Kernel Tuner cache, run the swarm on it headless."""
+
+import json
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from swarm.models import Candidate, Goal, Insight
+
+CACHES = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "tuning-cache"
+GEMM = CACHES / "gemm-clblast-xgemm_RTX-3090.json.gz"
+ENERGY = CACHES / "gemm-xgemm-energy_A100-PCIE-40GB_partial.json.gz"
+CONV = CACHES / "convolution_A100-PCIE-40GB.json.gz"
+
+pytestmark = pytest.mark.skipif(not GEMM.exists(), reason="shared tuning-cache data set not present")
+
+
+def factory(*args) -> dict:
+    out = StringIO()
+    call_command("factory", *args, "--json", stdout=out)
+    return json.loads(out.getvalue())
+
+
+@pytest.mark.django_db
+def test_import_cache_creates_a_replay_goal_with_the_recorded_space():
+    result = factory("import-cache", str(GEMM))
+    goal = Goal.objects.get(pk=result["goal"])
+    assert goal.target == "replay:gemm-clblast-xgemm_RTX-3090" and goal.backend == "replay"
+    assert result["entries"] == 17956 and result["space_size"] == 82944
+    assert [p["name"] for p in goal.space["parameters"]][:3] == ["MWG", "NWG", "KWG"]
+    assert result["optimum_ms"] == pytest.approx(5.657844)
+
+
+@pytest.mark.django_db
+def test_the_energy_file_gives_a_time_energy_goal():
+    result = factory("import-cache", str(ENERGY))
+    assert result["objectives"] == ["latency_ms", "energy_j"]
+    run = factory("run", "--goal", str(result["goal"]), "--budget", "60", "--batch-size", "10", "--seed", "1")
+    assert run["evaluated"] == 60
+    assert run["frontier"] and all("energy_j" in c["metrics"] for c in run["frontier"])
+
+
+@pytest.mark.django_db
+def test_a_replay_run_is_reproducible_for_a_seed_and_never_repeats_a_configuration():
+    goal = factory("import-cache", str(CONV))["goal"]
+    first = factory("run", "--goal", str(goal), "--budget", "80", "--batch-size", "8", "--seed", "7")
+    assert first["evaluated"] == 80 and sum(first["status_counts"].values()) == 80
+    assert first["best"]["metrics"]["latency_ms"] > 0.554  # the recorded optimum is 0.554 ms
+    params = [json.dumps(c, sort_keys=True) for c in Candidate.objects.filter(goal_id=goal).values_list("params", flat=True)]
+    assert len(params) == len(set(params)) == 80
+    # same seed, fresh goal and no insights from the first run: the same proposals
+    Insight.objects.all().delete()
+    goal2 = Goal.objects.get(pk=goal)
+    goal2.pk = None
+    goal2.save()
+    second = factory("run", "--goal", str(goal2.pk), "--budget", "80", "--batch-size", "8", "--seed", "7")
+    p1 = list(Candidate.objects.filter(goal_id=goal).order_by("id").values_list("params", flat=True))
+    p2 = list(Candidate.objects.filter(goal_id=goal2.pk).order_by("id").values_list("params", flat=True))
+    assert p1 == p2 and second["best"]["metrics"] == first["best"]["metrics"]
+
+
+@pytest.mark.django_db
+def test_a_missing_or_broken_cache_file_is_a_clear_error(tmp_path):
+    with pytest.raises(CommandError, match="cannot import"):
+        factory("import-cache", str(tmp_path / "nope.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(CommandError, match="cannot import"):
+        factory("import-cache", str(bad))
+    assert not Goal.objects.exists()
