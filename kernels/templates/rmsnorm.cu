@@ -5,7 +5,8 @@
  *   y[r, i] = x[r, i] / sqrt(mean_i(x[r, i]^2) + eps) * w[i]
  *
  * Launch plan (kernels.templates.cuda): grid.x = ceil(rows / ROWS_PER_BLOCK), block.x =
- * BLOCK_SIZE, dynamic shared memory = USE_SMEM * ROWS_PER_BLOCK * hidden * 4 bytes.
+ * BLOCK_SIZE, dynamic shared memory = ROWS_PER_BLOCK * hidden * 4 bytes when USE_SMEM and
+ * that is at most SMEM_CACHE_MAX (200 KiB), else 0 (then the row is re-read from global).
  *
  * THREADS_PER_ROW threads share a row (ROWS_PER_BLOCK = BLOCK_SIZE / THREADS_PER_ROW rows
  * per block): each accumulates a strided slice of the sum of squares, the group reduces it
@@ -19,7 +20,8 @@
  *                    hidden % VEC == 0 (rows stay aligned), else the scalar path runs
  *   UNROLL           independent loads in flight per thread per iteration
  *   USE_SMEM         1: keep the row in dynamic shared memory between the two passes
- *                    (the second pass reads shared memory instead of global/L2)
+ *                    (the second pass reads shared memory instead of global/L2) when the
+ *                    block's rows fit in SMEM_CACHE_MAX bytes
  * Correct for any rows >= 0 and hidden >= 1.
  */
 
@@ -38,6 +40,7 @@
 #ifndef USE_SMEM
 #define USE_SMEM 0
 #endif
+#define SMEM_CACHE_MAX (200 * 1024) /* keep in sync with the launch plan's expression */
 
 #if BLOCK_SIZE % 32 != 0 || BLOCK_SIZE > 1024
 #error "BLOCK_SIZE must be a multiple of 32, at most 1024"
@@ -87,9 +90,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK_SIZE)
 rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ w, float *__restrict__ y,
                int rows, int hidden, float eps)
 {
-#if USE_SMEM
-    extern __shared__ __align__(16) float row_cache[]; /* ROWS_PER_BLOCK * hidden floats */
-#endif
+    extern __shared__ __align__(16) float row_cache[]; /* ROWS_PER_BLOCK * hidden floats if cache */
 #if WARPS_PER_ROW > 1
     __shared__ float partial[BLOCK_SIZE / 32];
 #endif
@@ -100,9 +101,8 @@ rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ w, float *
     const bool active = row < rows; /* no early return: the whole block reaches the barrier */
     const float *xr = x + row * (long)hidden;
     float *yr = y + row * (long)hidden;
-#if USE_SMEM
+    const bool cache = USE_SMEM && (long)ROWS_PER_BLOCK * hidden * 4 <= SMEM_CACHE_MAX;
     float *cr = row_cache + (long)local_row * hidden;
-#endif
     const bool vectorised = VEC > 1 && hidden % VEC == 0;
 
     float acc = 0.0f;
@@ -123,9 +123,8 @@ rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ w, float *
                     int j = i + u * THREADS_PER_ROW;
                     if (j < n) {
                         acc += sumsq(v[u]);
-#if USE_SMEM
-                        reinterpret_cast<vec_t *>(cr)[j] = v[u];
-#endif
+                        if (cache)
+                            reinterpret_cast<vec_t *>(cr)[j] = v[u];
                     }
                 }
             }
@@ -141,10 +140,8 @@ rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ w, float *
                 for (int u = 0; u < UNROLL; ++u) {
                     int j = i + u * THREADS_PER_ROW;
                     acc = fmaf(v[u], v[u], acc);
-#if USE_SMEM
-                    if (j < hidden)
+                    if (cache && j < hidden)
                         cr[j] = v[u];
-#endif
                 }
             }
         }
@@ -173,20 +170,12 @@ rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ w, float *
     if (vectorised) {
         const vec_t *wv = reinterpret_cast<const vec_t *>(w);
         vec_t *yv = reinterpret_cast<vec_t *>(yr);
-#if USE_SMEM
-        const vec_t *src = reinterpret_cast<const vec_t *>(cr);
-#else
-        const vec_t *src = reinterpret_cast<const vec_t *>(xr);
-#endif
+        const vec_t *src = reinterpret_cast<const vec_t *>(cache ? cr : xr);
         const int n = hidden / VEC;
         for (int i = lane; i < n; i += THREADS_PER_ROW)
             yv[i] = scale(src[i], wv[i], inv);
     } else {
-#if USE_SMEM
-        const float *src = cr;
-#else
-        const float *src = xr;
-#endif
+        const float *src = cache ? cr : xr;
         for (int i = lane; i < hidden; i += THREADS_PER_ROW)
             yr[i] = src[i] * inv * w[i];
     }

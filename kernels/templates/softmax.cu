@@ -4,7 +4,8 @@
  *   y[r, i] = exp(x[r, i] - max_j x[r, j]) / sum_j exp(x[r, j] - max_j x[r, j])
  *
  * Launch plan (kernels.templates.cuda): grid.x = ceil(rows / ROWS_PER_BLOCK), block.x =
- * BLOCK_SIZE, dynamic shared memory = USE_SMEM * ROWS_PER_BLOCK * cols * 4 bytes.
+ * BLOCK_SIZE, dynamic shared memory = ROWS_PER_BLOCK * cols * 4 bytes when USE_SMEM and
+ * that is at most SMEM_CACHE_MAX (200 KiB), else 0 (then x is re-read from global/L2).
  *
  * THREADS_PER_ROW threads share a row. ONLINE = 1 computes the maximum and the sum of
  * exponentials in one pass with rescaling (Milakov & Gimelshein 2018, "Online normalizer
@@ -17,7 +18,8 @@
  *   THREADS_PER_ROW  threads per row (power of two, 8..1024, divides BLOCK_SIZE)
  *   VEC              floats per load/store: 1, 2 or 4, used when cols % VEC == 0
  *   ONLINE           1: one-pass max+sum (online softmax); 0: separate max and sum passes
- *   USE_SMEM         1: keep the row in dynamic shared memory after the first pass
+ *   USE_SMEM         1: keep the row in dynamic shared memory after the first pass, when
+ *                    the block's rows fit in SMEM_CACHE_MAX bytes
  * Correct for any rows >= 0 and cols >= 1.
  */
 
@@ -36,6 +38,7 @@
 #ifndef USE_SMEM
 #define USE_SMEM 0
 #endif
+#define SMEM_CACHE_MAX (200 * 1024) /* keep in sync with the launch plan's expression */
 
 #if BLOCK_SIZE % 32 != 0 || BLOCK_SIZE > 1024
 #error "BLOCK_SIZE must be a multiple of 32, at most 1024"
@@ -90,9 +93,7 @@ __device__ __forceinline__ float row_sum(float s)
 extern "C" __global__ void __launch_bounds__(BLOCK_SIZE)
 softmax_kernel(const float *__restrict__ x, float *__restrict__ y, int rows, int cols)
 {
-#if USE_SMEM
-    extern __shared__ __align__(16) float row_cache[]; /* ROWS_PER_BLOCK * cols floats */
-#endif
+    extern __shared__ __align__(16) float row_cache[]; /* ROWS_PER_BLOCK * cols floats if cache */
 #if WARPS_PER_ROW > 1
     __shared__ float part_m[BLOCK_SIZE / 32];
     __shared__ float part_s[BLOCK_SIZE / 32];
@@ -104,9 +105,8 @@ softmax_kernel(const float *__restrict__ x, float *__restrict__ y, int rows, int
     const bool active = row < rows; /* no early return before the barriers */
     const float *xr = x + row * (long)cols;
     float *yr = y + row * (long)cols;
-#if USE_SMEM
+    const bool cache = USE_SMEM && (long)ROWS_PER_BLOCK * cols * 4 <= SMEM_CACHE_MAX;
     float *cr = row_cache + (long)local_row * cols;
-#endif
     const bool vectorised = VEC > 1 && cols % VEC == 0;
     const int n = vectorised ? cols / VEC : cols;
     const int width = vectorised ? VEC : 1;
@@ -121,14 +121,12 @@ softmax_kernel(const float *__restrict__ x, float *__restrict__ y, int rows, int
 #pragma unroll
                 for (int k = 0; k < VEC; ++k)
                     v[k] = reinterpret_cast<const float *>(&t)[k];
-#if USE_SMEM
-                reinterpret_cast<vec_t *>(cr)[i] = t;
-#endif
+                if (cache)
+                    reinterpret_cast<vec_t *>(cr)[i] = t;
             } else {
                 v[0] = xr[i];
-#if USE_SMEM
-                cr[i] = v[0];
-#endif
+                if (cache)
+                    cr[i] = v[0];
             }
 #pragma unroll
             for (int k = 0; k < VEC; ++k) {
@@ -182,12 +180,8 @@ softmax_kernel(const float *__restrict__ x, float *__restrict__ y, int rows, int
     /* Pass 2: sum of exponentials with the row maximum known. */
     s = 0.0f;
     if (active) {
+        const float *src = cache ? cr : xr;
         for (int i = lane; i < n; i += THREADS_PER_ROW) {
-#if USE_SMEM
-            const float *src = cr;
-#else
-            const float *src = xr;
-#endif
             if (vectorised) {
                 const vec_t t = reinterpret_cast<const vec_t *>(src)[i];
 #pragma unroll
@@ -215,11 +209,7 @@ softmax_kernel(const float *__restrict__ x, float *__restrict__ y, int rows, int
 
     /* Last pass: y = exp(x - m) / s; each thread rewrites the elements it read, so the
      * shared-memory row cache needs no barrier. */
-#if USE_SMEM
-    const float *src = cr;
-#else
-    const float *src = xr;
-#endif
+    const float *src = cache ? cr : xr;
     for (int i = lane; i < n; i += THREADS_PER_ROW) {
         if (vectorised) {
             const vec_t t = reinterpret_cast<const vec_t *>(src)[i];

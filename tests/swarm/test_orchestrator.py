@@ -88,3 +88,30 @@ def test_stopping_a_run_cancels_its_queued_candidates(small_goal, owner):
 def test_budget_must_be_positive(small_goal):
     with pytest.raises(ValueError, match="budget"):
         orchestrator.start_run(small_goal, budget=0)
+
+
+@pytest.mark.django_db
+def test_an_identical_kernel_in_another_goal_reuses_its_evidence_instead_of_re_benchmarking():
+    from swarm.models import Insight
+    from tests.swarm.synthetic import drive, synthetic_evaluate, synthetic_goal
+
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(args[2])
+        return synthetic_evaluate(*args, **kwargs)
+
+    a = synthetic_goal(name="a")
+    run_a, pending = orchestrator.start_run(a, budget=12, seed=9, batch_size=4)
+    drive(run_a, pending, evaluate=counting)
+    assert len(calls) == 12
+    Insight.objects.all().delete()  # no warm start: run B proposes exactly what run A did
+    b = synthetic_goal(name="b")
+    run_b, pending = orchestrator.start_run(b, budget=12, seed=9, batch_size=4)
+    drive(run_b, pending, evaluate=counting)
+    run_b.refresh_from_db()
+    assert len(calls) == 12, "identical kernels were benchmarked again"
+    reused = list(Candidate.objects.filter(run=run_b).select_related("evidence", "reused_from"))
+    assert len(reused) == 12 and all(c.reused_from and c.reused_from.goal_id == a.pk for c in reused)
+    assert all(c.evidence.metrics == c.reused_from.evidence.metrics and c.status == c.reused_from.status for c in reused)
+    assert run_b.state == Run.State.FINISHED
