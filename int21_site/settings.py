@@ -70,6 +70,10 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "swarm.apps.SwarmConfig",
 ]
 
@@ -116,8 +120,9 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
     }
-    # A file (not :memory:) so that server and worker processes started by tests share it.
-    _db["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+    # A file (not :memory:) so that server and worker processes started by tests share it;
+    # one per test session so that concurrent sessions in one checkout do not collide.
+    _db["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -167,6 +172,11 @@ STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
 # plotly.js is served from the installed plotly package (no CDN): /static/plotly/plotly.min.js
 STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", Path(plotly.__file__).parent / "package_data")]
+# collectstatic (scripts/demo runs it) writes gzip/brotli copies that WhiteNoise then serves.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 WHITENOISE_USE_FINDERS = True  # serve from app/static dirs and the plotly package without collectstatic
 WHITENOISE_AUTOREFRESH = DEBUG
 
@@ -175,9 +185,35 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 
+# --- API (Django REST framework): session or token auth, OpenAPI schema by drf-spectacular ---
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["swarm.api.permissions.RolePermission"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 100,
+    "URL_FORMAT_OVERRIDE": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "INT21 Kernel Factory API",
+    "DESCRIPTION": "Goals, runs, candidates, evidence, insights, directions, promotions and production kernels.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",  # served from the installed package: no CDN
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"swarm": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {
+        "swarm": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO"), "propagate": False},
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+    },
 }

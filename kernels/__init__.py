@@ -7,20 +7,26 @@ from kernels.evaluator import BenchSettings, Evidence, evaluate
 from kernels.hashing import candidate_hash
 from kernels.outcome import Outcome
 from kernels.space import DesignSpace, Parameter, SpaceError, point_key
-from kernels.stats import summarize
+from kernels.sandbox import SandboxPolicy
+from kernels.stats import Comparison, compare, summarize
 from kernels.templates import default_space, load_template
+from kernels.validation_store import ValidationStore
 from kernels.workloads import WORKLOADS, Workload, get_workload
 
 __all__ = [
     "WORKLOADS",
     "BenchSettings",
+    "Comparison",
     "DesignSpace",
     "Evidence",
     "Outcome",
     "Parameter",
+    "SandboxPolicy",
     "SpaceError",
+    "ValidationStore",
     "Workload",
     "candidate_hash",
+    "compare",
     "default_space",
     "evaluate",
     "get_workload",

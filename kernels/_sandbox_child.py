@@ -201,6 +201,10 @@ def _prepare(req: dict):
     backend = req.get("backend", "cpu")
     if backend == "cpu":
         return _prepare_cpu(req)
+    if backend == "cuda":
+        from kernels._cuda_child import prepare  # cupy, the device and the module, before lockdown
+
+        return prepare(req)
     raise ValueError(f"the sandbox child has no runner for backend {backend!r}")
 
 

@@ -1,13 +1,37 @@
-"""Trusted in-process baselines to compare candidates against (same bench protocol)."""
+"""Trusted in-process baselines to compare candidates against (same bench protocol).
+
+Two kinds, both timed like candidates (warm-up, cache flush before every timed call, two
+rotating input sets) and summed over a shape set as the sum of per-shape medians, so they
+compare directly with ``Evidence.metrics["latency_ms"]``:
+
+- :func:`baseline_latency_ms`: the workload in plain NumPy float32 (what a user would write
+  without a kernel; ``numpy.matmul`` uses the BLAS NumPy ships with, on its default threads);
+- :func:`copy_latency_ms`: ``numpy.copyto`` moving the workload's compulsory bytes
+  (``Workload.bytes``): half read, half written. The practical bandwidth limit of a
+  memory-bound kernel on this host.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import numpy as np
 
-from kernels import stats
-from kernels import timing
+from kernels import stats, timing
 from kernels.timing import BenchSettings
 from kernels.workloads import get_workload
+
+__all__ = [
+    "NUMPY_BASELINES",
+    "baseline_latency_ms",
+    "copy_latency_ms",
+    "numpy_fused_add_rmsnorm",
+    "numpy_gemm",
+    "numpy_kda",
+    "numpy_rmsnorm",
+    "numpy_rmsnorm_latency_ms",
+    "numpy_softmax",
+]
 
 _BASE_SEED = 12345
 
@@ -17,28 +41,125 @@ def numpy_rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(eps)) * w
 
 
+def numpy_fused_add_rmsnorm(x: np.ndarray, residual: np.ndarray, w: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Plain NumPy float32 fused add + RMSNorm: ``(y, residual_out)``, each [rows, hidden]."""
+    r = x + residual
+    return numpy_rmsnorm(r, w, eps), r
+
+
+def numpy_gemm(A: np.ndarray, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``A @ B^T`` with ``numpy.matmul`` (BLAS): A [M, K], B [N, K] -> [M, N] float32."""
+    return np.matmul(A, B.T, out=out)
+
+
+def numpy_softmax(x: np.ndarray) -> np.ndarray:
+    """Numerically stable row softmax in float32: [rows, cols] -> [rows, cols]."""
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    e /= np.sum(e, axis=-1, keepdims=True)
+    return e
+
+
+def numpy_kda(q, k, v, g, beta) -> tuple[np.ndarray, np.ndarray]:
+    """Token-by-token KDA in float32, vectorised over heads (see :mod:`kernels.workloads.kda`).
+
+    Args: q, k, g [BH, T, dk]; v [BH, T, dv]; beta [BH, T], float32.
+
+    Returns:
+        ``(o [BH, T, dv], state [BH, dk, dv])``, float32.
+    """
+    bh, t, dk = q.shape
+    dv = v.shape[-1]
+    a = np.exp(g)
+    qs = q * np.float32(dk**-0.5)
+    S = np.zeros((bh, dk, dv), dtype=np.float32)
+    o = np.empty((bh, t, dv), dtype=np.float32)
+    for i in range(t):
+        S *= a[:, i, :, None]
+        pred = np.einsum("bk,bkv->bv", k[:, i], S)
+        S += k[:, i, :, None] * (beta[:, i, None] * (v[:, i] - pred))[:, None, :]
+        o[:, i] = np.einsum("bk,bkv->bv", qs[:, i], S)
+    return o, S
+
+
+# workload name -> fn(inputs, attrs, out) running the NumPy baseline once; ``out`` is a
+# per-input-set dict the function may use for preallocated outputs.
+NUMPY_BASELINES: Mapping[str, Callable[[dict, Mapping[str, float], dict], object]] = {
+    "rmsnorm": lambda i, a, o: numpy_rmsnorm(i["x"], i["w"], a["eps"]),
+    "fused_add_rmsnorm": lambda i, a, o: numpy_fused_add_rmsnorm(i["x"], i["residual"], i["w"], a["eps"]),
+    "gemm": lambda i, a, o: numpy_gemm(i["A"], i["B"], out=o.setdefault("C", np.empty((i["A"].shape[0], i["B"].shape[0]), np.float32))),
+    "softmax": lambda i, a, o: numpy_softmax(i["x"]),
+    "kda": lambda i, a, o: numpy_kda(i["q"], i["k"], i["v"], i["g"], i["beta"]),
+}
+
+
+def _time_shape_set(workload: str, shape_set: str, bench: BenchSettings | None,
+                    make_call: Callable[[dict, int], Callable[[], object]]) -> float:
+    settings = bench or BenchSettings()
+    wl = get_workload(workload)
+    shapes = wl.shapes(shape_set)
+    flush = timing.make_flush(settings.flush_bytes)
+    total = 0.0
+    for i, shape in enumerate(shapes):
+        calls = [make_call(dict(shape), _BASE_SEED + 2 * i + j) for j in range(2)]
+        cur = [0]
+
+        def prepare() -> None:
+            cur[0] = (cur[0] + 1) % len(calls)
+
+        def call() -> None:
+            calls[cur[0]]()
+
+        total += stats.summarize(timing.bench(call, settings, prepare=prepare, flush=flush))["median"]
+    return total
+
+
+def baseline_latency_ms(workload: str, shape_set: str, bench: BenchSettings | None = None) -> float:
+    """Latency (ms) of the workload's plain NumPy float32 implementation
+    (:data:`NUMPY_BASELINES`) on ``shape_set``: the sum of per-shape median latencies.
+
+    Attributes (e.g. ``eps``) are those in force for ``shape_set``.
+
+    Raises:
+        KeyError: unknown workload or shape set, or no NumPy baseline for the workload.
+    """
+    wl = get_workload(workload)
+    try:
+        fn = NUMPY_BASELINES[workload]
+    except KeyError:
+        raise KeyError(f"no NumPy baseline for '{workload}' (known: {', '.join(sorted(NUMPY_BASELINES))})") from None
+    attrs = wl.attrs_for(shape_set)
+
+    def make_call(shape: dict, seed: int) -> Callable[[], object]:
+        inputs, out = wl.generate(shape, seed), {}
+        return lambda: fn(inputs, attrs, out)
+
+    return _time_shape_set(workload, shape_set, bench, make_call)
+
+
+def copy_latency_ms(workload: str, shape_set: str, bench: BenchSettings | None = None) -> float:
+    """Latency (ms) of ``numpy.copyto`` moving each shape's compulsory traffic
+    (``Workload.bytes(shape)``: ``bytes / 2`` read, ``bytes / 2`` written), summed over
+    ``shape_set`` like candidates. ``Workload.bytes`` summed over the set divided by this
+    latency is the copy bandwidth a memory-bound kernel can approach.
+
+    Raises:
+        KeyError: unknown workload or shape set.
+    """
+    wl = get_workload(workload)
+
+    def make_call(shape: dict, seed: int) -> Callable[[], object]:
+        n = max(1, int(wl.bytes(shape) // 8))  # float32 elements per side
+        src = np.random.default_rng(seed).random(n, dtype=np.float32)
+        dst = np.empty_like(src)
+        return lambda: np.copyto(dst, src)
+
+    return _time_shape_set(workload, shape_set, bench, make_call)
+
+
 def numpy_rmsnorm_latency_ms(shape_set: str = "llama3-8b", bench: BenchSettings | None = None) -> float:
-    """Latency (ms) of :func:`numpy_rmsnorm`: the sum over ``shape_set`` of per-shape
-    median latencies, timed like candidates (warm-up, cache flush, two rotating input sets),
-    so it compares directly with ``Evidence.metrics["latency_ms"]``.
+    """Latency (ms) of :func:`numpy_rmsnorm` on ``shape_set`` (see :func:`baseline_latency_ms`).
 
     Raises:
         KeyError: unknown shape set.
     """
-    settings = bench or BenchSettings()
-    wl = get_workload("rmsnorm")
-    eps = float(wl.attrs["eps"])
-    flush = timing.make_flush(settings.flush_bytes)
-    total = 0.0
-    for i, shape in enumerate(wl.shapes(shape_set)):
-        sets = [wl.generate(shape, _BASE_SEED + 2 * i + j) for j in range(2)]
-        cur = [0]
-
-        def prepare() -> None:
-            cur[0] = (cur[0] + 1) % len(sets)
-
-        def call() -> None:
-            numpy_rmsnorm(sets[cur[0]]["x"], sets[cur[0]]["w"], eps)
-
-        total += stats.summarize(timing.bench(call, settings, prepare=prepare, flush=flush))["median"]
-    return total
+    return baseline_latency_ms("rmsnorm", shape_set, bench)

@@ -84,6 +84,9 @@ class Evidence:
             and their source), ``sandbox`` (what the sandbox applied, see
             :mod:`kernels.sandbox`).
         duration_s: wall-clock seconds of the whole evaluation.
+        static: static evidence (CUDA: nvcc's registers, spills, shared memory per kernel
+            and the theoretical occupancy of every launch, see
+            :func:`kernels._cuda_eval.static_summary`); empty for other backends.
     """
 
     status: Outcome
@@ -93,6 +96,7 @@ class Evidence:
     log: str = ""
     fingerprint: dict[str, Any] = field(default_factory=dict)
     duration_s: float = 0.0
+    static: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable (strict JSON: non-finite floats become ``None``)."""
@@ -105,6 +109,7 @@ class Evidence:
                 "log": self.log,
                 "fingerprint": self.fingerprint,
                 "duration_s": self.duration_s,
+                "static": self.static,
             }
         )
 
@@ -143,12 +148,13 @@ def _plan(wl: Workload, shape_set: str, base_seed: int, stored: list[StoredCase]
         for i, s in enumerate(shapes)
     ]
     planned = {(tuple(sorted(c["shape"].items())), c["seed"]) for c in cases}
-    axes = {a.name for a in wl.args if a.kind == "int"}
+    axes = list(shapes[0]) if shapes else [a.name for a in wl.args if a.kind == "int"]
     for sc in stored:
-        if set(sc.shape) != axes or sc.key in planned:
+        if set(sc.shape) != set(axes) or sc.key in planned:
             continue  # a shape of another version of the workload, or already planned
         planned.add(sc.key)
-        cases.append({"id": f"v{len(cases)}", "kind": "regression", "shape": dict(sc.shape), "seed": sc.seed})
+        shape = {a: sc.shape[a] for a in axes}  # the workload's axis order (labels match)
+        cases.append({"id": f"v{len(cases)}", "kind": "regression", "shape": shape, "seed": sc.seed})
     return cases, timed
 
 
@@ -404,24 +410,41 @@ def _metrics(wl: Workload, timed: list[dict], result: dict, cases: list[dict], l
     return metrics, samples
 
 
-def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRun, workdir: Path,
+def _run_failure(run: ChildRun, timeout_s: float) -> tuple[Outcome, str] | None:
+    """How a child run failed as a process (timeout, signal, exit code, silence), or None."""
+    if run.timed_out:
+        return Outcome.timeout, f"no result within {timeout_s:g} s wall clock; process group killed"
+    rc = run.returncode
+    if rc is not None and rc < 0:
+        return Outcome.runtime_error, f"child killed by {_signal_name(rc)}"
+    if rc != 0:
+        return Outcome.runtime_error, f"child exited with code {rc}"
+    if not run.result:
+        return Outcome.runtime_error, "child exited with code 0 without reporting a result"
+    return None
+
+
+def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRun | list[ChildRun], workdir: Path,
            timeout_s: float, limits: dict | None = None):
-    """The one place that maps a child run to an Outcome.
+    """The one place that maps child runs to an Outcome.
+
+    Args:
+        run: one child run that did everything, or the runs of the phases in order
+            (validation, then timing); the first run that failed as a process decides, and
+            the timing results come from the last run.
 
     Returns (status, reason, cases, metrics, samples_ms).
     """
     limits = limits or {}
-    if run.timed_out:
-        return Outcome.timeout, f"no result within {timeout_s:g} s wall clock; process group killed", [], {}, {}
-    rc = run.returncode
-    if rc is not None and rc < 0:
-        return Outcome.runtime_error, f"child killed by {_signal_name(rc)}", [], {}, {}
-    if rc != 0:
-        return Outcome.runtime_error, f"child exited with code {rc}", [], {}, {}
-    if not run.result:
-        return Outcome.runtime_error, "child exited with code 0 without reporting a result", [], {}, {}
+    runs = list(run) if isinstance(run, (list, tuple)) else [run]
+    for r in runs:
+        failure = _run_failure(r, timeout_s)
+        if failure:
+            return (*failure, [], {}, {})
     try:
-        result = _parse_result(run, timed)
+        result: dict[str, dict] = {}
+        for i, r in enumerate(runs):
+            result.update(_parse_result(r, timed if i == len(runs) - 1 else []))
         cases = [_validate_case(wl, c, workdir) for c in cases_plan]
         for t in timed:
             cases += _validate_timed(wl, t, result[t["id"]]["last_set"], result[t["id"]]["fresh_slot"], workdir)
@@ -472,6 +495,8 @@ def evaluate(
     target: str | None = None,
     sandbox: SandboxPolicy | None = None,
     validation_store: ValidationStore | None = None,
+    launch_plan: dict | None = None,
+    compile_options: dict | None = None,
 ) -> Evidence:
     """Compile, validate and time one candidate in a sandboxed child process.
 
@@ -494,12 +519,17 @@ def evaluate(
         validation_store: where failure cases are read from and added to; default
             ``ValidationStore()`` (``KERNELS_DATA_DIR``). ``KERNELS_VALIDATION_STORE_LIMIT=0``
             turns the store off.
+        launch_plan: CUDA only: the candidate's launch plan (dict for
+            :meth:`kernels.backends.cuda.LaunchPlan.from_dict`); default the template's.
+        compile_options: CUDA only: ``{"compiler": "nvrtc"|"nvcc", "extra": [...]}``.
+            ``backend="cuda"`` or a ``cuda-smXY`` target runs :func:`kernels._cuda_eval.evaluate_cuda`.
 
     Returns:
         :class:`Evidence`; every candidate failure is an outcome, never an exception.
 
     Raises:
         KeyError: unknown workload, shape set or backend.
+        ImportError: ``backend="cuda"`` on a host without cupy.
         OSError: the sandbox cannot be started (infrastructure failure, not the candidate's);
             :class:`kernels.sandbox.SandboxError` when the child could not confine itself.
     """
@@ -507,6 +537,12 @@ def evaluate(
         from kernels.backends.replay import evaluate_replay  # noqa: PLC0415  (recorded data, trusted)
 
         return evaluate_replay(workload, params, target=target)
+    if backend == "cuda" or (target or "").startswith("cuda-"):
+        from kernels._cuda_eval import evaluate_cuda  # noqa: PLC0415  (imports cupy lazily)
+
+        return evaluate_cuda(workload, source, params, shape_set=shape_set, timeout_s=timeout_s, bench=bench,
+                             seed=seed, target=target, launch_plan=launch_plan, compile_options=compile_options,
+                             sandbox=sandbox, validation_store=validation_store)
     start = time.monotonic()
     wl = get_workload(workload)
     wl.shapes(shape_set)  # KeyError early for an unknown shape set
@@ -515,9 +551,10 @@ def evaluate(
     be = get_backend(backend)
     bench = bench or BenchSettings()
     policy = sandbox or SandboxPolicy.from_env()
-    omp = omp_environment()
+    omp, omp_validation = omp_environment("timing"), omp_environment("validation")
     base_seed = int(seed) if seed is not None else secrets.randbits(62)
-    fingerprint = {**be.fingerprint(), "shape_set": shape_set, "bench": bench.to_dict(), "seed": base_seed, "omp": omp}
+    fingerprint = {**be.fingerprint(), "shape_set": shape_set, "bench": bench.to_dict(), "seed": base_seed,
+                   "omp": omp, "omp_validation": omp_validation}
     sections: list[str] = []
 
     def finish(status: Outcome, reason: str, **kw: Any) -> Evidence:
@@ -559,13 +596,27 @@ def evaluate(
     }
     logdir = Path(tempfile.mkdtemp(prefix="int21-log-"))
     try:
-        run = run_child(request, workdir, logdir, timeout_s, policy=policy, env=omp)
-        fingerprint["sandbox"] = run.sandbox or {"error": "the child exited before reporting its sandbox"}
-        if run.stdout:
-            sections.append(f"== child stdout (tail) ==\n{run.stdout}")
-        if run.stderr:
-            sections.append(f"== child stderr (tail) ==\n{run.stderr}")
-        status, reason, cases, metrics, samples = _judge(wl, cases_plan, timed, run, workdir, timeout_s, limits)
+        # Two children in the same private directory, within one wall-clock budget: validation
+        # with spinning OpenMP threads (races show), then timing with sleeping ones (stable).
+        runs: list[ChildRun] = []
+        deadline = time.monotonic() + timeout_s
+        for phase, req, env in (("validation", {**request, "timed": []}, omp_validation),
+                                ("timing", {**request, "cases": []}, omp)):
+            left = deadline - time.monotonic()
+            if runs and (_run_failure(runs[-1], timeout_s) or left <= 0):
+                if left <= 0 and not _run_failure(runs[-1], timeout_s):
+                    runs.append(ChildRun(None, True, "", "", b""))  # budget spent by validation
+                break
+            (logdir / phase).mkdir()
+            run = run_child(req, workdir, logdir / phase, left, policy=policy, env=env)
+            runs.append(run)
+            if run.stdout:
+                sections.append(f"== {phase} child stdout (tail) ==\n{run.stdout}")
+            if run.stderr:
+                sections.append(f"== {phase} child stderr (tail) ==\n{run.stderr}")
+        fingerprint["sandbox"] = runs[0].sandbox or {"error": "the child exited before reporting its sandbox"}
+        fingerprint["child_wall_s"] = {p: round(r.wall_s, 4) for p, r in zip(("validation", "timing"), runs)}
+        status, reason, cases, metrics, samples = _judge(wl, cases_plan, timed, runs, workdir, timeout_s, limits)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(logdir, ignore_errors=True)
@@ -573,7 +624,8 @@ def evaluate(
     if wrong and store_limit:
         try:
             added = store.add_many(wl.name, wrong, candidate=candidate_hash(source, params, be.fingerprint()))
-            sections.append(f"== validation store ==\n{added} new failure case(s) kept for '{wl.name}' in {store.path(wl.name)}")
+            sections.append(f"== validation store ==\n{added} new failure case(s) kept for '{wl.name}' "
+                            f"({len(wrong) - added} already kept) in {store.path(wl.name)}")
         except (OSError, ValueError) as exc:
             sections.append(f"== validation store ==\ncould not keep the failure cases: {exc}")
     return finish(status, reason, metrics=metrics, samples_ms=samples, cases=cases)

@@ -8,16 +8,22 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def candidate_hash(source: str, params: Mapping[str, Any], backend_fingerprint: Mapping[str, Any]) -> str:
-    """sha256 hex of a candidate: source, parameter values and the backend fingerprint.
+def candidate_hash(
+    source: str,
+    params: Mapping[str, Any],
+    backend_fingerprint: Mapping[str, Any],
+    launch_plan: Mapping[str, Any] | None = None,
+) -> str:
+    """sha256 hex of a candidate: source, parameter values, the backend fingerprint and, for
+    CUDA candidates with their own plan, the launch plan (JSON dict).
 
     Canonical JSON (sorted keys) makes it independent of dict order, so the same candidate
     proposed twice is recognised before evaluation; evidence is reused only when the
-    fingerprint (compiler, flags, CPU) matches too.
+    fingerprint (compiler, flags, CPU) matches too. Without ``launch_plan`` the hash is the
+    same as before plans existed (a template's plan follows from its parameters).
     """
-    blob = json.dumps(
-        {"source": source, "params": dict(params), "fingerprint": dict(backend_fingerprint)},
-        sort_keys=True,
-        separators=(",", ":"),
-    )
+    doc: dict[str, Any] = {"source": source, "params": dict(params), "fingerprint": dict(backend_fingerprint)}
+    if launch_plan is not None:
+        doc["launch_plan"] = dict(launch_plan)
+    blob = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()

@@ -6,7 +6,8 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sized
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,15 @@ if TYPE_CHECKING:
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Below this many points, sampling enumerates the valid points (exact, no rejection misses).
 _ENUMERATE_LIMIT = 50_000
+MAX_VALUES = 4096  # per parameter
+MAX_RESTRICTIONS = 32
+# C11 keywords plus common type names: as #define names they would break any kernel.
+C_KEYWORDS = frozenset(
+    "auto break case char const continue default do double else enum extern float for goto if inline int "
+    "long register restrict return short signed sizeof static struct switch typedef union unsigned void "
+    "volatile while _Bool _Complex _Imaginary _Alignas _Alignof _Atomic _Generic _Noreturn _Static_assert "
+    "_Thread_local bool size_t int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t NULL".split()
+)
 
 Value = int | float
 
@@ -86,13 +96,17 @@ class Parameter:
                 f"parameter name {self.name!r} must be a C identifier "
                 "(letters, digits, underscore; not starting with a digit)"
             )
+        if self.name in C_KEYWORDS:
+            raise SpaceError(f"parameter name '{self.name}' is a C keyword; a #define of it breaks every kernel")
+        if isinstance(self.values, Sized) and len(self.values) > MAX_VALUES:
+            raise SpaceError(f"parameter '{self.name}': {len(self.values)} values, at most {MAX_VALUES}")
         if isinstance(self.values, (str, bytes)) or not isinstance(self.values, Iterable):
             raise SpaceError(f"parameter '{self.name}': values must be a list of numbers")
         values = tuple(_check_value(self.name, v) for v in self.values)
         if not values:
             raise SpaceError(f"parameter '{self.name}': needs at least one value")
         if len(set(values)) != len(values):
-            dupes = sorted({v for v in values if values.count(v) > 1})
+            dupes = sorted(v for v, n in Counter(values).items() if n > 1)
             raise SpaceError(f"parameter '{self.name}': duplicate values {dupes}")
         object.__setattr__(self, "values", values)
 
@@ -131,6 +145,8 @@ class DesignSpace:
         if isinstance(self.restrictions, str):
             raise SpaceError("restrictions must be a list of strings, not one string")
         restrictions = tuple(self.restrictions)
+        if len(restrictions) > MAX_RESTRICTIONS:
+            raise SpaceError(f"{len(restrictions)} restrictions, at most {MAX_RESTRICTIONS}")
         try:
             compiled = tuple(Restriction(r, frozenset(names)) for r in restrictions)
         except RestrictionError as exc:

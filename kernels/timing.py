@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,22 +45,51 @@ class BenchSettings:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-# OpenMP settings of the sandbox child (see omp_environment). Chosen by measurement on a
-# 2-core x86_64 host with and without a competing busy process; see OMP_CHOICE_NOTE.
-OMP_DEFAULTS: dict[str, str] = {}
-OMP_CHOICE_NOTE = ""
+# OpenMP settings of the sandbox child. Chosen by measurement on the 2-core x86_64 development
+# host (AMD EPYC VM, shared with other jobs), template point ROWS_PER_CHUNK=4 UNROLL=2 VEC=8
+# ACC_DOUBLE=0 on llama3-8b, default BenchSettings, 3 runs per setting; median of the per-run
+# medians / IQRs in microseconds, "+load" with one extra busy process:
+#
+#   setting                 rows=32 median / IQR     rows=512 median / IQR
+#   (libgomp default)        5992 / 16420            10285 / 16105
+#   OMP_WAIT_POLICY=ACTIVE  10858 /  9949             7801 / 12268
+#   OMP_WAIT_POLICY=PASSIVE     85 /    18              741 /    49
+#   GOMP_SPINCOUNT=10000       564 /   242             1203 /   243
+#   default + OMP_PROC_BIND     59 /  3805             3186 / 18224
+#   PASSIVE + OMP_PROC_BIND   1900 /  3041             2703 /  2850
+#   PASSIVE +load               80 /    16              761 /    59
+#   (libgomp default) +load   6590 / 13191             5340 / 14378
+#
+# Spinning threads lose their core to any competing process and then hold up every barrier
+# for a scheduler time slice (milliseconds); binding forbids the migration that would avoid
+# it. PASSIVE (sleep at once, futex wake-up) costs a few tens of microseconds per parallel
+# region but is the only setting whose medians are stable (run-to-run spread <= 34 us), so it
+# is the timing default. Validation uses ACTIVE instead: spinning threads start parallel
+# regions together, which is what makes data races show (a racy kernel passed 3 of 5
+# evaluations under PASSIVE, 0 of 5 under ACTIVE).
+OMP_TIMING_DEFAULTS: dict[str, str] = {"OMP_WAIT_POLICY": "PASSIVE"}
+OMP_VALIDATION_DEFAULTS: dict[str, str] = {"OMP_WAIT_POLICY": "ACTIVE"}
+OMP_DEFAULTS = OMP_TIMING_DEFAULTS  # backwards-compatible name
 _OMP_KNOBS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_PROC_BIND", "OMP_PLACES")
 
 
-def omp_environment() -> dict[str, str]:
-    """OpenMP environment variables for timed candidate runs (recorded in the fingerprint).
+def omp_environment(phase: str = "timing") -> dict[str, str]:
+    """OpenMP environment variables of the sandbox child (recorded in the fingerprint).
 
-    :data:`OMP_DEFAULTS`, each overridable by ``KERNELS_<NAME>`` (e.g.
-    ``KERNELS_OMP_WAIT_POLICY=ACTIVE``; an empty value removes the setting).
+    Args:
+        phase: ``"timing"``: :data:`OMP_TIMING_DEFAULTS`, each overridable by
+            ``KERNELS_<NAME>`` for NAME in ``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``,
+            ``OMP_PROC_BIND``, ``OMP_PLACES`` (an empty value removes the setting);
+            ``"validation"``: :data:`OMP_VALIDATION_DEFAULTS` (fixed).
+
+    Raises:
+        ValueError: unknown phase.
     """
-    import os  # noqa: PLC0415
-
-    env = dict(OMP_DEFAULTS)
+    if phase == "validation":
+        return dict(OMP_VALIDATION_DEFAULTS)
+    if phase != "timing":
+        raise ValueError(f"omp_environment: phase must be 'timing' or 'validation', not {phase!r}")
+    env = dict(OMP_TIMING_DEFAULTS)
     for name in _OMP_KNOBS:
         raw = os.environ.get(f"KERNELS_{name}")
         if raw is not None:
@@ -69,18 +100,72 @@ def omp_environment() -> dict[str, str]:
     return env
 
 
-def make_flush(nbytes: int) -> Callable[[], None] | None:
-    """A function that writes ``nbytes`` of fresh values (evicting caches), or None for 0."""
+class _Flusher:
+    """Evicts the caches of every CPU: one pinned thread per CPU rewrites its own buffer.
+
+    A single-threaded ``memset`` is not enough: glibc uses non-temporal stores for large
+    sizes, which bypass the cache and evict nothing (measured here: a 512 KiB row block stayed
+    cache-resident, 40 GB/s instead of 17 GB/s after a real flush), and one thread cannot
+    evict another core's private L2, where the OpenMP worker's share of the data stays. So
+    each thread adds 1 to every 64-bit word of its buffer (ordinary loads and stores through
+    the cache, new values each time so nothing can be skipped). Threads start on first use,
+    i.e. in the sandbox child after the lockdown.
+    """
+
+    def __init__(self, nbytes: int, cpus: list[int]) -> None:
+        self.cpus = cpus
+        per = max(8, (nbytes // max(1, len(cpus))) // 8 * 8)
+        self.bufs = [np.zeros(per // 8, dtype=np.uint64) for _ in cpus]
+        self.threads: list = []
+
+    def _start(self) -> None:
+        self.go = [threading.Event() for _ in self.cpus]
+        self.done = [threading.Event() for _ in self.cpus]
+        for i, cpu in enumerate(self.cpus):
+            t = threading.Thread(target=self._worker, args=(i, cpu), daemon=True, name=f"flush-{cpu}")
+            t.start()
+            self.threads.append(t)
+
+    def _worker(self, i: int, cpu: int) -> None:
+        try:
+            os.sched_setaffinity(0, {cpu})  # 0: this thread (Linux)
+        except (AttributeError, OSError):
+            pass
+        buf = self.bufs[i]
+        while True:
+            self.go[i].wait()
+            self.go[i].clear()
+            np.add(buf, 1, out=buf)
+            self.done[i].set()
+
+    def __call__(self) -> None:
+        if len(self.cpus) == 1:
+            np.add(self.bufs[0], 1, out=self.bufs[0])
+            return
+        if not self.threads:
+            self._start()
+        for ev in self.go:
+            ev.set()
+        for ev in self.done:
+            ev.wait()
+            ev.clear()
+
+
+def make_flush(nbytes: int, *, per_cpu: bool = True) -> Callable[[], None] | None:
+    """A function that evicts the caches by rewriting ``nbytes`` in total, or None for 0.
+
+    Args:
+        nbytes: total buffer size (>= the last-level cache; split evenly over the CPUs).
+        per_cpu: spread the buffer over one pinned thread per CPU this process may run on
+            (evicts every private cache); False: one buffer in the calling thread.
+    """
     if nbytes <= 0:
         return None
-    buf = np.empty(nbytes, dtype=np.uint8)
-    counter = [0]
-
-    def flush() -> None:
-        counter[0] = (counter[0] + 1) & 0xFF
-        buf.fill(counter[0])  # a different value each time: nothing can skip the write
-
-    return flush
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = list(range(os.cpu_count() or 1))
+    return _Flusher(nbytes, cpus if per_cpu else cpus[:1])
 
 
 def bench(

@@ -125,13 +125,16 @@ class ValidationStore:
             "reason": reason[:500],
             "added": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "candidate": candidate,
-        }, sort_keys=True) + "\n"
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        }) + "\n"  # shape keeps the workload's axis order
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             if any(c.key == case.key for c in self._read(path)):
                 return False
             data = line.encode()
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data  # end a torn last line first, so this case stays readable
             if os.write(fd, data) != len(data):
                 raise OSError(f"short write to {path}")
             os.fsync(fd)

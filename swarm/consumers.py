@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -13,6 +14,11 @@ from swarm import events
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
     """``/ws/runs/<id>/``: a snapshot on connect, then every event of the run.
+
+    The snapshot is ``{"run": run_state, "candidates": [Candidate.to_dict()...]}``, or with
+    ``?columns=1`` (the run page) the compact columnar form of
+    :func:`swarm.snapshot.columnar_snapshot_json`, which stays small for 50,000 candidates.
+    Origins are checked by ``AllowedHostsOriginValidator`` in ``int21_site.asgi``.
 
     Close codes: 4401 not signed in, 4404 no such run.
     """
@@ -28,13 +34,18 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         # de-duplicates candidates by id.
         self.group = events.group_name(self.run_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
-        snapshot = await database_sync_to_async(_snapshot)(self.run_id)
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        columns = query.get("columns", ["0"])[0] == "1"
+        snapshot = await database_sync_to_async(_columnar_snapshot if columns else _snapshot)(self.run_id)
         if snapshot is None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
             await self.close(code=4404)
             return
         await self.accept()
-        await self.send_json({"event": "snapshot", "data": snapshot})
+        if columns:
+            await self.send(text_data='{"event":"snapshot","data":' + snapshot + "}")
+        else:
+            await self.send_json({"event": "snapshot", "data": snapshot})
 
     async def disconnect(self, code: int) -> None:
         if hasattr(self, "group"):
@@ -53,3 +64,11 @@ def _snapshot(run_id: int) -> dict[str, Any] | None:
         return None
     candidates = [c.to_dict() for c in run.candidates.select_related("evidence")]
     return {"run": run_state(run), "candidates": candidates}
+
+
+def _columnar_snapshot(run_id: int) -> str | None:
+    from swarm.models import Run
+    from swarm.snapshot import columnar_snapshot_json
+
+    run = Run.objects.select_related("goal").filter(pk=run_id).first()
+    return None if run is None else columnar_snapshot_json(run)

@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,8 @@ def publish(run_id: int, event: str, data: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
+    if isinstance(layer, InMemoryChannelLayer) and _server_loop is None:
+        return  # in-process layer and no websocket server in this process: nobody can listen
     message = {"type": "run.event", "event": event, "data": data}
     group = group_name(run_id)
     try:

@@ -1,20 +1,36 @@
-"""Forms: validation at the edge, with messages that say how to fix the input."""
+"""Forms: validation at the edge, with messages that say how to fix the input.
+
+Nothing is saved unless the whole form is valid; a goal is saved in one statement.
+"""
 
 from __future__ import annotations
 
+import math
+import re
+from typing import Any
+
+import numpy as np
 from django import forms
 
 import kernels
-from swarm.models import Goal
+from swarm.models import Direction, Goal, target_backend
 
-TARGETS = [("cpu-x86_64", "cpu-x86_64 (C + OpenMP, system compiler)")]
+TARGETS = [
+    ("cpu-x86_64", "cpu-x86_64 (C + OpenMP, system compiler)"),
+    ("cuda-sm90", "cuda-sm90 (H100 / H200)"),
+    ("cuda-sm100", "cuda-sm100 (B200)"),
+]
 METRICS = [
     ("latency_ms", "latency (ms)"),
     ("max_rel_error", "max relative error"),
     ("gbps", "bandwidth (GB/s)"),
     ("gflops", "throughput (GFLOP/s)"),
+    ("roofline_pct", "% of roofline"),
 ]
 DIRECTIONS = [("minimize", "minimise"), ("maximize", "maximise")]
+CONSTRAINT_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=)\s*(\S+)\s*$")
+ENUMERATE_LIMIT = 50_000  # spaces up to this size are counted exactly; larger ones estimated
+ESTIMATE_SAMPLES = 20_000
 
 
 def parse_parameters(text: str) -> list[dict]:
@@ -53,39 +69,149 @@ def format_parameters(space: dict) -> str:
     return "\n".join(f"{p['name']}: {', '.join(str(v) for v in p['values'])}" for p in space["parameters"])
 
 
+def parse_constraints(text: str) -> list[dict]:
+    """Parse ``METRIC <= VALUE`` / ``METRIC >= VALUE`` lines into constraint dicts.
+
+    Raises:
+        forms.ValidationError: a malformed line or a value that is not a finite number.
+    """
+    out = []
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        m = CONSTRAINT_LINE.match(raw)
+        if not m:
+            raise forms.ValidationError(f"line {lineno} ({raw.strip()!r}): expected 'METRIC <= VALUE' or 'METRIC >= VALUE'")
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            raise forms.ValidationError(f"line {lineno}: {m.group(3)!r} is not a number") from None
+        if not math.isfinite(value):
+            raise forms.ValidationError(f"line {lineno}: the bound must be a finite number")
+        out.append({"metric": m.group(1), "op": m.group(2), "value": value})
+    return out
+
+
+def format_constraints(constraints: list[dict], skip: str | None = None) -> str:
+    return "\n".join(f"{c['metric']} {c['op']} {c['value']:g}" for c in constraints if c["metric"] != skip)
+
+
+def space_size(space: kernels.DesignSpace) -> dict[str, Any]:
+    """Size of a design space: ``{"cartesian", "valid", "exact"}``.
+
+    Spaces up to :data:`ENUMERATE_LIMIT` points are enumerated (``valid`` exact); larger ones
+    are estimated from :data:`ESTIMATE_SAMPLES` uniform random points (seeded).
+    """
+    cartesian = space.cartesian_size()
+    if not space.restrictions and space.domain is None:
+        return {"cartesian": cartesian, "valid": cartesian, "exact": True}
+    if cartesian <= ENUMERATE_LIMIT or space.domain is not None:
+        return {"cartesian": cartesian, "valid": sum(1 for _ in space.iter_valid()), "exact": True}
+    rng = np.random.default_rng(0)
+    idx = [rng.integers(0, len(p.values), ESTIMATE_SAMPLES) for p in space.parameters]
+    hits = sum(
+        space.satisfies_restrictions({p.name: p.values[int(i[k])] for p, i in zip(space.parameters, idx)})
+        for k in range(ESTIMATE_SAMPLES)
+    )
+    return {"cartesian": cartesian, "valid": round(cartesian * hits / ESTIMATE_SAMPLES), "exact": False}
+
+
+def default_template(workload: str, target: str) -> str:
+    """The workload's template for the target's backend.
+
+    Raises:
+        KeyError: no template for that pair (message lists the known ones).
+    """
+    return kernels.load_template(workload, target_backend(target))
+
+
+class ShapeSetSelect(forms.Select):
+    """A select whose options carry ``data-workload`` so the page shows a workload's sets only."""
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        workload = str(label).split(":", 1)[0]
+        option["attrs"]["data-workload"] = workload
+        return option
+
+
 class GoalForm(forms.Form):
-    """Create a goal: workload, target, shape set, objectives, a constraint and a design space."""
+    """Create or edit a goal: workload, target, shape set, objectives, constraints, design space
+    and template. With ``instance`` (edit), the workload, target and shape set of a goal that
+    already has runs cannot change (its candidates were measured on them)."""
 
     name = forms.CharField(max_length=200)
     workload = forms.ChoiceField()
     target = forms.ChoiceField(choices=TARGETS)
-    shape_set = forms.ChoiceField()
-    objective = forms.ChoiceField(choices=METRICS, initial="latency_ms")
+    shape_set = forms.ChoiceField(widget=ShapeSetSelect)
+    objective = forms.ChoiceField(choices=METRICS, initial="latency_ms", label="Primary objective")
     objective_direction = forms.ChoiceField(choices=DIRECTIONS, initial="minimize")
-    second_objective = forms.ChoiceField(choices=METRICS, initial="max_rel_error")
+    second_objective = forms.ChoiceField(choices=[("", "(none)")] + METRICS, initial="max_rel_error", required=False)
     second_direction = forms.ChoiceField(choices=DIRECTIONS, initial="minimize")
     max_rel_error = forms.FloatField(min_value=0.0, initial=1e-4, help_text="constraint: max relative error <= this")
+    constraints = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}), required=False, label="Other constraints",
+        help_text="One per line: METRIC <= VALUE or METRIC >= VALUE, e.g. gbps >= 20.",
+    )
     parameters = forms.CharField(widget=forms.Textarea(attrs={"rows": 6}))
     restrictions = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
+    source = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false"}), required=False, label="Template",
+        help_text="Kernel template; leave empty for the workload's default template on the target's backend.",
+    )
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, instance: Goal | None = None, **kwargs) -> None:
+        self.instance = instance
+        if instance is not None and "initial" not in kwargs and not args:
+            kwargs["initial"] = self.initial_for(instance)
         super().__init__(*args, **kwargs)
         names = sorted(kernels.WORKLOADS)
         self.fields["workload"].choices = [(n, n) for n in names]
         self.fields["shape_set"].choices = [
             (s, f"{w}: {s}") for w in names for s in kernels.get_workload(w).shape_sets
         ]
+        if instance is not None and instance.target not in dict(TARGETS):
+            self.fields["target"].choices = TARGETS + [(instance.target, instance.target)]
+
+    @staticmethod
+    def initial_for(goal: Goal) -> dict[str, Any]:
+        objectives = goal.objectives + [{"metric": "", "direction": "minimize"}]
+        max_rel = next((c["value"] for c in goal.constraints if c["metric"] == "max_rel_error" and c["op"] == "<="), 1e-4)
+        return {
+            "name": goal.name, "workload": goal.workload, "target": goal.target, "shape_set": goal.shape_set,
+            "objective": objectives[0]["metric"], "objective_direction": objectives[0]["direction"],
+            "second_objective": objectives[1]["metric"], "second_direction": objectives[1]["direction"],
+            "max_rel_error": max_rel,
+            "constraints": format_constraints(goal.constraints, skip="max_rel_error"),
+            "parameters": format_parameters(goal.space), "restrictions": "\n".join(goal.space.get("restrictions", [])),
+            "source": goal.source,
+        }
 
     def clean_parameters(self) -> list[dict]:
         return parse_parameters(self.cleaned_data["parameters"])
 
+    def clean_constraints(self) -> list[dict]:
+        return parse_constraints(self.cleaned_data.get("constraints") or "")
+
     def clean(self) -> dict:
         data = super().clean()
-        workload = data.get("workload")
+        workload, target = data.get("workload"), data.get("target")
         if workload and data.get("shape_set") and data["shape_set"] not in kernels.get_workload(workload).shape_sets:
-            self.add_error("shape_set", f"shape set {data['shape_set']!r} is not one of {workload}'s")
+            self.add_error("shape_set", f"shape set {data['shape_set']!r} is not one of {workload}'s: "
+                                        f"{', '.join(kernels.get_workload(workload).shape_sets)}")
         if data.get("objective") and data.get("objective") == data.get("second_objective"):
             self.add_error("second_objective", "pick a different metric than the primary objective")
+        goal = self.instance
+        if goal is not None and goal.pk and goal.runs.exists():
+            for f in ("workload", "target", "shape_set"):
+                if f in data and data[f] != getattr(goal, f):
+                    self.add_error(f, f"this goal has {goal.runs.count()} run(s) measured on {f.replace('_', ' ')} "
+                                      f"{getattr(goal, f)!r}; create a new goal to change it")
+        if workload and target and not (data.get("source") or "").strip():
+            try:
+                data["source"] = default_template(workload, target)
+            except (KeyError, ValueError) as exc:
+                self.add_error("target", f"no default template: {str(exc).strip(chr(34) + chr(39))}; paste one in Template")
         if "parameters" in data:
             restrictions = [r.strip() for r in data.get("restrictions", "").splitlines() if r.strip()]
             try:
@@ -94,25 +220,33 @@ class GoalForm(forms.Form):
                 field = "restrictions" if "restriction" in str(exc) else "parameters"
                 self.add_error(field, str(exc))
             else:
+                size = space_size(space)
+                if size["valid"] == 0:
+                    self.add_error("restrictions", f"the restrictions exclude every one of the {size['cartesian']} points")
                 data["space"] = space.to_dict()
         return data
 
-    def save(self, user) -> Goal:
+    def goal_fields(self) -> dict[str, Any]:
         d = self.cleaned_data
-        return Goal.objects.create(
-            name=d["name"],
-            workload=d["workload"],
-            target=d["target"],
-            shape_set=d["shape_set"],
-            objectives=[
-                {"metric": d["objective"], "direction": d["objective_direction"]},
-                {"metric": d["second_objective"], "direction": d["second_direction"]},
-            ],
-            constraints=[{"metric": "max_rel_error", "op": "<=", "value": d["max_rel_error"]}],
-            space=d["space"],
-            source=kernels.load_template(d["workload"], "cpu"),
-            created_by=user,
+        objectives = [{"metric": d["objective"], "direction": d["objective_direction"]}]
+        if d.get("second_objective"):
+            objectives.append({"metric": d["second_objective"], "direction": d["second_direction"]})
+        constraints = [{"metric": "max_rel_error", "op": "<=", "value": d["max_rel_error"]}]
+        constraints += [c for c in d.get("constraints") or [] if c["metric"] != "max_rel_error"]
+        return dict(
+            name=d["name"], workload=d["workload"], target=d["target"], shape_set=d["shape_set"],
+            objectives=objectives, constraints=constraints, space=d["space"], source=d["source"],
         )
+
+    def save(self, user) -> Goal:
+        """Create the goal, or update ``instance``; one statement either way."""
+        fields = self.goal_fields()
+        if self.instance is None:
+            return Goal.objects.create(created_by=user, **fields)
+        for k, v in fields.items():
+            setattr(self.instance, k, v)
+        self.instance.save(update_fields=list(fields))
+        return self.instance
 
 
 class RunForm(forms.Form):
@@ -123,3 +257,44 @@ class RunForm(forms.Form):
 
 class PromoteForm(forms.Form):
     note = forms.CharField(required=False, max_length=2000)
+
+
+class DirectionForm(forms.Form):
+    """One steering decision; the payload is built per kind and checked by ``directions.submit``."""
+
+    kind = forms.ChoiceField(choices=Direction.Kind.choices)
+    param = forms.CharField(required=False, max_length=64)
+    values = forms.CharField(required=False, max_length=2000, help_text="comma-separated values")
+    expression = forms.CharField(required=False, max_length=2000)
+    metric = forms.CharField(required=False, max_length=64)
+    op = forms.ChoiceField(required=False, choices=[("<=", "<="), (">=", ">=")])
+    value = forms.CharField(required=False, max_length=64)
+    agent = forms.CharField(required=False, max_length=64)
+    factor = forms.CharField(required=False, max_length=32)
+
+    def payload(self) -> dict[str, Any]:
+        d = self.cleaned_data
+        kind = d["kind"]
+        if kind in (Direction.Kind.NARROW, Direction.Kind.EXCLUDE):
+            values = []
+            for v in (d.get("values") or "").split(","):
+                v = v.strip()
+                if not v:
+                    continue
+                try:
+                    values.append(int(v))
+                except ValueError:
+                    try:
+                        values.append(float(v))
+                    except ValueError:
+                        raise forms.ValidationError(f"value {v!r} is not a number") from None
+            return {"param": d.get("param"), "values": values}
+        if kind == Direction.Kind.ADD_RESTRICTION:
+            return {"expression": d.get("expression") or ""}
+        if kind == Direction.Kind.SET_CONSTRAINT:
+            return {"metric": d.get("metric"), "op": d.get("op"), "value": d.get("value")}
+        if kind == Direction.Kind.BOOST_AGENT:
+            return {"agent": d.get("agent"), "factor": d.get("factor") or 2.0}
+        if kind in (Direction.Kind.PAUSE_AGENT, Direction.Kind.RESUME_AGENT):
+            return {"agent": d.get("agent")}
+        return {}

@@ -411,7 +411,18 @@ class Direction(models.Model):
 
 
 class Promotion(models.Model):
-    """A candidate approved as the production kernel for (workload, target, shape set)."""
+    """A candidate approved as the production kernel for (workload, target, shape set).
+
+    Rows are never deleted: the active row per key is production, the others are its history.
+    ``kind`` says how a row came to be: ``promote`` (an approved :class:`PromotionRequest`,
+    with its extended validation in ``evidence``) or ``rollback`` (an earlier kernel restored).
+    ``replaced`` is the promotion that was active before; ``ended_*`` say when and why this one
+    stopped being production (``superseded`` by a newer promotion, or ``rolled_back``).
+    """
+
+    class Kind(models.TextChoices):
+        PROMOTE = "promote"
+        ROLLBACK = "rollback"
 
     candidate = models.ForeignKey(Candidate, related_name="promotions", on_delete=models.PROTECT)
     workload = models.CharField(max_length=64)
@@ -421,9 +432,23 @@ class Promotion(models.Model):
     note = models.TextField(blank=True)
     promoted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.PROMOTE)
+    evidence = models.JSONField(
+        default=dict, blank=True,
+        help_text="Extended validation and the significance of the speedup over the incumbent.",
+    )
+    replaced = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replaced_by",
+        help_text="The production kernel this one replaced.",
+    )
+    ended_at = models.DateTimeField(null=True, blank=True)
+    ended_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+    )
+    end_reason = models.CharField(max_length=32, blank=True, help_text="superseded or rolled_back")
 
     class Meta:
-        ordering = ["-created_at"]
+        ordering = ["-created_at", "-id"]
         permissions = [("approve_promotion", "Can promote a candidate to production")]
         constraints = [
             models.UniqueConstraint(
@@ -433,20 +458,129 @@ class Promotion(models.Model):
             )
         ]
 
+    @property
+    def key(self) -> str:
+        return f"{self.workload}/{self.target}/{self.shape_set}"
+
     def to_dict(self) -> dict[str, Any]:
+        """The production kernel as an inference engine loads it: source, parameters, launch
+        plan, and the evidence it was promoted on."""
+        from swarm.launch import launch_plan  # noqa: PLC0415 - imports kernels' templates lazily
+
         c = self.candidate
         return {
+            "id": self.pk,
             "workload": self.workload,
             "target": self.target,
             "shape_set": self.shape_set,
+            "active": self.active,
+            "kind": self.kind,
             "candidate": c.pk,
             "hash": c.content_hash,
             "params": c.params,
             "source": c.source,
+            "launch_plan": launch_plan(c),
             "promoted_by": self.promoted_by.get_username() if self.promoted_by else None,
             "promoted_at": self.created_at.isoformat(),
+            "note": self.note,
+            "replaced": self.replaced_id,
+            "ended_at": self.ended_at.isoformat() if self.ended_at else None,
+            "end_reason": self.end_reason,
             "evidence": c.evidence.to_dict(),
+            "validation": self.evidence,
         }
+
+
+class PromotionRequest(models.Model):
+    """An approver's request to promote a candidate, decided by an extended validation.
+
+    The candidate is re-evaluated on the target's queue with fresh seeds and more timing
+    repetitions, next to the incumbent; it becomes production only if it passes and is
+    significantly faster (:func:`swarm.promotion.validate_request`). ``reason`` says exactly
+    why a request was refused; ``evidence`` keeps everything measured for the decision.
+    """
+
+    class State(models.TextChoices):
+        VALIDATING = "validating"
+        PROMOTED = "promoted"
+        REFUSED = "refused"
+        FAILED = "failed"
+
+    candidate = models.ForeignKey(Candidate, related_name="promotion_requests", on_delete=models.CASCADE)
+    workload = models.CharField(max_length=64)
+    target = models.CharField(max_length=64)
+    shape_set = models.CharField(max_length=64)
+    note = models.TextField(blank=True)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.VALIDATING)
+    reason = models.TextField(blank=True)
+    incumbent = models.ForeignKey(
+        Promotion, null=True, blank=True, on_delete=models.SET_NULL, related_name="challenges",
+    )
+    evidence = models.JSONField(default=dict, blank=True)
+    promotion = models.OneToOneField(
+        Promotion, null=True, blank=True, on_delete=models.SET_NULL, related_name="request",
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    @property
+    def key(self) -> str:
+        return f"{self.workload}/{self.target}/{self.shape_set}"
+
+    @property
+    def is_done(self) -> bool:
+        return self.state != self.State.VALIDATING
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.pk,
+            "candidate": self.candidate_id,
+            "workload": self.workload,
+            "target": self.target,
+            "shape_set": self.shape_set,
+            "note": self.note,
+            "requested_by": self.requested_by.get_username() if self.requested_by else None,
+            "state": self.state,
+            "reason": self.reason,
+            "incumbent": self.incumbent_id,
+            "promotion": self.promotion_id,
+            "evidence": self.evidence,
+            "created_at": self.created_at.isoformat(),
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+        }
+
+
+class Baseline(models.Model):
+    """Latency of a trusted plain implementation (e.g. NumPy) per (workload, target, shape set).
+
+    Measured once on the target's queue (:func:`swarm.baselines.measure`), not on page views.
+    """
+
+    class State(models.TextChoices):
+        MEASURING = "measuring"
+        OK = "ok"
+        UNAVAILABLE = "unavailable"
+
+    workload = models.CharField(max_length=64)
+    target = models.CharField(max_length=64)
+    shape_set = models.CharField(max_length=64)
+    method = models.CharField(max_length=200, blank=True, help_text="What was timed, e.g. NumPy float32.")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.MEASURING)
+    latency_ms = models.FloatField(null=True, blank=True)
+    detail = models.TextField(blank=True, help_text="Why it is unavailable, or how it was measured.")
+    fingerprint = models.JSONField(default=dict, blank=True)
+    requested_at = models.DateTimeField(default=timezone.now)
+    measured_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workload", "target", "shape_set"], name="baseline_unique_per_key")
+        ]
 
 
 class AuditEvent(models.Model):

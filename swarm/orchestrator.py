@@ -25,11 +25,13 @@ from django.db import transaction
 from django.db.models import Count, F
 from django.utils import timezone
 
+import numpy as np
+
 import kernels
 from kernels.backends import get_backend
 from kernels.space import format_defines
 from swarm import directions, events, learning
-from swarm.agents import DEFAULT_MIX, Observation, RunView, make_agent
+from swarm.agents import DEFAULT_MIX, Observation, Proposal, RunView, make_agent
 from swarm.credit import Arm, allocate, frontier_improvements
 from swarm.models import (
     PENDING_STATUSES,
@@ -88,7 +90,7 @@ def start_run(
     Args:
         goal: the goal to search.
         budget: maximum number of candidates (evaluations, failures included), >= 1.
-        seed: seed of the agents' RNGs; random when None (recorded on the run).
+        seed: seed of the agents' RNGs in [0, 2**31); random when None (recorded on the run).
         batch_size: candidates per generation, >= 1.
         agents: ``[{"name", "kind", "settings"}]``; default :data:`swarm.agents.DEFAULT_MIX`.
         max_wall_s: optional wall-time budget in seconds; no generation starts after it.
@@ -98,12 +100,15 @@ def start_run(
         :func:`swarm.dispatch.dispatch` or evaluate them in-process).
 
     Raises:
-        ValueError: budget or batch size below 1, an unknown agent kind or duplicate names.
+        ValueError: budget, batch size or seed out of range, an unknown agent kind, duplicate
+            agent names, or a design space in which no point satisfies the restrictions.
     """
     if budget < 1:
         raise ValueError(f"budget must be at least 1 evaluation, got {budget}")
     if batch_size < 1:
         raise ValueError(f"batch size must be at least 1, got {batch_size}")
+    if seed is not None and not 0 <= seed < 2**31:
+        raise ValueError(f"seed must be in [0, 2**31), got {seed}")
     mix = list(agents or DEFAULT_MIX)
     names = [a.get("name") or a["kind"] for a in mix]
     if len(set(names)) != len(names):
@@ -113,6 +118,9 @@ def start_run(
             make_agent(a["kind"], 0, a.get("settings"))
         except KeyError as exc:
             raise ValueError(str(exc).strip("\"'")) from None
+    space = goal.design_space()
+    if not any(a["kind"] == "llm" for a in mix) and not space.sample(np.random.default_rng(0), 1):
+        raise ValueError("no point of the design space satisfies its restrictions: nothing to search")
     with transaction.atomic():
         run = Run.objects.create(
             goal=goal,
@@ -129,16 +137,16 @@ def start_run(
             AgentRecord(run=run, name=name, kind=a["kind"], settings=a.get("settings") or {})
             for name, a in zip(names, mix)
         )
-        first = _next_candidates(run)
     events.publish(run.pk, "run", run_state(run))
-    return run, first
+    return run, _next_candidates(run.pk, 0)
 
 
 def advance(run_id: int) -> list[Candidate]:
     """After an evaluation: close the generation once it is complete and start the next.
 
     Returns the candidates to dispatch: empty while the generation is still running, or when
-    the run finished (budget or wall time spent, space exhausted, stopped).
+    the run finished (budget or wall time spent, space exhausted, stopped). Transactions stay
+    short: agents propose and insights are learned outside any row lock.
     """
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
@@ -146,40 +154,77 @@ def advance(run_id: int) -> list[Candidate]:
             return []
         if run.candidates.filter(status__in=PENDING_STATUSES).exists():
             return []
-        _close_generation(run)
-        new = _next_candidates(run)
-    return new
+        closed = _close_generation(run)
+        number = run.generation
+    if closed is not None:
+        _learn(run, closed)
+    return _next_candidates(run_id, number)
 
 
-def _next_candidates(run: Run) -> list[Candidate]:
-    """Propose generations until one has something to evaluate, or the run finishes.
+def sweep() -> list[Candidate]:
+    """Recover what a crash left behind; returns candidates to dispatch.
+
+    Runs that are ``running`` with nothing pending (a worker died between storing evidence and
+    advancing) are advanced; ``queued`` candidates and ``running`` ones whose holder is dead or
+    stale are returned for re-dispatch (the conditional claim keeps live evaluations safe).
+    """
+    out: list[Candidate] = []
+    for run in Run.objects.filter(state=Run.State.RUNNING):
+        out += advance(run.pk)
+    now = timezone.now()
+    for c in Candidate.objects.filter(run__state=Run.State.RUNNING, status__in=PENDING_STATUSES).select_related("goal"):
+        if c.status == CandidateStatus.QUEUED or _holder_is_dead(c.claimed_by) or (c.claimed_at and c.claimed_at < now - stale_after()):
+            out.append(c)
+    return out
+
+
+def _next_candidates(run_id: int, after: int) -> list[Candidate]:
+    """Propose generations after generation ``after`` until one has something to evaluate.
 
     A generation whose candidates all reuse earlier evidence needs no evaluation: it is closed
-    at once and the next one proposed.
+    at once and the next one proposed. Returns [] if another process advanced the run first.
     """
     for _ in range(MAX_REUSE_ROUNDS):
-        new = propose_generation(run)
+        new = propose_generation(run_id, after)
+        if new is None:
+            return []
         pending = [c for c in new if c.is_pending]
         if pending:
             return pending
+        run = Run.objects.get(pk=run_id)
         if not new:
-            if run.state == Run.State.RUNNING:
-                finish(run, Run.State.FINISHED)
+            if run.state == Run.State.RUNNING and run.generation == after:
+                with transaction.atomic():
+                    run = Run.objects.select_for_update().get(pk=run_id)
+                    if run.state == Run.State.RUNNING and run.generation == after:
+                        finish(run, Run.State.FINISHED)
             return []
-        _close_generation(run)
+        with transaction.atomic():
+            closed = _close_generation(Run.objects.select_for_update().get(pk=run_id))
+        if closed is not None:
+            _learn(run, closed)
+        after = run.generation
     return []
 
 
-def propose_generation(run: Run) -> list[Candidate]:
+def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
     """Apply pending directions, share the batch among agents, store their new candidates.
 
     Proposals whose content hash the goal already has are dropped: an identical kernel is never
     benchmarked twice. A proposal identical (hash, workload, target, shape set) to a candidate
-    of another goal reuses that evidence. Returns the new candidates (empty when the run is
-    over: budget or wall time spent, stopped, or nothing left to propose).
+    of another goal reuses that evidence.
+
+    Returns:
+        The new candidates of generation ``after + 1``; [] when the run is over (budget or wall
+        time spent, stopped, nothing left to propose); None when the run is no longer at
+        generation ``after`` (another process advanced it).
     """
-    number = run.generation + 1
-    applied = directions.apply_pending(run, number)
+    number = after + 1
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if run.generation != after:
+            return None
+        applied = directions.apply_pending(run, number)
     for d in applied:
         events.publish(run.pk, "direction", d.to_dict())
     if run.state != Run.State.RUNNING:
@@ -196,41 +241,51 @@ def propose_generation(run: Run) -> list[Candidate]:
         [Arm(r.name, r.evaluations, r.improvements, r.boost, r.paused) for r in records], n,
         exploration=float(getattr(settings, "SWARM_UCB_EXPLORATION", 0.3)),
     )
+    # Agents think outside any transaction: an LLM call or a model fit must not hold a lock.
     view = run_view(run, number)
     fingerprint = backend_fingerprint(goal)
     seen = set(view.seen)
-    created: list[Candidate] = []
+    proposed: list[tuple[AgentRecord, Proposal]] = []
     usage = dict(run.llm_usage)
     for record in records:
         share = shares.get(record.name, 0)
         if share <= 0:
             continue
         agent = make_agent(record.kind, _agent_seed(run.seed, number, record.name), record.settings)
-        proposals = agent.propose(_with_seen(view, seen), share)
+        for proposal in agent.propose(_with_seen(view, seen), share):
+            proposed.append((record, proposal))
+            if proposal.source is None and not proposal.error:
+                seen.add(view.space.point_key(proposal.params))
         for k, v in agent.usage.items():
             usage[k] = usage.get(k, 0) + v
-        for proposal in proposals:
-            candidate, error = _store(run, goal, view, record.name, number, proposal, fingerprint, seen)
+    created: list[Candidate] = []
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if run.generation != after or run.state != Run.State.RUNNING:
+            return None
+        stored: set[str] = set(view.seen)
+        for record, proposal in proposed:
+            candidate, error = _store(run, goal, view, record.name, number, proposal, fingerprint, stored)
             if error:
                 ProposalFailure.objects.create(run=run, agent=record.name, generation=number, error=error, raw=proposal.raw)
                 AgentRecord.objects.filter(pk=record.pk).update(failed_proposals=F("failed_proposals") + 1)
             elif candidate is not None:
                 created.append(candidate)
-    if not created:
-        return []
-    run.generation = number
-    run.llm_usage = usage
-    run.save(update_fields=["generation", "llm_usage"])
-    for r in records:
-        AgentRecord.objects.filter(pk=r.pk).update(last_share=shares.get(r.name, 0), score=scores.get(r.name, 0.0))
-    Generation.objects.create(run=run, number=number, shares=shares, credit=scores)
+        run.llm_usage = usage
+        if created:
+            run.generation = number
+            for r in records:
+                AgentRecord.objects.filter(pk=r.pk).update(last_share=shares.get(r.name, 0), score=scores.get(r.name, 0.0))
+            Generation.objects.create(run=run, number=number, shares=shares, credit=scores)
+        run.save(update_fields=["generation", "llm_usage"])
 
     def publish() -> None:
         for c in created:
             events.publish(run.pk, "candidate", c.to_dict())
         events.publish(run.pk, "generation", {"number": number, "shares": shares, "scores": scores})
 
-    transaction.on_commit(publish)
+    if created:
+        transaction.on_commit(publish)
     return created
 
 
@@ -329,6 +384,7 @@ def run_view(run: Run, generation: int | None = None) -> RunView:
         insights=tuple(learning.latest_insights(goal.workload, goal.target)),
         contract=_contract(goal.workload),
         template=goal.source,
+        run=f"{run.pk}@{run.started_at.timestamp()}",
     )
 
 
@@ -340,11 +396,13 @@ def _contract(workload: str) -> str:
     return f"Entry point: {w.c_signature}\nCorrectness: {w.error_definition or 'max relative error within tolerance'} (tolerance {w.tolerance:g})."
 
 
-def _close_generation(run: Run) -> None:
-    """Credit agents for frontier improvements of the finished generation, then learn insights."""
+def _close_generation(run: Run) -> Generation | None:
+    """Credit agents for frontier improvements of the run's current generation and mark it
+    finished (inside the caller's transaction). Returns the generation, or None if it was
+    already closed."""
     gen = Generation.objects.filter(run=run, number=run.generation, finished_at__isnull=True).first()
     if gen is None:
-        return
+        return None
     goal = run.goal
     signs = [1.0 if o["direction"] == "minimize" else -1.0 for o in goal.objectives]
 
@@ -378,15 +436,16 @@ def _close_generation(run: Run) -> None:
     gen.improvements = improvements
     gen.finished_at = timezone.now()
     gen.save(update_fields=["improvements", "finished_at"])
+    return gen
+
+
+def _learn(run: Run, gen: Generation) -> None:
+    """Update insights after a generation closed and publish it (outside any transaction)."""
     new_insights = learning.update_insights(run, gen.number)
     leaderboard = [a.to_dict() for a in run.agents.all()]
-
-    def publish() -> None:
-        events.publish(run.pk, "generation_finished", {"number": gen.number, "improvements": improvements, "agents": leaderboard})
-        for i in new_insights:
-            events.publish(run.pk, "insight", i.to_dict())
-
-    transaction.on_commit(publish)
+    events.publish(run.pk, "generation_finished", {"number": gen.number, "improvements": gen.improvements, "agents": leaderboard})
+    for i in new_insights:
+        events.publish(run.pk, "insight", i.to_dict())
 
 
 def stop_run(run: Run, user=None) -> None:

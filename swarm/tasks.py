@@ -15,3 +15,19 @@ def evaluate(candidate_id: int) -> None:
     if candidate is None:
         return
     dispatch(orchestrator.advance(candidate.run_id))
+
+
+@shared_task(name="swarm.validate_promotion", acks_late=True, reject_on_worker_lost=True)
+def validate_promotion(request_id: int) -> None:
+    """Run a promotion request's extended validation on the target's worker and decide it."""
+    from swarm import promotion
+
+    promotion.validate_request(request_id)
+
+
+@shared_task(name="swarm.measure_baseline", acks_late=True, reject_on_worker_lost=True)
+def measure_baseline(baseline_id: int) -> None:
+    """Time a (workload, target, shape set)'s plain baseline once on the target's worker."""
+    from swarm import baselines
+
+    baselines.measure(baseline_id)

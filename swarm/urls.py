@@ -1,21 +1,26 @@
-from django.urls import path
+from django.urls import include, path
 
 from swarm import views
 
 urlpatterns = [
     path("", views.goal_list, name="goal-list"),
     path("goals/new/", views.goal_create, name="goal-create"),
+    path("goals/check-space/", views.goal_check_space, name="goal-check-space"),
+    path("goals/defaults/", views.goal_defaults, name="goal-defaults"),
     path("goals/<int:pk>/", views.goal_detail, name="goal-detail"),
+    path("goals/<int:pk>/edit/", views.goal_edit, name="goal-edit"),
     path("goals/<int:pk>/runs/", views.run_start, name="run-start"),
     path("runs/<int:pk>/", views.run_detail, name="run-detail"),
     path("runs/<int:pk>/stop/", views.run_stop, name="run-stop"),
+    path("runs/<int:pk>/directions/", views.run_direction, name="run-direction"),
+    path("runs/<int:pk>/insights/<int:insight_id>/accept/", views.run_insight_accept, name="run-insight-accept"),
     path("candidates/<int:pk>/", views.candidate_detail, name="candidate-detail"),
+    path("candidates/<int:pk>/static/", views.candidate_static, name="candidate-static"),
     path("candidates/<int:pk>/promote/", views.candidate_promote, name="candidate-promote"),
+    path("compare/", views.compare, name="compare"),
     path("production/", views.production, name="production"),
-    path("api/production/", views.api_production, name="api-production"),
-    path(
-        "api/production/<str:workload>/<str:target>/<str:shape_set>/",
-        views.api_production_kernel,
-        name="api-production-kernel",
-    ),
+    path("production/<str:workload>/<str:target>/<str:shape_set>/rollback/", views.production_rollback,
+         name="production-rollback"),
+    path("promotion-requests/<int:pk>/", views.promotion_request_status, name="promotion-request-status"),
+    path("api/", include("swarm.api.urls")),
 ]

@@ -12,6 +12,7 @@ from typing import Any
 BACKENDS: dict[str, str] = {
     "cpu": "kernels.backends.cpu:CpuBackend",
     "replay": "kernels.backends.replay:ReplayBackend",
+    "cuda": "kernels.backends.cuda:CudaBackend",
 }
 
 

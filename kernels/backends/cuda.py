@@ -1,27 +1,28 @@
 """CUDA backend: ``extern "C" __global__`` kernels (or PTX) driven through CuPy.
 
-A CUDA candidate is a source plus a :class:`LaunchPlan`: one or more launches, each naming a
-kernel, its grid and block as safe expressions over the shape's axes, the design-space
-parameters and the workload's attributes (:class:`kernels.restrictions.Expression`, never
-``eval``), a dynamic shared-memory size and an argument list naming buffers, axes and
-attributes. Multi-kernel algorithms (split-K, two-pass softmax) add float32 ``scratch``
-buffers.
+A CUDA candidate is a source plus a :class:`~kernels.launch_plan.LaunchPlan` (one or more
+launches with grid, block and shared memory as safe expressions over axes, parameters and
+attributes, and argument lists; see :mod:`kernels.launch_plan`, re-exported here).
 
-- Compile: ``nvcc -cubin --resource-usage`` gives static evidence wherever nvcc exists (no GPU
-  needed) and is the compile gate; the module that runs is built by CuPy's ``RawModule``
-  (NVRTC, the default, ``compiler="nvrtc"``) in the sandboxed child, or is nvcc's cubin
-  (``compiler="nvcc"``, needed for ``sm_90a``). PTX candidates load through the same plan
-  (``cupy.RawModule(path=...)``, the driver JIT-compiles them).
-- Run: CUDA-event timing with an L2 flush (a write of 2x the device's L2) before every
-  timed repetition (:func:`bench_events`), like Triton's ``do_bench``.
+- Compile (:meth:`CudaBackend.compile`): ``nvcc -cubin --resource-usage`` is the compile
+  gate and the static evidence wherever nvcc exists (no GPU needed, :mod:`kernels.static`);
+  the module that runs is built by CuPy's ``RawModule`` with NVRTC in the sandbox child
+  (``compiler="nvrtc"``, the default), or is nvcc's cubin (``compiler="nvcc"``, needed for
+  ``sm_90a``). PTX candidates load through the same plan (``cupy.RawModule(path=...)``; the
+  driver JIT-compiles them).
+- Run: CUDA-event timing with an L2 flush (a write of 2x the device's L2) before every timed
+  repetition (:func:`bench_events`), like Triton's ``do_bench``; limits for the ``invalid``
+  check and the roofline come from vendor datasheets (:func:`roofline_for`).
+- Evaluate: :func:`kernels.evaluate` with ``backend="cuda"`` runs
+  :func:`kernels._cuda_eval.evaluate_cuda` (parent side) and :mod:`kernels._cuda_child`
+  (sandbox side).
 
-cupy is imported lazily; without it :meth:`CudaBackend.run` and the evaluation raise an
-ImportError naming cupy, while compile, static evidence and plan parsing keep working.
+cupy is imported lazily (:func:`import_cupy`); without it running raises an ImportError that
+names cupy, while compiling, static evidence and plan parsing keep working.
 """
 
 from __future__ import annotations
 
-import ast
 import functools
 import hashlib
 import math
@@ -34,7 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 from kernels import config, static
 from kernels.backends.cpu import CompileError
-from kernels.restrictions import Expression, RestrictionError
+from kernels.launch_plan import (
+    Launch, LaunchArg, LaunchPlan, LaunchPlanError, ResolvedLaunch, plan_env, plan_names,
+)
 
 if TYPE_CHECKING:
     from kernels.timing import BenchSettings
@@ -51,12 +54,14 @@ __all__ = [
     "ResolvedLaunch",
     "Roofline",
     "bench_events",
+    "bind_launches",
     "import_cupy",
+    "plan_env",
+    "plan_names",
     "roofline_for",
     "target_arch",
 ]
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TARGET = re.compile(r"^cuda-sm(\d{2,3})(a?)$")
 DEFAULT_TARGET = "cuda-sm90"
 CUPY_HINT = (
@@ -89,357 +94,6 @@ def target_arch(target: str) -> str:
         known = ", ".join("cuda-" + a.replace("_", "") for a in static.ARCHS)
         raise ValueError(f"unknown CUDA target {target!r} (known: {known})")
     return arch
-
-
-# -- launch plans ---------------------------------------------------------------------------
-
-
-class LaunchPlanError(ValueError):
-    """A launch plan is malformed or cannot be resolved at a shape; the message names the
-    offending part (``launches[0].grid[1]: ...``) and how to fix it."""
-
-
-_ARG_DTYPES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1),
-               "uint32": (0, 2**32 - 1), "float32": None, "float64": None}
-
-
-@dataclass(frozen=True)
-class LaunchArg:
-    """One kernel argument.
-
-    Attributes:
-        expr: a buffer name (input, output or scratch: passed as a device pointer) or a safe
-            expression over axes, parameters and attributes (passed by value).
-        dtype: C type of a by-value argument: ``int32`` (``int``), ``int64`` (``long long``),
-            ``uint32``, ``float32`` (``float``), ``float64`` (``double``); None infers
-            ``int32`` for integer values and ``float32`` otherwise. Ignored for buffers.
-    """
-
-    expr: str
-    dtype: str | None = None
-
-    def to_json(self) -> str | dict[str, str]:
-        return self.expr if self.dtype is None else {"expr": self.expr, "dtype": self.dtype}
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One kernel launch of a plan.
-
-    Attributes:
-        kernel: name of an ``extern "C" __global__`` function of the source.
-        grid, block: 1 to 3 safe expressions (x, y, z; missing ones are 1), e.g.
-            ``("(rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK",)`` and ``("BLOCK_SIZE",)``.
-        shared_mem_bytes: dynamic shared memory per block (bytes), a safe expression.
-        args: the kernel's arguments in order.
-    """
-
-    kernel: str
-    grid: tuple[str, ...]
-    block: tuple[str, ...]
-    shared_mem_bytes: str = "0"
-    args: tuple[LaunchArg, ...] = ()
-
-
-@dataclass(frozen=True)
-class ResolvedLaunch:
-    """A :class:`Launch` evaluated at one shape: concrete sizes and arguments.
-
-    Attributes:
-        kernel: kernel name.
-        grid, block: 3 ints each.
-        shared_mem_bytes: dynamic shared memory per block (bytes).
-        args: ``("buffer", name)`` or ``(dtype, value)`` per argument.
-    """
-
-    kernel: str
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    shared_mem_bytes: int
-    args: tuple[tuple[str, Any], ...]
-
-    @property
-    def block_threads(self) -> int:
-        return self.block[0] * self.block[1] * self.block[2]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kernel": self.kernel, "grid": list(self.grid), "block": list(self.block),
-                "shared_mem_bytes": self.shared_mem_bytes, "args": [list(a) for a in self.args]}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ResolvedLaunch:
-        return cls(str(d["kernel"]), tuple(int(v) for v in d["grid"]), tuple(int(v) for v in d["block"]),  # type: ignore[arg-type]
-                   int(d["shared_mem_bytes"]), tuple((str(k), v) for k, v in d["args"]))
-
-
-@functools.lru_cache(maxsize=4096)
-def _expression(text: str, names: frozenset[str]) -> Expression:
-    return Expression(text, names)
-
-
-def _names_in(text: str) -> frozenset[str]:
-    try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except (SyntaxError, RecursionError, MemoryError, ValueError):
-        return frozenset()
-    return frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
-
-
-def _expr_text(v: Any, where: str) -> str:
-    if isinstance(v, bool) or not isinstance(v, (int, str)):
-        raise LaunchPlanError(f"{where}: must be an integer or an expression string, got {v!r}")
-    return str(v)
-
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    """How to launch a CUDA candidate: one or more launches, run in order on one stream.
-
-    Build it with :meth:`from_dict` from JSON such as::
-
-        {"launches": [{"kernel": "rmsnorm_kernel",
-                       "grid": ["(rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK"],
-                       "block": ["BLOCK_SIZE"],
-                       "shared_mem_bytes": "0",
-                       "args": ["x", "w", "y", "rows", "hidden", "eps"]}],
-         "scratch": {"partial": "SPLIT_K * M * N"}}
-
-    Attributes:
-        launches: the launches in order.
-        scratch: ``(name, expression)`` pairs: float32 device buffers of that many elements
-            (allocated by the evaluator, NaN-filled before every call), for intermediate
-            results of multi-kernel algorithms. Kernels must initialise what they read.
-    """
-
-    launches: tuple[Launch, ...]
-    scratch: tuple[tuple[str, str], ...] = ()
-
-    # -- parsing -----------------------------------------------------------------------------
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | LaunchPlan, names: Iterable[str] | None = None) -> LaunchPlan:
-        """Parse and validate a plan.
-
-        Args:
-            d: ``{"launches": [...], "scratch": {name: expression}}`` (see the class doc); a
-                :class:`LaunchPlan` is accepted and re-validated.
-            names: identifiers expressions may use besides scratch names: axes, parameters,
-                attributes and the workload's buffer names (:func:`plan_names`). None checks
-                syntax only; names are then checked by :meth:`resolve`.
-
-        Raises:
-            LaunchPlanError: structure, expression syntax, disallowed constructs or unknown
-                names, with the path of the offending entry.
-        """
-        if isinstance(d, LaunchPlan):
-            d = d.to_dict()
-        if not isinstance(d, Mapping):
-            raise LaunchPlanError("launch plan must be an object with 'launches' (a list of launches)")
-        unknown = set(d) - {"launches", "scratch"}
-        if unknown:
-            raise LaunchPlanError(f"launch plan: unknown keys {sorted(unknown)} (allowed: launches, scratch)")
-        raw = d.get("launches")
-        if not isinstance(raw, (list, tuple)) or not raw:
-            raise LaunchPlanError("launch plan needs 'launches': a non-empty list of {kernel, grid, block, args}")
-        scratch_raw = d.get("scratch", {}) or {}
-        if not isinstance(scratch_raw, Mapping):
-            raise LaunchPlanError("launch plan 'scratch' must be an object {name: element-count expression}")
-        scratch = []
-        for name, expr in scratch_raw.items():
-            if not isinstance(name, str) or not _IDENT.match(name):
-                raise LaunchPlanError(f"scratch buffer name {name!r} must be an identifier")
-            scratch.append((name, _expr_text(expr, f"scratch.{name}")))
-        launches = tuple(cls._parse_launch(i, item) for i, item in enumerate(raw))
-        plan = cls(launches, tuple(scratch))
-        plan._check(None if names is None else frozenset(names))
-        return plan
-
-    @staticmethod
-    def _parse_launch(i: int, item: Any) -> Launch:
-        where = f"launches[{i}]"
-        if not isinstance(item, Mapping):
-            raise LaunchPlanError(f"{where}: must be an object with kernel, grid, block, args")
-        unknown = set(item) - {"kernel", "grid", "block", "shared_mem_bytes", "args"}
-        if unknown:
-            raise LaunchPlanError(f"{where}: unknown keys {sorted(unknown)} (allowed: kernel, grid, block, shared_mem_bytes, args)")
-        kernel = item.get("kernel")
-        if not isinstance(kernel, str) or not _IDENT.match(kernel):
-            raise LaunchPlanError(f'{where}.kernel: must name an extern "C" __global__ function, got {kernel!r}')
-        dims = {}
-        for key in ("grid", "block"):
-            v = item.get(key)
-            if isinstance(v, (int, str)) and not isinstance(v, bool):
-                v = [v]
-            if not isinstance(v, (list, tuple)) or not 1 <= len(v) <= 3:
-                raise LaunchPlanError(f"{where}.{key}: must be a list of 1 to 3 expressions (x, y, z), got {v!r}")
-            dims[key] = tuple(_expr_text(e, f"{where}.{key}[{j}]") for j, e in enumerate(v))
-        smem = _expr_text(item.get("shared_mem_bytes", "0"), f"{where}.shared_mem_bytes")
-        raw_args = item.get("args", [])
-        if not isinstance(raw_args, (list, tuple)):
-            raise LaunchPlanError(f"{where}.args: must be a list of buffer names or expressions")
-        args = []
-        for j, a in enumerate(raw_args):
-            w = f"{where}.args[{j}]"
-            if isinstance(a, Mapping):
-                if set(a) - {"expr", "dtype"} or "expr" not in a:
-                    raise LaunchPlanError(f"{w}: an object argument needs 'expr' and optional 'dtype'")
-                dtype = a.get("dtype")
-                if dtype is not None and dtype not in _ARG_DTYPES:
-                    raise LaunchPlanError(f"{w}: dtype {dtype!r} not one of {', '.join(_ARG_DTYPES)}")
-                args.append(LaunchArg(_expr_text(a["expr"], w), dtype))
-            else:
-                args.append(LaunchArg(_expr_text(a, w)))
-        return Launch(kernel, dims["grid"], dims["block"], smem, tuple(args))
-
-    def _expressions(self) -> Iterable[tuple[str, str]]:
-        for name, expr in self.scratch:
-            yield f"scratch.{name}", expr
-        for i, launch in enumerate(self.launches):
-            for key in ("grid", "block"):
-                for j, e in enumerate(getattr(launch, key)):
-                    yield f"launches[{i}].{key}[{j}]", e
-            yield f"launches[{i}].shared_mem_bytes", launch.shared_mem_bytes
-            for j, a in enumerate(launch.args):
-                yield f"launches[{i}].args[{j}]", a.expr
-
-    def _check(self, names: frozenset[str] | None) -> None:
-        scratch = frozenset(n for n, _ in self.scratch)
-        for where, text in self._expressions():
-            allowed = _names_in(text) if names is None else names | scratch
-            try:
-                _expression(text, frozenset(allowed))
-            except RestrictionError as exc:
-                raise LaunchPlanError(f"{where}: {exc}") from None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form accepted by :meth:`from_dict`."""
-        d: dict[str, Any] = {
-            "launches": [
-                {"kernel": l.kernel, "grid": list(l.grid), "block": list(l.block),
-                 "shared_mem_bytes": l.shared_mem_bytes, "args": [a.to_json() for a in l.args]}
-                for l in self.launches
-            ]
-        }
-        if self.scratch:
-            d["scratch"] = dict(self.scratch)
-        return d
-
-    @property
-    def kernels(self) -> tuple[str, ...]:
-        """Distinct kernel names in launch order."""
-        return tuple(dict.fromkeys(l.kernel for l in self.launches))
-
-    # -- resolution --------------------------------------------------------------------------
-
-    def resolve(
-        self,
-        env: Mapping[str, int | float],
-        buffers: Iterable[str],
-        *,
-        arch: str = "sm_90",
-    ) -> tuple[list[ResolvedLaunch], dict[str, int]]:
-        """Evaluate every expression at one point.
-
-        Args:
-            env: values of axes, parameters and attributes, e.g. ``{"rows": 7, "hidden":
-                4099, "BLOCK_SIZE": 256, "eps": 1e-5}``.
-            buffers: names of the workload's input and output arrays.
-            arch: architecture whose per-block limits apply (shared memory opt-in limit).
-
-        Returns:
-            ``(launches, scratch)``: the resolved launches and ``{scratch name: float32
-            element count}``.
-
-        Raises:
-            LaunchPlanError: an unknown name, a non-integer or out-of-range grid/block/shared
-                memory size (block > 1024 threads, grid y/z > 65535, shared memory above the
-                architecture's opt-in limit), a scratch name clashing with a buffer, or a
-                by-value argument outside its dtype's range.
-        """
-        lim = static.arch_limits(arch)
-        bufs = set(buffers)
-        scratch_names = {n for n, _ in self.scratch}
-        clash = bufs & scratch_names | (set(env) & (bufs | scratch_names))
-        if clash:
-            raise LaunchPlanError(f"names used twice (buffer, scratch, axis or parameter): {sorted(clash)}")
-        names = frozenset(env)
-
-        def value(where: str, text: str) -> int | float | bool:
-            try:
-                return _expression(text, names).value(env)
-            except RestrictionError as exc:
-                raise LaunchPlanError(f"{where}: {exc}") from None
-
-        def integer(where: str, text: str, lo: int, hi: int) -> int:
-            v = value(where, text)
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise LaunchPlanError(f"{where} '{text}' = {v!r}: must be an integer (use // for integer division)")
-            if not lo <= v <= hi:
-                raise LaunchPlanError(f"{where} '{text}' = {v}: must be in [{lo}, {hi}]")
-            return v
-
-        scratch = {n: integer(f"scratch.{n}", e, 0, 2**34) for n, e in self.scratch}
-        all_bufs = bufs | scratch_names
-        out = []
-        for i, l in enumerate(self.launches):
-            w = f"launches[{i}]"
-            gmax = (2**31 - 1, 65535, 65535)
-            bmax = (lim.max_threads_per_block, lim.max_threads_per_block, 64)
-            grid = [integer(f"{w}.grid[{j}]", e, 1, gmax[j]) for j, e in enumerate(l.grid)]
-            block = [integer(f"{w}.block[{j}]", e, 1, bmax[j]) for j, e in enumerate(l.block)]
-            grid += [1] * (3 - len(grid))
-            block += [1] * (3 - len(block))
-            threads = block[0] * block[1] * block[2]
-            if threads > lim.max_threads_per_block:
-                raise LaunchPlanError(f"{w}.block {block}: {threads} threads per block exceed {lim.max_threads_per_block}")
-            smem = integer(f"{w}.shared_mem_bytes", l.shared_mem_bytes, 0, lim.smem_per_block_optin)
-            args: list[tuple[str, Any]] = []
-            for j, a in enumerate(l.args):
-                if a.expr in all_bufs:
-                    args.append(("buffer", a.expr))
-                    continue
-                v = value(f"{w}.args[{j}]", a.expr)
-                if isinstance(v, bool):
-                    v = int(v)
-                dtype = a.dtype or ("int32" if isinstance(v, int) else "float32")
-                rng = _ARG_DTYPES[dtype]
-                if rng is not None:
-                    if not isinstance(v, int):
-                        raise LaunchPlanError(f"{w}.args[{j}] '{a.expr}' = {v!r}: dtype {dtype} needs an integer")
-                    if not rng[0] <= v <= rng[1]:
-                        raise LaunchPlanError(f"{w}.args[{j}] '{a.expr}' = {v}: out of range for {dtype}")
-                elif not math.isfinite(float(v)):
-                    raise LaunchPlanError(f"{w}.args[{j}] '{a.expr}' = {v}: not finite")
-                args.append((dtype, v if rng is not None else float(v)))
-            out.append(ResolvedLaunch(l.kernel, tuple(grid), tuple(block), smem, tuple(args)))  # type: ignore[arg-type]
-        return out, scratch
-
-
-def plan_env(workload, shape: Mapping[str, int], params: Mapping[str, Any]) -> dict[str, int | float]:
-    """Names a launch plan may use at ``shape``: the shape's axes, the workload's attributes
-    (e.g. ``eps``) and the parameter values.
-
-    Raises:
-        LaunchPlanError: a parameter has the name of an axis or attribute.
-    """
-    env: dict[str, int | float] = {k: int(v) for k, v in shape.items()}
-    for k, v in workload.attrs.items():
-        env[k] = float(v)
-    clash = set(params) & set(env)
-    if clash:
-        raise LaunchPlanError(f"parameters {sorted(clash)} shadow axes or attributes of workload '{workload.name}'")
-    env.update(params)
-    return env
-
-
-def plan_names(workload, params: Iterable[str]) -> frozenset[str]:
-    """All identifiers a plan for ``workload`` may use (besides its own scratch names): the
-    axes of every shape set, the attributes, the parameter names and the input and output
-    buffer names."""
-    axes = {k for shapes in workload.shape_sets.values() for s in shapes for k in s}
-    axes |= {k for shapes in workload.validation_shapes.values() for s in shapes for k in s}
-    buffers = set(workload.inputs) | set(workload.outputs)
-    return frozenset(axes) | frozenset(workload.attrs) | frozenset(params) | frozenset(buffers)
 
 
 # -- compile options and artifacts ------------------------------------------------------------
@@ -623,48 +277,6 @@ def roofline_for(device_name: str | None, arch: str) -> Roofline:
     return chosen
 
 
-def roofline_metrics(workload, shapes: Iterable[Mapping[str, int]], latency_ms: Mapping[str, float],
-                     roofline: Roofline) -> dict[str, float]:
-    """Percent of roofline per shape and over the set.
-
-    The attainable time of a shape is ``max(bytes / peak_gbps, flops / peak_gflops)``
-    (Williams et al., "Roofline", CACM 2009, doi:10.1145/1498765.1498785); the percentage is
-    attainable over measured time.
-
-    Args:
-        workload: the :class:`~kernels.workloads.Workload` (``bytes``, ``flops``).
-        shapes: the timed shapes.
-        latency_ms: median latency (ms) per shape label.
-        roofline: the device's limits.
-
-    Returns:
-        ``pct_roofline`` (sum of attainable over sum of measured, %), ``pct_roofline[<label>]``,
-        ``pct_peak_gbps`` and ``pct_peak_gflops`` (whole-set GB/s and GFLOP/s against the
-        peaks, %).
-    """
-    from kernels.workloads import shape_label  # noqa: PLC0415
-
-    out: dict[str, float] = {}
-    total_t = total_att = total_bytes = total_flops = 0.0
-    for shape in shapes:
-        label = shape_label(shape)
-        t = latency_ms.get(label)
-        if not t or t <= 0:
-            continue
-        b, f = workload.bytes(shape), workload.flops(shape)
-        att_ms = max(b / (roofline.peak_gbps * 1e9), f / (roofline.peak_gflops * 1e9)) * 1e3
-        out[f"pct_roofline[{label}]"] = 100.0 * att_ms / t
-        total_t += t
-        total_att += att_ms
-        total_bytes += b
-        total_flops += f
-    if total_t > 0:
-        out["pct_roofline"] = 100.0 * total_att / total_t
-        out["pct_peak_gbps"] = 100.0 * total_bytes / (total_t * 1e-3) / 1e9 / roofline.peak_gbps
-        out["pct_peak_gflops"] = 100.0 * total_flops / (total_t * 1e-3) / 1e9 / roofline.peak_gflops
-    return out
-
-
 # -- device introspection (needs cupy and a GPU) ----------------------------------------------
 
 
@@ -838,20 +450,40 @@ def prepare_kernels(kernels: Mapping[str, Any], launches: Iterable[ResolvedLaunc
             kernels[name].max_dynamic_shared_size_bytes = n
 
 
-def launch_all(kernels: Mapping[str, Any], launches: Iterable[ResolvedLaunch], buffers: Mapping[str, Any]) -> None:
-    """Enqueue ``launches`` in order on the current stream.
+def bind_launches(kernels: Mapping[str, Any], launches: Iterable[ResolvedLaunch],
+                  buffers: Mapping[str, Any]) -> list[tuple[Any, tuple, tuple, tuple, int]]:
+    """Pre-build every launch's argument tuple (device arrays, numpy scalars) so that a timed
+    call only enqueues kernels.
 
     Args:
         kernels: ``{name: RawKernel}``.
         launches: resolved launches.
-        buffers: ``{name: cupy array}`` for inputs, outputs and scratch.
+        buffers: ``{name: cupy array}`` for inputs, outputs and scratch (the kernels get their
+            data pointers).
+
+    Returns:
+        ``[(kernel, grid, block, args, shared_mem_bytes)]`` for :func:`run_bound`.
     """
     import numpy as np  # noqa: PLC0415
 
     conv = {"int32": np.int32, "int64": np.int64, "uint32": np.uint32, "float32": np.float32, "float64": np.float64}
+    bound = []
     for l in launches:
         args = tuple(buffers[v] if k == "buffer" else conv[k](v) for k, v in l.args)
-        kernels[l.kernel](l.grid, l.block, args, shared_mem=l.shared_mem_bytes)
+        bound.append((kernels[l.kernel], l.grid, l.block, args, l.shared_mem_bytes))
+    return bound
+
+
+def run_bound(bound: Iterable[tuple[Any, tuple, tuple, tuple, int]]) -> None:
+    """Enqueue pre-bound launches (:func:`bind_launches`) in order on the current stream."""
+    for kern, grid, block, args, smem in bound:
+        kern(grid, block, args, shared_mem=smem)
+
+
+def launch_all(kernels: Mapping[str, Any], launches: Iterable[ResolvedLaunch], buffers: Mapping[str, Any]) -> None:
+    """Enqueue ``launches`` in order on the current stream (binds the arguments each call;
+    see :func:`bind_launches` for the timed path)."""
+    run_bound(bind_launches(kernels, launches, buffers))
 
 
 # -- the backend ----------------------------------------------------------------------------
@@ -896,7 +528,18 @@ class CudaBackend:
 
     def roofline(self) -> Roofline:
         """Limits of this machine's GPU (by name) or of the target's fastest part."""
-        return roofline_for(_fingerprint(self.target, self.arch).get("gpu"), self.arch)
+        return roofline_for(dict(_fingerprint(self.target, self.arch)).get("gpu"), self.arch)
+
+    def physical_limits(self) -> dict[str, Any]:
+        """What the evaluator enforces and the roofline it reports against (same keys as
+        :func:`kernels.hostperf.physical_limits`): ``gbps`` and ``gflops`` (a result above
+        them is ``invalid``: the datasheet's DRAM bandwidth and its fastest float32-input
+        rate, TF32 tensor cores dense; margin 1, datasheet figures are already upper
+        bounds), ``copy_gbps`` and ``fma_gflops`` (the roofline of ``roofline_pct``: DRAM
+        bandwidth and the float32 CUDA-core rate), ``source``, ``margin``, ``device``."""
+        rl = self.roofline()
+        return {"gbps": rl.peak_gbps, "gflops": rl.max_gflops, "margin": 1.0, "copy_gbps": rl.peak_gbps,
+                "fma_gflops": rl.peak_gflops, "source": rl.source, "device": rl.device}
 
     def compile(self, source: str, defines: str = "", options: CompileOptions | Mapping[str, Any] | None = None) -> CudaArtifact:
         """Compile a CUDA C or PTX candidate.
@@ -989,7 +632,8 @@ class CudaBackend:
         l2 = device_info(cp).get("l2_bytes") or 0
         fl = make_l2_flush(cp, l2) if flush else None
         settings = BenchSettings(warmup_ms=0.0, rep_ms=0.0, min_reps=reps, max_reps=max(reps, warmup, 3))
-        return bench_events(cp, lambda: launch_all(kernels, launches, buffers), settings, flush=fl)[:reps]
+        bound = bind_launches(kernels, launches, buffers)
+        return bench_events(cp, lambda: run_bound(bound), settings, flush=fl)[:reps]
 
 
 @functools.cache

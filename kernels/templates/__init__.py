@@ -21,6 +21,74 @@ _DEFAULT_SPACES = {
         ),
         restrictions=("UNROLL * VEC <= 64",),
     ),
+    # gemm.c: dot-product path (MR x NR) below PACK_MIN_M, packed outer-product path
+    # (MR x NV*VEC) from it; 1073741824 = never pack. Accumulator tiles must fit the 32
+    # vector registers of AVX-512 (AVX2 has 16: larger tiles spill there and time slower);
+    # blocks hold whole register tiles.
+    "gemm": DesignSpace(
+        parameters=(
+            Parameter("MR", (1, 2, 4, 6, 8)),
+            Parameter("NR", (1, 2, 4, 8)),
+            Parameter("NV", (1, 2, 3, 4)),
+            Parameter("VEC", (4, 8, 16)),
+            Parameter("KC", (64, 128, 256, 512, 1024)),
+            Parameter("NC", (32, 64, 96, 128, 192, 256)),
+            Parameter("MC", (16, 32, 48, 64, 96, 128, 192, 256)),
+            Parameter("PACK_MIN_M", (1, 8, 32, 128, 1073741824)),
+            Parameter("LOOP_ORDER", (0, 1)),
+            Parameter("SCHEDULE", (0, 1)),
+        ),
+        restrictions=(
+            "KC % VEC == 0",
+            "MR * NR <= 24",
+            "MR * NV <= 24",
+            "MC % MR == 0",
+            "NC % (NV * VEC) == 0",
+        ),
+    ),
+    # softmax.c: EXP_DEGREE only matters with the polynomial exp, BLOCK only for ALGO 1.
+    "softmax": DesignSpace(
+        parameters=(
+            Parameter("ALGO", (0, 1, 2)),
+            Parameter("VEC", (4, 8, 16)),
+            Parameter("UNROLL", (1, 2, 4)),
+            Parameter("EXP_POLY", (0, 1)),
+            Parameter("EXP_DEGREE", (5, 6, 7)),
+            Parameter("ACC_DOUBLE", (0, 1)),
+            Parameter("BLOCK", (256, 1024, 4096)),
+            Parameter("ROWS_PER_CHUNK", (1, 2, 4, 8)),
+            Parameter("SPLIT_ROWS", (0, 1)),
+        ),
+        restrictions=(
+            "BLOCK % (VEC * UNROLL) == 0",
+            "EXP_POLY == 1 or EXP_DEGREE == 7",
+            "ALGO == 1 or BLOCK == 1024",
+        ),
+    ),
+    "fused_add_rmsnorm": DesignSpace(
+        parameters=(
+            Parameter("ROWS_PER_CHUNK", (1, 2, 4, 8, 16, 32)),
+            Parameter("UNROLL", (1, 2, 4, 8)),
+            Parameter("VEC", (1, 4, 8, 16)),
+            Parameter("ACC_DOUBLE", (0, 1)),
+            Parameter("RECOMPUTE", (0, 1)),
+        ),
+        restrictions=("UNROLL * VEC <= 64",),
+    ),
+    # kda.c: DV_BLOCK and FUSE belong to the recurrent algorithm, CHUNK to the chunked one.
+    "kda": DesignSpace(
+        parameters=(
+            Parameter("ALGO", (0, 1)),
+            Parameter("DV_BLOCK", (8, 16, 32, 64, 128)),
+            Parameter("FUSE", (0, 1)),
+            Parameter("CHUNK", (16, 32, 64)),
+            Parameter("ACC_DOUBLE", (0, 1)),
+        ),
+        restrictions=(
+            "ALGO == 1 or CHUNK == 64",
+            "ALGO == 0 or (DV_BLOCK == 64 and FUSE == 1)",
+        ),
+    ),
 }
 
 

@@ -18,15 +18,20 @@ from kernels.space import DesignSpace, Parameter
 
 __all__ = ["CUDA_SPACES", "cuda_space", "default_launch_plan"]
 
+# SMEM_CACHE_MAX of the row-wise templates (rmsnorm.cu, softmax.cu, fused_add_rmsnorm.cu)
+SMEM_CACHE_MAX = 200 * 1024
+
 
 def _rows_plan(kernel: str, rows_axis: str, row_len_axis: str, args: list[str]) -> dict[str, Any]:
     rpb = "(BLOCK_SIZE // THREADS_PER_ROW)"
+    row_bytes = f"{rpb} * {row_len_axis} * 4"
     return {
         "launches": [{
             "kernel": kernel,
             "grid": [f"({rows_axis} + {rpb} - 1) // {rpb}"],
             "block": ["BLOCK_SIZE"],
-            "shared_mem_bytes": f"USE_SMEM * {rpb} * {row_len_axis} * 4",
+            # the row cache only when it fits SMEM_CACHE_MAX (as the kernel decides)
+            "shared_mem_bytes": f"USE_SMEM * {row_bytes} * ({row_bytes} <= {SMEM_CACHE_MAX})",
             "args": args,
         }]
     }
@@ -64,8 +69,9 @@ CUDA_SPACES: dict[str, DesignSpace] = {
         ),
         restrictions=(
             "THREADS_PER_ROW <= BLOCK_SIZE",
-            # row cache: ROWS_PER_BLOCK * hidden * 4 bytes; 4 rows of 4099 floats = 64 KiB
-            "USE_SMEM == 0 or BLOCK_SIZE // THREADS_PER_ROW <= 4",
+            # row cache of ROWS_PER_BLOCK rows (used only when it fits 200 KiB): hidden 4096
+            # needs 16 KiB per row, so more than 8 rows per block would never use it
+            "USE_SMEM == 0 or BLOCK_SIZE // THREADS_PER_ROW <= 8",
             "VEC * UNROLL <= 16",
         ),
     ),
@@ -79,7 +85,8 @@ CUDA_SPACES: dict[str, DesignSpace] = {
         ),
         restrictions=(
             "THREADS_PER_ROW <= BLOCK_SIZE",
-            "USE_SMEM == 0 or BLOCK_SIZE // THREADS_PER_ROW <= 1",
+            # the row cache holds at most 200 KiB (vocabulary rows of 128256 floats never fit)
+            "USE_SMEM == 0 or BLOCK_SIZE // THREADS_PER_ROW <= 8",
         ),
     ),
     "gemm": DesignSpace(
@@ -105,8 +112,13 @@ CUDA_SPACES: dict[str, DesignSpace] = {
     ),
 }
 
+CUDA_SPACES["fused_add_rmsnorm"] = CUDA_SPACES["rmsnorm"]  # same kernel structure and tunables
+
 _PLANS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     "rmsnorm": lambda p: _rows_plan("rmsnorm_kernel", "rows", "hidden", ["x", "w", "y", "rows", "hidden", "eps"]),
+    "fused_add_rmsnorm": lambda p: _rows_plan(
+        "fused_add_rmsnorm_kernel", "rows", "hidden",
+        ["x", "residual", "w", "y", "residual_out", "rows", "hidden", "eps"]),
     "softmax": lambda p: _rows_plan("softmax_kernel", "rows", "cols", ["x", "y", "rows", "cols"]),
     "gemm": _gemm_plan,
 }

@@ -20,7 +20,8 @@
  *   ONLINE           1: one-pass max+sum (online softmax); 0: separate max and sum passes
  *   USE_SMEM         1: keep the row in dynamic shared memory after the first pass, when
  *                    the block's rows fit in SMEM_CACHE_MAX bytes
- * Correct for any rows >= 0 and cols >= 1.
+ * Correct for any rows >= 0 and cols >= 1, with -inf (masked) logits anywhere as long as
+ * each row has one finite value.
  */
 
 #ifndef BLOCK_SIZE
@@ -90,7 +91,9 @@ __device__ __forceinline__ float row_sum(float s)
     return s;
 }
 
-extern "C" __global__ void __launch_bounds__(BLOCK_SIZE)
+/* No __launch_bounds__: with it ptxas targets 2048 resident threads and spills small blocks
+ * (BLOCK_SIZE 64: 32 registers and 160 B of spills); without it, 64 registers at most. */
+extern "C" __global__ void
 softmax_kernel(const float *__restrict__ x, float *__restrict__ y, int rows, int cols)
 {
     extern __shared__ __align__(16) float row_cache[]; /* ROWS_PER_BLOCK * cols floats if cache */
@@ -134,10 +137,10 @@ softmax_kernel(const float *__restrict__ x, float *__restrict__ y, int rows, int
                     break;
 #if ONLINE
                 if (v[k] > m) {
-                    s = s * expf(m - v[k]) + 1.0f;
+                    s = s * expf(m - v[k]) + 1.0f; /* m = -inf: expf(-inf) = 0 */
                     m = v[k];
-                } else {
-                    s += expf(v[k] - m);
+                } else if (m != NEG_INF) {
+                    s += expf(v[k] - m); /* skipped while m = v = -inf (masked tokens) */
                 }
 #else
                 m = fmaxf(m, v[k]);

@@ -107,9 +107,13 @@ class Workload:
 
 
 def _registry() -> dict[str, Workload]:
+    from kernels.workloads.fused_add_rmsnorm import FUSED_ADD_RMSNORM
+    from kernels.workloads.gemm import GEMM
+    from kernels.workloads.kda import KDA
     from kernels.workloads.rmsnorm import RMSNORM
+    from kernels.workloads.softmax import SOFTMAX
 
-    return {w.name: w for w in (RMSNORM,)}
+    return {w.name: w for w in (RMSNORM, GEMM, SOFTMAX, FUSED_ADD_RMSNORM, KDA)}
 
 
 WORKLOADS: Mapping[str, Workload] = _registry()

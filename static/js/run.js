@@ -1,141 +1,642 @@
-// Run page: receives the run's events over a websocket and redraws the Pareto chart and the
-// best-candidates table, at most once per animation frame (updates arrive in bursts).
+// Run page: a columnar snapshot over the websocket, then live events. Events only mark what
+// changed; everything is redrawn at most once per animation frame. Built for 50,000
+// candidates: columns instead of objects, incremental Pareto frontier, convergence and top-15,
+// hover texts computed once per candidate, no DOM table of all candidates.
 (function () {
   "use strict";
   const cfg = JSON.parse(document.getElementById("run-config").textContent);
-  const [xObj, yObj] = cfg.objectives;
-  const candidates = new Map(); // id -> candidate dict (de-duplicated: snapshot and events overlap)
-  let runState = null;
-  let pending = false;
+  const $ = (id) => document.getElementById(id);
+  const PENDING = new Set(["queued", "running"]);
+  const TOP = 15;
+  const LOG_MAX = 200;
 
-  const sign = (o) => (o.direction === "minimize" ? 1 : -1);
+  // ---- state -------------------------------------------------------------------------------
+  let meta = null; // run, objectives, constraints, space, agents, generations, insights, directions
+  const C = { n: 0, id: [], gen: [], agent: [], status: [], t: [], params: {}, metrics: {}, agents: [], statuses: [] };
+  const rowOf = new Map(); // candidate id -> row
+  const hoverText = []; // row -> hover text (computed once)
+  let startedMs = Date.now();
+  const dirty = { points: false, full: true, agents: false, insights: false, directions: false, state: false };
+  let scheduled = false;
+  let pendingOk = []; // rows that became ok since the last redraw
+  let newlyDone = []; // rows that finished (any status) since the last redraw
+  const logQueue = [];
+  let waiters = [];
+  const timings = { snapshotBytes: 0, snapshotAt: null, firstDrawAt: null, parcoordsAt: null, lastRedrawMs: null, redraws: 0, parts: {} };
 
-  function feasible(m) {
-    return cfg.constraints.every((c) => {
-      const v = m[c.metric];
-      if (v === undefined || v === null || !isFinite(v)) return false;
-      return c.op === "<=" ? v <= c.value : v >= c.value;
-    });
+  // derived, maintained incrementally
+  let front = []; // rows on the 2-D Pareto frontier of the current axes (feasible ok)
+  let top = []; // best TOP rows by primary objective (feasible ok)
+  let conv = { evals: [], times: [], bestE: [], bestT: [], best: null, count: 0 };
+  const feasX = [], feasY = [], feasId = [], feasText = [];
+  const badX = [], badY = [], badId = [], badText = [];
+  let okCount = 0;
+
+  const axes = { x: null, y: null };
+  const compareSet = new Set();
+
+  // ---- helpers -----------------------------------------------------------------------------
+  const primary = () => meta.objectives[0];
+  function directionOf(metric) {
+    const o = meta.objectives.find((o) => o.metric === metric);
+    if (o) return o.direction;
+    return cfg.maximize.includes(metric) ? "maximize" : "minimize";
   }
-
-  // Two-objective Pareto frontier by sort and sweep, O(n log n); both objectives oriented to
-  // minimisation with their sign (same rule as swarm/pareto.py).
-  function frontier(points) {
-    const sorted = points.slice().sort((a, b) => a.sx - b.sx || a.sy - b.sy);
-    const front = [];
-    let bestY = Infinity;
-    for (const p of sorted) {
-      if (p.sy < bestY) { front.push(p); bestY = p.sy; }
+  const sgn = (metric) => (directionOf(metric) === "maximize" ? -1 : 1);
+  const statusOf = (r) => C.statuses[C.status[r]];
+  const metric = (name, r) => { const col = C.metrics[name]; return col ? col[r] : null; };
+  function fmt(v) {
+    if (v === undefined || v === null || Number.isNaN(v)) return "";
+    if (typeof v !== "number") return String(v);
+    const a = Math.abs(v);
+    return a === 0 ? "0" : a >= 0.01 && a < 1e5 ? v.toPrecision(4) : v.toExponential(2);
+  }
+  function feasible(r) {
+    for (const c of meta.constraints) {
+      const v = metric(c.metric, r);
+      if (v === null || v === undefined || !isFinite(v)) return false;
+      if (c.op === "<=" ? !(v <= c.value) : !(v >= c.value)) return false;
     }
-    return front;
+    return true;
+  }
+  function paramsText(r) {
+    const parts = [];
+    for (const name in C.params) { const v = C.params[name][r]; if (v !== null && v !== undefined) parts.push(`${name}=${v}`); }
+    return parts.join(" ");
+  }
+  function textOf(r) {
+    let s = hoverText[r];
+    if (s === undefined) {
+      s = `#${C.id[r]} gen ${C.gen[r]} (${C.agents[C.agent[r]]})<br>${paramsText(r)}`;
+      hoverText[r] = s;
+    }
+    return s;
+  }
+  const candidateUrl = (id) => cfg.candidateUrl.replace("/0/", `/${id}/`);
+  function code(list, value) {
+    let i = list.indexOf(value);
+    if (i < 0) { list.push(value); i = list.length - 1; }
+    return i;
+  }
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const k in attrs || {}) {
+      if (k === "class") e.className = attrs[k];
+      else if (k.startsWith("on")) e.addEventListener(k.slice(2), attrs[k]);
+      else e.setAttribute(k, attrs[k]);
+    }
+    for (const c of children) if (c !== null && c !== undefined) e.append(c instanceof Node ? c : String(c));
+    return e;
   }
 
-  function schedule() {
-    if (!pending) { pending = true; requestAnimationFrame(redraw); }
+  // ---- ingest ------------------------------------------------------------------------------
+  function loadSnapshot(data) {
+    meta = data.meta;
+    const cols = data.columns;
+    Object.assign(C, cols);
+    rowOf.clear();
+    for (let r = 0; r < C.n; r++) rowOf.set(C.id[r], r);
+    hoverText.length = 0;
+    startedMs = Date.parse(meta.started_at) || Date.now();
+    setupAxes();
+    setupSteering();
+    dirty.full = dirty.agents = dirty.insights = dirty.directions = dirty.state = true;
   }
 
-  function redraw() {
-    pending = false;
-    const ok = [];
-    for (const c of candidates.values()) {
-      const m = c.metrics || {};
-      if (c.status === "ok" && m[xObj.metric] !== undefined && m[yObj.metric] !== undefined) {
-        ok.push({ c, x: m[xObj.metric], y: m[yObj.metric], sx: sign(xObj) * m[xObj.metric], sy: sign(yObj) * m[yObj.metric], feasible: feasible(m) });
+  function upsert(c) {
+    let r = rowOf.get(c.id);
+    const wasDone = r !== undefined && !PENDING.has(statusOf(r));
+    if (r === undefined) {
+      r = C.n++;
+      rowOf.set(c.id, r);
+      C.id.push(c.id); C.gen.push(c.generation); C.agent.push(code(C.agents, c.agent));
+      C.status.push(code(C.statuses, c.status)); C.t.push(null);
+      for (const name in C.params) C.params[name].push(null);
+      for (const name in C.metrics) C.metrics[name].push(null);
+    } else {
+      C.status[r] = code(C.statuses, c.status);
+    }
+    for (const name in c.params || {}) {
+      if (!C.params[name]) C.params[name] = new Array(C.n).fill(null);
+      C.params[name][r] = c.params[name];
+    }
+    for (const name in c.metrics || {}) {
+      if (name.includes("[")) continue;
+      if (!C.metrics[name]) C.metrics[name] = new Array(C.n).fill(null);
+      const v = c.metrics[name];
+      C.metrics[name][r] = typeof v === "number" && isFinite(v) ? v : null;
+    }
+    if (!wasDone && !PENDING.has(c.status)) {
+      C.t[r] = (Date.now() - startedMs) / 1000;
+      newlyDone.push(r);
+      if (c.status === "ok") pendingOk.push(r);
+      log(`#${c.id} ${c.status}` + (c.status === "ok" ? ` ${primary().metric} ${fmt(metric(primary().metric, r))}` : "") + ` · ${c.agent}`, c.status === "ok" ? "" : "bad");
+    }
+    dirty.points = true;
+  }
+
+  function receive(msg) {
+    const d = msg.data;
+    switch (msg.event) {
+      case "snapshot": loadSnapshot(d); log(`snapshot: ${d.columns.n} candidates`); break;
+      case "candidate": if (meta) upsert(d); break;
+      case "run":
+        if (meta) { meta.run = d; dirty.state = true; log(`run ${d.state}, generation ${d.generation}`); }
+        break;
+      case "generation":
+        if (meta) {
+          meta.generations.push({ number: d.number, shares: d.shares, improvements: {} });
+          if (meta.generations.length > 300) meta.generations.shift();
+          for (const a of meta.agents) { a.share = d.shares[a.name] || 0; if (d.scores && a.name in d.scores) a.score = d.scores[a.name]; }
+          meta.run.generation = d.number;
+          dirty.agents = dirty.state = true;
+          log(`generation ${d.number}: shares ${Object.entries(d.shares).map(([k, v]) => `${k} ${v}`).join(", ")}`);
+        }
+        break;
+      case "generation_finished":
+        if (meta) {
+          if (d.agents) meta.agents = d.agents;
+          const g = meta.generations.find((g) => g.number === d.number);
+          if (g) g.improvements = d.improvements;
+          dirty.agents = true;
+          const imp = Object.entries(d.improvements || {}).filter(([, n]) => n > 0);
+          log(`generation ${d.number} finished` + (imp.length ? `: frontier improved by ${imp.map(([k, n]) => `${k} (${n})`).join(", ")}` : ""));
+        }
+        break;
+      case "insight":
+        if (meta) {
+          meta.insights = [d, ...meta.insights.filter((i) => i.id !== d.id)];
+          dirty.insights = true;
+          log(`insight: ${d.kind}` + (d.data && d.data.rule ? ` ${d.data.rule}` : ""));
+        }
+        break;
+      case "direction":
+        if (meta) {
+          const i = meta.directions.findIndex((x) => x.id === d.id);
+          if (i >= 0) meta.directions[i] = d; else meta.directions.push(d);
+          if (d.state === "applied" && d.effect && d.effect.constraints_after) {
+            meta.constraints = d.effect.constraints_after;
+            dirty.full = true;
+          }
+          dirty.directions = true;
+          log(`direction ${d.kind} ${d.state}` + (d.effect && d.effect.rejected ? `: ${d.effect.rejected}` : ""), d.state === "rejected" ? "bad" : "");
+        }
+        break;
+      default: break;
+    }
+    schedule();
+  }
+
+  // ---- derived data ------------------------------------------------------------------------
+  function pointsOf(rows) {
+    const xs = C.metrics[axes.x], ys = C.metrics[axes.y];
+    const out = [];
+    if (!xs || !ys) return out;
+    const sx = sgn(axes.x), sy = sgn(axes.y);
+    for (const r of rows) {
+      const x = xs[r], y = ys[r];
+      if (x === null || y === null || x === undefined || y === undefined) continue;
+      out.push({ r, sx: sx * x, sy: sy * y });
+    }
+    return out;
+  }
+  function frontierOf(points) { // 2-D Pareto by sort and sweep, both oriented to minimisation
+    points.sort((a, b) => a.sx - b.sx || a.sy - b.sy);
+    const out = [];
+    let bestY = Infinity;
+    for (const p of points) if (p.sy < bestY) { out.push(p); bestY = p.sy; }
+    return out;
+  }
+  function addTop(rows) {
+    const m = primary().metric, s = sgn(m), col = C.metrics[m];
+    if (!col) return;
+    for (const r of rows) {
+      const v = col[r];
+      if (v === null || v === undefined) continue;
+      if (top.length >= TOP && s * v >= s * col[top[top.length - 1]]) continue;
+      top.push(r);
+      top.sort((a, b) => s * col[a] - s * col[b]);
+      if (top.length > TOP) top.pop();
+    }
+  }
+  function addConvergence(rows) {
+    const m = primary().metric, s = sgn(m), col = C.metrics[m];
+    for (const r of rows) {
+      conv.count += 1;
+      if (statusOf(r) !== "ok" || !col || col[r] === null || !feasible(r)) continue;
+      const v = col[r];
+      if (conv.best === null || s * v < s * conv.best) {
+        conv.best = v;
+        conv.evals.push(conv.count); conv.bestE.push(v);
+        conv.times.push(C.t[r] || 0); conv.bestT.push(v);
       }
     }
-    const good = ok.filter((p) => p.feasible);
-    const bad = ok.filter((p) => !p.feasible);
-    const front = frontier(good);
-    const label = (p) => `#${p.c.id} gen ${p.c.generation} (${p.c.agent})<br>` +
-      Object.entries(p.c.params).map(([k, v]) => `${k}=${v}`).join(" ");
-    const trace = (pts, name, marker, mode) => ({
-      type: "scattergl", mode: mode || "markers", name,
-      x: pts.map((p) => p.x), y: pts.map((p) => p.y),
-      customdata: pts.map((p) => p.c.id), text: pts.map(label), hoverinfo: "text+x+y", marker,
-    });
+  }
+  function addPoints(rows) {
+    const xs = C.metrics[axes.x], ys = C.metrics[axes.y];
+    const feas = [];
+    for (const r of rows) {
+      okCount += 1;
+      if (!xs || !ys || xs[r] === null || ys[r] === null || xs[r] === undefined || ys[r] === undefined) continue;
+      if (feasible(r)) {
+        feasX.push(xs[r]); feasY.push(ys[r]); feasId.push(C.id[r]); feasText.push(textOf(r)); feas.push(r);
+      } else {
+        badX.push(xs[r]); badY.push(ys[r]); badId.push(C.id[r]); badText.push(textOf(r));
+      }
+    }
+    return feas;
+  }
+  function rebuild() { // everything from the columns: after the snapshot, an axis or constraint change
+    feasX.length = feasY.length = feasId.length = feasText.length = 0;
+    badX.length = badY.length = badId.length = badText.length = 0;
+    okCount = 0;
+    pendingOk = []; newlyDone = []; // the columns already hold them
+    top = []; conv = { evals: [], times: [], bestE: [], bestT: [], best: null, count: 0 };
+    const ok = [], done = [];
+    for (let r = 0; r < C.n; r++) {
+      const s = statusOf(r);
+      if (PENDING.has(s)) continue;
+      done.push(r);
+      if (s === "ok") ok.push(r);
+    }
+    const feas = addPoints(ok);
+    front = frontierOf(pointsOf(feas)).map((p) => p.r);
+    addTop(feas);
+    done.sort((a, b) => (C.t[a] === null ? Infinity : C.t[a]) - (C.t[b] === null ? Infinity : C.t[b]) || C.id[a] - C.id[b]);
+    addConvergence(done);
+  }
+  function update() { // the rows that changed since the last redraw
+    const ok = pendingOk, done = newlyDone;
+    pendingOk = []; newlyDone = [];
+    const feas = addPoints(ok);
+    if (feas.length) {
+      front = frontierOf(pointsOf(front.concat(feas))).map((p) => p.r);
+      addTop(feas);
+    }
+    addConvergence(done);
+  }
+
+  // ---- drawing -----------------------------------------------------------------------------
+  const plotConfig = { responsive: true, displaylogo: false };
+  let revision = 0;
+
+  function drawFrontier() {
+    const fr = front.slice().sort((a, b) => C.metrics[axes.x][a] - C.metrics[axes.x][b]);
+    const logX = $("x-log").checked, logY = $("y-log").checked;
+    revision += 1;
     const traces = [
-      trace(good, "candidates", { color: "#8aa1b9", size: 8 }),
-      trace(bad, "breaks a constraint", { color: "#c0392b", size: 8, symbol: "circle-open" }),
-      trace(front, "Pareto frontier", { color: "#e67e22", size: 12, line: { color: "#000", width: 1 } }, "lines+markers"),
+      { type: "scattergl", mode: "markers", name: "feasible", x: feasX, y: feasY, customdata: feasId, text: feasText,
+        hovertemplate: "%{text}<br>x=%{x}<br>y=%{y}<extra></extra>", marker: { color: "#8aa1b9", size: 6 } },
+      { type: "scattergl", mode: "markers", name: "breaks a constraint", x: badX, y: badY, customdata: badId, text: badText,
+        hovertemplate: "%{text}<br>x=%{x}<br>y=%{y}<extra>breaks a constraint</extra>",
+        marker: { color: "#c0392b", size: 7, symbol: "x-thin-open", line: { width: 1, color: "#c0392b" } } },
+      { type: "scattergl", mode: "lines+markers", name: "Pareto frontier", x: fr.map((r) => C.metrics[axes.x][r]),
+        y: fr.map((r) => C.metrics[axes.y][r]), customdata: fr.map((r) => C.id[r]), text: fr.map(textOf),
+        hovertemplate: "%{text}<br>x=%{x}<br>y=%{y}<extra>frontier</extra>", line: { shape: "hv", color: "#e67e22" },
+        marker: { color: "#e67e22", size: 10, line: { color: "#000", width: 1 } } },
     ];
     const layout = {
-      margin: { t: 10, r: 10 },
-      xaxis: { title: { text: xObj.metric }, type: "log" },
-      yaxis: { title: { text: yObj.metric }, type: "log" },
-      legend: { orientation: "h" },
-      uirevision: "keep", // keep the engineer's zoom across live updates
+      margin: { t: 10, r: 10, b: 45, l: 60 }, datarevision: revision, uirevision: `${axes.x}|${axes.y}|${logX}|${logY}`,
+      xaxis: { title: { text: axes.x }, type: logX ? "log" : "linear" },
+      yaxis: { title: { text: axes.y }, type: logY ? "log" : "linear" },
+      legend: { orientation: "h", y: -0.18 }, hovermode: "closest",
     };
-    Plotly.react("frontier-chart", traces, layout, { responsive: true, displaylogo: false });
-    document.getElementById("n-points").textContent = String(ok.length);
-    renderTable(good);
-    renderState();
+    $("n-points").textContent = String(okCount);
+    $("n-feasible").textContent = String(feasX.length);
+    $("n-front").textContent = String(front.length);
+    return Plotly.react("frontier-chart", traces, layout, plotConfig);
   }
 
-  function fmt(v) {
-    if (v === undefined || v === null) return "";
-    return Math.abs(v) >= 0.01 && Math.abs(v) < 1e5 ? v.toPrecision(4) : v.toExponential(2);
+  function drawConvergence() {
+    const m = primary().metric;
+    const ext = (xs, ys, last) => (xs.length ? { x: xs.concat([last]), y: ys.concat([ys[ys.length - 1]]) } : { x: [], y: [] });
+    const a = ext(conv.evals, conv.bestE, conv.count);
+    const lastT = C.n ? Math.max(conv.times.length ? conv.times[conv.times.length - 1] : 0, (meta.run.state === "running" ? (Date.now() - startedMs) / 1000 : 0)) : 0;
+    const b = ext(conv.times, conv.bestT, lastT);
+    const logY = $("y-log").checked && m === axes.y;
+    return Plotly.react("convergence-chart", [
+      { type: "scatter", mode: "lines+markers", name: "vs evaluations", x: a.x, y: a.y, line: { shape: "hv", color: "#1f5fa8" }, marker: { size: 5 } },
+      { type: "scatter", mode: "lines+markers", name: "vs time (s)", x: b.x, y: b.y, xaxis: "x2", yaxis: "y2", line: { shape: "hv", color: "#1e8449" }, marker: { size: 5 } },
+    ], {
+      margin: { t: 10, r: 10, b: 40, l: 60 }, showlegend: false,
+      grid: { rows: 2, columns: 1, pattern: "independent", roworder: "top to bottom" },
+      xaxis: { title: { text: "evaluations" } }, yaxis: { title: { text: `best ${m}` }, type: logY ? "log" : "linear" },
+      xaxis2: { title: { text: "seconds since start" } }, yaxis2: { title: { text: `best ${m}` }, type: logY ? "log" : "linear" },
+      uirevision: "conv",
+    }, plotConfig);
   }
 
-  function renderTable(good) {
-    const rows = good.slice().sort((a, b) => a.sx - b.sx).slice(0, 15);
-    const tbody = document.querySelector("#best-table tbody");
-    tbody.replaceChildren(...rows.map((p) => {
-      const tr = document.createElement("tr");
-      const m = p.c.metrics;
-      const cells = [p.c.id, p.c.generation, p.c.agent, Object.entries(p.c.params).map(([k, v]) => `${k}=${v}`).join(" "),
-        fmt(m[xObj.metric]), fmt(m[yObj.metric]), fmt(m.gbps), p.c.status];
-      cells.forEach((v, i) => {
-        const td = document.createElement("td");
-        if (i === 0) {
-          const a = document.createElement("a");
-          a.href = cfg.candidateUrl.replace("/0/", `/${p.c.id}/`);
-          a.textContent = `#${v}`;
-          td.appendChild(a);
-        } else td.textContent = String(v);
-        tr.appendChild(td);
-      });
-      return tr;
+  // Parallel coordinates over parameters, coloured by the chosen objective. WebGL parcoords is
+  // the slowest chart to draw (seconds under software rendering), so it is drawn only while
+  // visible, after the other panels, and at most every PC_MIN_GAP ms (or 5x its own draw time)
+  // while events stream in.
+  const PC_MIN_GAP = 3000;
+  const pc = { visible: false, stale: true, drawnAt: 0, cost: 0, timer: null };
+  function requestParcoords() {
+    pc.stale = true;
+    if (!pc.visible || pc.timer) return;
+    const wait = Math.max(0, pc.drawnAt + Math.max(PC_MIN_GAP, 5 * pc.cost) - Date.now());
+    pc.timer = setTimeout(() => {
+      pc.timer = null;
+      (window.requestIdleCallback || ((f) => setTimeout(f, 0)))(() => drawParcoords(), { timeout: 1000 });
+    }, wait);
+  }
+  function drawParcoords() {
+    if (!meta || !pc.visible) return Promise.resolve();
+    const t0 = performance.now();
+    pc.stale = false;
+    const colorBy = $("pc-color").value || primary().metric;
+    const rows = [];
+    const col = C.metrics[colorBy];
+    for (let r = 0; r < C.n; r++) if (statusOf(r) === "ok" && col && col[r] !== null) rows.push(r);
+    const names = Object.keys(C.params);
+    const dims = names.map((name) => {
+      const vals = C.params[name];
+      const domain = ((meta.space.parameters || []).find((p) => p.name === name) || {}).values;
+      const ticks = domain && domain.length <= 12 ? domain : undefined;
+      return { label: name, values: rows.map((r) => vals[r]), tickvals: ticks };
+    });
+    dims.push({ label: colorBy, values: rows.map((r) => col[r]) });
+    const color = rows.map((r) => col[r]);
+    $("pc-count").textContent = String(rows.length);
+    const done = Plotly.react("parcoords-chart", [{
+      type: "parcoords", dimensions: dims,
+      line: { color, colorscale: "Viridis", reversescale: directionOf(colorBy) === "minimize", showscale: true, colorbar: { title: { text: colorBy } } },
+    }], { margin: { t: 40, r: 60, b: 20, l: 60 } }, plotConfig);
+    pc.drawnAt = Date.now();
+    pc.cost = performance.now() - t0;
+    timings.parts.parcoords = pc.cost;
+    timings.parcoordsAt = performance.now();
+    if (pc.stale) requestParcoords();
+    return done;
+  }
+  new IntersectionObserver((entries) => {
+    pc.visible = entries.some((e) => e.isIntersecting);
+    if (pc.visible && pc.stale) requestParcoords();
+  }, { rootMargin: "200px" }).observe($("parcoords-chart"));
+
+  function drawShares() {
+    const gens = meta.generations;
+    const names = meta.agents.map((a) => a.name);
+    return Plotly.react("shares-chart", names.map((n) => ({
+      type: "bar", name: n, x: gens.map((g) => g.number), y: gens.map((g) => (g.shares || {})[n] || 0),
+    })), { barmode: "stack", margin: { t: 10, r: 10, b: 35, l: 40 }, xaxis: { title: { text: "generation" } },
+           yaxis: { title: { text: "candidates asked" } }, legend: { orientation: "h", y: -0.35 }, bargap: 0.05 }, plotConfig);
+  }
+
+  function renderAgents() {
+    const total = meta.agents.reduce((s, a) => s + (a.share || 0), 0) || 1;
+    $("agents-table").tBodies[0].replaceChildren(...meta.agents.slice().sort((a, b) => b.credit - a.credit || b.improvements - a.improvements).map((a) =>
+      el("tr", { class: a.paused ? "muted" : "" },
+        el("td", {}, el("code", {}, a.name), a.paused ? " (paused)" : ""), el("td", {}, a.kind),
+        el("td", { class: "num" }, a.evaluations), el("td", { class: "num" }, a.improvements),
+        el("td", { class: "num" }, fmt(a.credit)),
+        el("td", {}, el("span", { class: "sharebar", style: `width:${Math.round(100 * (a.share || 0) / total)}%` }), ` ${a.share || 0}`),
+        el("td", { class: "num" }, fmt(a.score)), el("td", { class: "num" }, fmt(a.boost)))));
+  }
+
+  function renderTop() {
+    const m = primary().metric;
+    const others = meta.objectives.slice(1).map((o) => o.metric);
+    const head = $("best-table").tHead.rows[0];
+    head.replaceChildren(...["", "#", "Gen", "Agent", "Parameters", m, ...others, "GB/s"].map((h) => el("th", {}, h)));
+    $("best-table").tBodies[0].replaceChildren(...top.map((r) => {
+      const id = C.id[r];
+      const box = el("input", { type: "checkbox", title: "compare", "data-id": id });
+      box.checked = compareSet.has(id);
+      box.addEventListener("change", () => toggleCompare(id, box.checked));
+      return el("tr", {}, el("td", {}, box), el("td", {}, el("a", { href: candidateUrl(id) }, `#${id}`)),
+        el("td", {}, C.gen[r]), el("td", {}, C.agents[C.agent[r]]), el("td", {}, el("code", {}, paramsText(r))),
+        el("td", { class: "num" }, fmt(metric(m, r))), ...others.map((o) => el("td", { class: "num" }, fmt(metric(o, r)))),
+        el("td", { class: "num" }, fmt(metric("gbps", r))));
     }));
   }
 
   function renderState() {
-    if (!runState) return;
-    document.getElementById("run-state").textContent = runState.state;
-    const stop = document.getElementById("stop-form");
-    if (stop && runState.state !== "running") stop.remove();
-    document.getElementById("run-generation").textContent = runState.generation;
+    const s = meta.run;
+    $("run-state").textContent = s.state;
+    $("run-state").className = `badge state-${s.state}`;
+    const stop = $("stop-form");
+    if (stop && s.state !== "running") stop.remove();
+    $("run-generation").textContent = s.generation;
     const counts = {};
-    for (const c of candidates.values()) counts[c.status] = (counts[c.status] || 0) + 1;
-    const done = Object.entries(counts).filter(([s]) => s !== "queued" && s !== "running").reduce((a, [, n]) => a + n, 0);
-    document.getElementById("run-evaluated").textContent = String(done);
-    document.getElementById("run-counts").textContent = Object.entries(counts).map(([s, n]) => `${s}: ${n}`).join(" · ");
+    for (let r = 0; r < C.n; r++) { const st = C.statuses[C.status[r]]; counts[st] = (counts[st] || 0) + 1; }
+    const done = Object.entries(counts).filter(([k]) => !PENDING.has(k)).reduce((a, [, n]) => a + n, 0);
+    $("run-evaluated").textContent = String(done);
+    $("run-progress").value = done;
+    $("run-progress").max = s.budget;
+    $("run-counts").textContent = Object.entries(counts).map(([k, n]) => `${k}: ${n}`).join(" · ");
+    document.querySelectorAll(".needs-running").forEach((e) => { e.hidden = s.state !== "running" || !cfg.canSteer; });
   }
 
+  function renderInsights() {
+    const list = $("insights");
+    const items = meta.insights.map((i) => {
+      const d = i.data || {};
+      let body;
+      if (i.kind === "importance") {
+        const entries = Object.entries(d.importances || {}).sort((a, b) => b[1] - a[1]);
+        body = el("div", {}, `parameter importance for ${d.objective || "the objective"} (${d.method || ""}, n=${d.n || "?"}): `,
+          ...entries.map(([k, v]) => el("span", { class: "imp" }, el("code", {}, k), ` ${(100 * v).toFixed(0)}%`)));
+      } else if (i.kind === "failure_rule") {
+        body = el("div", {}, "failure rule: ", el("code", {}, d.rule || ""), ` → ${d.status || "failure"}`,
+          d.support !== undefined ? ` (support ${d.support}, precision ${fmt(d.precision)})` : "");
+        if (d.restriction) {
+          const btn = el("button", { type: "button", class: "small needs-running", "data-insight": i.id }, "Accept restriction");
+          btn.hidden = meta.run.state !== "running" || !cfg.canSteer;
+          btn.addEventListener("click", () => accept(i.id, btn));
+          body.append(el("div", {}, "suggested restriction ", el("code", {}, d.restriction), " ", btn));
+        }
+      } else if (i.kind === "best_config") {
+        body = el("div", {}, `best on ${d.shape || "?"}: `, el("code", {}, Object.entries(d.params || {}).map(([k, v]) => `${k}=${v}`).join(" ")),
+          ` ${fmt(d.latency_ms)} ms`);
+      } else body = el("div", {}, JSON.stringify(d));
+      return el("li", { class: `insight insight-${i.kind}` }, el("span", { class: "badge" }, i.kind), " ", body);
+    });
+    list.replaceChildren(...(items.length ? items : [el("li", { class: "hint" }, "No insights yet: they come after the first generations.")]));
+  }
+
+  function renderDirections() {
+    $("directions-list").replaceChildren(...meta.directions.slice().reverse().map((d) => el("li", {},
+      el("span", { class: `badge dir-${d.state}` }, d.state), " ", el("code", {}, d.kind), " ",
+      Object.keys(d.payload || {}).length ? el("code", {}, JSON.stringify(d.payload)) : "",
+      d.author ? ` by ${d.author}` : "", d.applied_generation ? ` at generation ${d.applied_generation}` : "",
+      d.effect && d.effect.rejected ? el("span", { class: "error" }, ` ${d.effect.rejected}`) : "",
+      d.effect && d.effect.space_size_after !== undefined ? ` (space ${d.effect.space_size_before} → ${d.effect.space_size_after})` : "")));
+  }
+
+  function log(text, cls) {
+    logQueue.push({ text, cls, at: new Date() });
+    if (logQueue.length > LOG_MAX) logQueue.splice(0, logQueue.length - LOG_MAX);
+  }
+  function flushLog() {
+    if (!logQueue.length) return;
+    const ol = $("event-log");
+    const frag = document.createDocumentFragment();
+    for (const e of logQueue.splice(0)) {
+      frag.prepend(el("li", { class: e.cls || "" }, el("time", {}, e.at.toLocaleTimeString()), " ", e.text));
+    }
+    ol.prepend(frag);
+    while (ol.children.length > LOG_MAX) ol.lastElementChild.remove();
+  }
+
+  function timed(name, draw) { // how long each chart takes, for the benchmark
+    const t0 = performance.now();
+    const done = draw();
+    timings.parts[name] = performance.now() - t0; // the synchronous part: Plotly draws before returning
+    return done;
+  }
+
+  function schedule() {
+    if (!scheduled) { scheduled = true; requestAnimationFrame(redraw); }
+  }
+
+  async function redraw() {
+    scheduled = false;
+    if (!meta) return;
+    const t0 = performance.now();
+    const jobs = [];
+    if (dirty.full) { rebuild(); dirty.full = false; dirty.points = true; }
+    else if (dirty.points) update();
+    if (dirty.points) {
+      jobs.push(timed("frontier", drawFrontier), timed("convergence", drawConvergence));
+      requestParcoords();
+      renderTop();
+      dirty.state = true;
+    }
+    if (dirty.state) renderState();
+    if (dirty.agents) { renderAgents(); jobs.push(timed("shares", drawShares)); }
+    if (dirty.insights) renderInsights();
+    if (dirty.directions) renderDirections();
+    dirty.points = dirty.state = dirty.agents = dirty.insights = dirty.directions = false;
+    flushLog();
+    await Promise.all(jobs);
+    timings.lastRedrawMs = performance.now() - t0;
+    timings.redraws += 1;
+    if (timings.firstDrawAt === null) { timings.firstDrawAt = performance.now(); document.body.dataset.drawn = "1"; }
+    const w = waiters; waiters = [];
+    w.forEach((f) => f());
+  }
+
+  // ---- controls ----------------------------------------------------------------------------
+  function setupAxes() {
+    const names = Object.keys(C.metrics);
+    const [o1, o2] = meta.objectives;
+    axes.x = axes.x && names.includes(axes.x) ? axes.x : o1.metric;
+    axes.y = axes.y && names.includes(axes.y) ? axes.y : (o2 ? o2.metric : names.find((n) => n !== o1.metric) || o1.metric);
+    for (const [sel, val] of [[$("x-axis"), axes.x], [$("y-axis"), axes.y], [$("pc-color"), primary().metric]]) {
+      sel.replaceChildren(...names.map((n) => el("option", { value: n }, n)));
+      sel.value = val;
+    }
+    $("x-log").checked = ["latency_ms", "max_rel_error", "max_abs_error"].includes(axes.x);
+    $("y-log").checked = ["latency_ms", "max_rel_error", "max_abs_error"].includes(axes.y);
+  }
+  for (const id of ["x-axis", "y-axis", "x-log", "y-log"]) {
+    $(id).addEventListener("change", () => { axes.x = $("x-axis").value; axes.y = $("y-axis").value; dirty.full = true; schedule(); });
+  }
+  $("pc-color").addEventListener("change", () => { pc.drawnAt = 0; requestParcoords(); });
+
+  function toggleCompare(id, on) {
+    if (on) compareSet.add(id); else compareSet.delete(id);
+    const tray = $("compare-tray");
+    tray.replaceChildren(...[...compareSet].map((c) => el("span", { class: "chip" }, el("a", { href: candidateUrl(c) }, `#${c}`),
+      el("button", { type: "button", class: "link", title: "remove", onclick: () => { toggleCompare(c, false); renderTop(); } }, "×"))));
+    $("compare-go").disabled = compareSet.size < 2;
+  }
+  $("compare-go").addEventListener("click", () => { location.href = `${cfg.compareUrl}?ids=${[...compareSet].join(",")}`; });
+
+  // ---- steering ----------------------------------------------------------------------------
+  function setupSteering() {
+    const params = (meta.space.parameters || []).map((p) => p.name);
+    const paramSel = document.querySelector("#direction-form select[name=param]");
+    if (paramSel) {
+      paramSel.replaceChildren(...params.map((n) => el("option", { value: n }, n)));
+      paramSel.dispatchEvent(new Event("change"));
+    }
+    const agentSel = document.querySelector("#direction-form select[name=agent]");
+    if (agentSel) agentSel.replaceChildren(...meta.agents.map((a) => el("option", { value: a.name }, a.name)));
+    const metricSel = document.querySelector("#direction-form select[name=metric]");
+    if (metricSel) {
+      const names = [...new Set([...Object.keys(C.metrics), ...meta.constraints.map((c) => c.metric)])];
+      metricSel.replaceChildren(...names.map((n) => el("option", { value: n }, n)));
+    }
+  }
+  const form = $("direction-form");
+  if (form) {
+    const kindSel = form.querySelector("select[name=kind]");
+    const showFields = () => form.querySelectorAll("[data-kinds]").forEach((e) => {
+      e.hidden = !e.dataset.kinds.split(" ").includes(kindSel.value);
+    });
+    kindSel.addEventListener("change", showFields);
+    showFields();
+    const paramSel = form.querySelector("select[name=param]");
+    paramSel.addEventListener("change", () => {
+      const p = meta && (meta.space.parameters || []).find((x) => x.name === paramSel.value);
+      $("param-values").textContent = p ? `values: ${p.values.join(", ")}` : "";
+    });
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      await post(form.action, new FormData(form), $("direction-error"), form.querySelector("button[type=submit]"));
+    });
+  }
+  async function post(url, body, errorEl, button) {
+    errorEl.textContent = "";
+    if (button) button.disabled = true;
+    try {
+      const resp = await fetch(url, { method: "POST", body, headers: { Accept: "application/json", "X-CSRFToken": csrf() }, credentials: "same-origin" });
+      const data = await resp.json().catch(() => ({ ok: false, error: `HTTP ${resp.status}` }));
+      if (!data.ok) { errorEl.textContent = data.error || `HTTP ${resp.status}`; return false; }
+      const d = data.direction;
+      if (!meta.directions.some((x) => x.id === d.id)) meta.directions.push(d);
+      dirty.directions = true;
+      log(`direction ${d.kind} submitted: ${JSON.stringify(d.payload)}`);
+      schedule();
+      return true;
+    } catch (e) {
+      errorEl.textContent = `could not submit: ${e}`;
+      return false;
+    } finally {
+      if (button) button.disabled = false;
+    }
+  }
+  async function accept(insightId, btn) {
+    const ok = await post(cfg.acceptUrl.replace("/0/", `/${insightId}/`), new FormData(), $("insight-error"), btn);
+    if (ok) { btn.textContent = "Accepted"; btn.disabled = true; }
+  }
+  function csrf() {
+    const input = document.querySelector("input[name=csrfmiddlewaretoken]");
+    return input ? input.value : "";
+  }
+
+  // ---- websocket ---------------------------------------------------------------------------
   function connect() {
     const proto = location.protocol === "https:" ? "wss" : "ws";
-    const ws = new WebSocket(`${proto}://${location.host}/ws/runs/${cfg.run}/`);
-    const wsState = document.getElementById("ws-state");
+    const ws = new WebSocket(`${proto}://${location.host}/ws/runs/${cfg.run}/?columns=1`);
+    const wsState = $("ws-state");
     ws.onopen = () => { wsState.textContent = "connected"; };
     ws.onclose = () => { wsState.textContent = "reconnecting"; setTimeout(connect, 2000); };
     ws.onmessage = (e) => {
-      const msg = JSON.parse(e.data);
-      if (msg.event === "snapshot") {
-        runState = msg.data.run;
-        for (const c of msg.data.candidates) candidates.set(c.id, c);
-      } else if (msg.event === "candidate") {
-        candidates.set(msg.data.id, msg.data);
-      } else if (msg.event === "run") {
-        runState = msg.data;
-      }
-      schedule();
+      if (timings.snapshotAt === null) { timings.snapshotAt = performance.now(); timings.snapshotBytes = e.data.length; }
+      receive(JSON.parse(e.data));
     };
   }
 
-  const chart = document.getElementById("frontier-chart");
-  Plotly.newPlot(chart, [], { margin: { t: 10 } }, { responsive: true, displaylogo: false });
-  chart.on("plotly_click", (ev) => {
-    const id = ev.points[0] && ev.points[0].customdata;
-    if (id) location.href = cfg.candidateUrl.replace("/0/", `/${id}/`);
+  const chart = $("frontier-chart");
+  Plotly.newPlot(chart, [], { margin: { t: 10 } }, plotConfig).then(() => {
+    chart.on("plotly_click", (ev) => {
+      const p = ev.points && ev.points[0];
+      if (!p || p.customdata === undefined) return;
+      const id = Number(p.customdata);
+      const e = ev.event || {};
+      if (e.shiftKey || e.ctrlKey || e.metaKey) { toggleCompare(id, !compareSet.has(id)); renderTop(); } else location.href = candidateUrl(id);
+    });
   });
+
+  // for tests and benchmarks: feed events, wait for the next complete redraw
+  window.runPage = {
+    receive, timings,
+    flush: () => new Promise((resolve) => { waiters.push(resolve); schedule(); }),
+    count: () => C.n,
+  };
   connect();
 })();

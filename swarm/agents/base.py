@@ -61,6 +61,8 @@ class RunView:
         insights: latest insights for (workload, target) as dicts (LLM agents read them).
         contract: workload math and candidate contract, as text (LLM agents read it).
         template: the goal's template source.
+        run: identity of the run ("" outside a run): its id and start time, unique even when a
+            database reuses ids; agents may key per-process caches on it.
     """
 
     workload: str
@@ -75,6 +77,7 @@ class RunView:
     insights: tuple[dict[str, Any], ...] = field(default=())
     contract: str = ""
     template: str = ""
+    run: str = ""
 
     def score(self, obs: Observation) -> float:
         """Scalar to minimise for ``obs``: primary objective, penalised when infeasible or failed.

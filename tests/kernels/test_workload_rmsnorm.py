@@ -10,7 +10,7 @@ wl = get_workload("rmsnorm")
 
 def test_the_registry_names_known_workloads_on_a_miss():
     assert "rmsnorm" in WORKLOADS
-    with pytest.raises(KeyError, match="known: rmsnorm"):
+    with pytest.raises(KeyError, match="known: .*rmsnorm"):
         get_workload("gemmm")
 
 
@@ -57,7 +57,7 @@ def test_the_template_has_a_default_for_every_parameter():
     for name in default_space("rmsnorm").names:
         assert f"#ifndef {name}" in src
     with pytest.raises(KeyError):
-        load_template("softmax")
+        load_template("no_such_workload")
 
 
 def test_numpy_baseline_reports_a_positive_latency(quick_bench):

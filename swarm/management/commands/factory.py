@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import platform
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from kernels.backends import get_backend
 from swarm import orchestrator
 from swarm.goals import default_goal
 from swarm.models import Goal, target_backend
@@ -29,6 +31,8 @@ class Command(BaseCommand):
         run.add_argument("--agents", default=None,
                          help="comma-separated agent kinds (default: the swarm mix random,evolutionary,optuna)")
         run.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+        sw = sub.add_parser("sweep", help="recover work left by dead workers and re-dispatch it (production: run periodically)")
+        sw.add_argument("--every", type=float, default=0, help="repeat every N seconds (0: once)")
         imp = sub.add_parser("import-cache", help="create a replay: goal from a Kernel Tuner cache file")
         imp.add_argument("file", help="Kernel Tuner cache file (.json or .json.gz)")
         imp.add_argument("--name", default=None, help="data set name (default: the file name)")
@@ -39,6 +43,25 @@ class Command(BaseCommand):
             self.run(opts)
         elif opts["action"] == "import-cache":
             self.import_cache(opts)
+        elif opts["action"] == "sweep":
+            self.sweep(opts)
+
+    def sweep(self, opts: dict[str, Any]) -> None:
+        import time
+
+        from django.db import close_old_connections, transaction
+
+        from swarm.dispatch import dispatch
+
+        while True:
+            pending = orchestrator.sweep()
+            with transaction.atomic():
+                dispatch(pending)
+            self.stdout.write(f"re-dispatched {len(pending)} candidates")
+            if not opts["every"]:
+                return
+            close_old_connections()
+            time.sleep(opts["every"])
 
     def import_cache(self, opts: dict[str, Any]) -> None:
         from kernels.tuning_cache import TuningCacheError
@@ -91,9 +114,12 @@ class Command(BaseCommand):
             except Goal.DoesNotExist:
                 raise CommandError(f"no goal with id {opts['goal']}") from None
         try:
-            target_backend(opts["target"])
+            backend = target_backend(opts["target"])
+            if backend == "cpu" and not get_backend(backend).supports(opts["target"]):
+                raise ValueError(f"this machine cannot run target {opts['target']!r} (it is cpu-{platform.machine()})")
+            get_backend(backend)
             return default_goal(opts["workload"], opts["target"], opts["shape_set"])
-        except (KeyError, ValueError) as exc:
+        except (KeyError, ValueError, ImportError) as exc:
             raise CommandError(str(exc).strip("'\"")) from exc
 
     @staticmethod

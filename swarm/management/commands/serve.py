@@ -1,8 +1,9 @@
-"""``manage.py serve``: the whole factory in one process (embedded mode).
+""""``manage.py serve``: the whole factory in one process (embedded mode).
 
 Uvicorn serves HTTP and websockets on the main thread; a Celery worker consumes every
-target queue on a thread, over kombu's ``memory://`` transport. Candidates left ``queued`` or
-``running`` by a previous process are re-enqueued at start, so no queued work is lost.
+target queue on a thread, over kombu's ``memory://`` transport. Work left by a previous
+process (queued candidates, claims of dead workers, runs stuck between generations) is
+recovered at start and every minute, so no queued work is lost.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Command(BaseCommand):
 
         start_embedded_worker()
         requeue_pending()
+        start_sweeper()
         self.stdout.write(f"Kernel Factory on http://{opts['host']}:{opts['port']}/  (embedded mode)", ending="\n")
         self.stdout.flush()
         uvicorn.run("int21_site.asgi:application", host=opts["host"], port=opts["port"], log_level="warning", lifespan="off")
@@ -60,23 +62,36 @@ def start_embedded_worker() -> threading.Thread:
 
 
 def requeue_pending() -> int:
-    """Re-enqueue every candidate still ``queued`` or ``running`` in a running run."""
-    from django.db.models import Q
-
-    from swarm.dispatch import dispatch
-    from swarm.models import Candidate, CandidateStatus, Run
-
+    """Recover work left by a previous process (see :func:`swarm.orchestrator.sweep`) and dispatch it."""
     from django.db import transaction
 
-    pending = list(
-        Candidate.objects.filter(run__state=Run.State.RUNNING)
-        .filter(Q(status=CandidateStatus.QUEUED) | Q(status=CandidateStatus.RUNNING))
-        .select_related("goal")
-    )
-    # A "running" row here was left by a process that died mid-evaluation: hand it back.
-    Candidate.objects.filter(pk__in=[c.pk for c in pending]).update(status=CandidateStatus.QUEUED)
+    from swarm.dispatch import dispatch
+    from swarm.orchestrator import sweep
+
+    pending = sweep()
     with transaction.atomic():
         dispatch(pending)
     if pending:
         log.info("re-enqueued %d pending candidates", len(pending))
     return len(pending)
+
+
+def start_sweeper(every_s: float = 60.0) -> threading.Thread:
+    """Sweep periodically on a daemon thread: a run whose worker died mid-step resumes."""
+    import time
+
+    from django.db import close_old_connections
+
+    def loop() -> None:
+        while True:
+            time.sleep(every_s)
+            try:
+                requeue_pending()
+            except Exception:  # noqa: BLE001 - keep sweeping; the next round retries
+                log.exception("sweep failed")
+            finally:
+                close_old_connections()
+
+    thread = threading.Thread(target=loop, name="embedded-sweeper", daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,455 @@
+"""Search efficiency on recorded GPU landscapes: our agents and swarm against Kernel Tuner's
+strategies and Optuna's TPE, with the same budgets and seeds.
+
+    python -m benchmarks.search_efficiency [--cache FILE ...] [--seeds 20] \
+        [--budgets 50,100,200,400] [--jobs N] [--json]
+
+Every strategy searches the configurations a Kernel Tuner cache file records (the search
+space Kernel Tuner itself builds from a cache); a configuration the file does not record is
+never proposed by Kernel Tuner and costs nothing elsewhere. Recorded failures count as
+evaluations. An evaluation is a distinct configuration: repeated proposals of one
+configuration (Kernel Tuner's GA and PSO revisit their cache) are counted once.
+
+- ``swarm`` (default mix) and ``agent:<kind>`` (one agent alone) run through the real
+  orchestrator (``swarm.orchestrator``) on the ``replay`` backend, in a private in-memory
+  SQLite database per worker process, with a fresh goal per run (no insights carried over).
+  Their proposals do not depend on the budget, so one run at the largest budget gives the
+  smaller budgets as prefixes.
+- ``kt:<strategy>`` runs ``kernel_tuner.tune_cache`` (simulation mode) once per budget with
+  ``max_fevals`` = budget, seeding ``random`` and ``numpy.random``.
+- ``optuna:tpe`` is Optuna's ``TPESampler`` used directly (ask/tell over the recorded
+  configurations, failures told as FAIL), one run at the largest budget (budget-independent).
+
+Per (dataset, strategy, budget), over seeds: the median and IQR of best-found time / recorded
+optimum, and the median number of evaluations to come within 5% and 1% of the optimum
+(``null`` when the median run does not get there). For files that record NVML energy, also
+the hypervolume of the time/energy frontier found, as a fraction of the recorded frontier's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+import warnings
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+KT_STRATEGIES = ("random_sample", "genetic_algorithm", "simulated_annealing", "bayes_opt", "pso", "greedy_ils")
+OUR_AGENTS = ("random", "evolutionary", "optuna")
+Trace = list[tuple[bool, float | None, float | None]]  # (ok, time ms, energy J) per evaluation
+
+
+def default_caches() -> list[Path]:
+    from kernels.config import replay_dirs
+
+    for d in replay_dirs():
+        files = sorted(Path(d).glob("*.json*"))
+        if files:
+            return files
+    return []
+
+
+# --- data sets ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """One recorded landscape: the original file and a repaired plain-JSON copy for Kernel Tuner."""
+
+    name: str
+    path: Path
+    json_path: Path
+    keys: tuple[str, ...]
+    optimum: float
+    energy: bool
+    front_hv: float | None
+    reference: tuple[float, float] | None
+
+
+def load_dataset(path: Path, workdir: Path) -> Dataset:
+    from kernels.tuning_cache import load_cache
+
+    cache = load_cache(path)
+    raw = gzip.open(path, "rt").read() if path.read_bytes()[:2] == b"\x1f\x8b" else path.read_text()
+    data = _repair(raw)
+    if "problem_size" not in data:  # Kernel Tuner's tune_cache needs one; it is not used in replay
+        data["problem_size"] = [1]
+    json_path = workdir / f"{cache.name}.json"
+    json_path.write_text(json.dumps(data))
+    _, optimum = cache.optimum("time")
+    energy = "nvml_energy" in cache.objectives_available
+    front_hv = reference = None
+    if energy:
+        pts = [(float(e["time"]), float(e["nvml_energy"])) for e in cache.entries.values()
+               if _num(e.get("time")) is not None and _num(e.get("nvml_energy")) is not None]
+        reference = (max(p[0] for p in pts), max(p[1] for p in pts))
+        front_hv = hypervolume(pts, reference)
+    return Dataset(cache.name, path, json_path, tuple(cache.tune_params_keys), optimum, energy, front_hv, reference)
+
+
+def _repair(text: str) -> dict:
+    """Parse a Kernel Tuner cache, closing a file whose writer stopped mid-way (see its README)."""
+    for tail in ("", "}\n}", "}"):
+        try:
+            return json.loads(text.rstrip().rstrip(",") + tail)
+        except json.JSONDecodeError:
+            continue
+    cut = text.rstrip().rstrip(",")
+    cut = cut[: cut.rfind("},") + 1]
+    return json.loads(cut + "}\n}")
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def hypervolume(points: list[tuple[float, float]], reference: tuple[float, float]) -> float:
+    """Area dominated by ``points`` (both minimised) up to ``reference``, O(n log n)."""
+    front = sorted(p for p in points if p[0] <= reference[0] and p[1] <= reference[1])
+    # sweep in x: each frontier point adds the strip between its y and the previous best y
+    area, best_y = 0.0, reference[1]
+    for x, y in front:
+        if y < best_y:
+            area += (reference[0] - x) * (best_y - y)
+            best_y = y
+    return area
+
+
+# --- strategies (each runs in a worker process) ----------------------------------------------
+
+
+_django_ready = False
+
+
+def _setup_django() -> None:
+    global _django_ready
+    if _django_ready:
+        return
+    os.environ["DATABASE_URL"] = "sqlite:///:memory:"
+    os.environ.pop("REDIS_URL", None)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "int21_site.settings")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    sys.path.insert(0, str(ROOT))
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+    _django_ready = True
+
+
+def run_ours(ds: Dataset, agents: tuple[str, ...], seed: int, budget: int, batch_size: int) -> Trace:
+    """One run of our orchestrator on a fresh replay goal; the trace in evaluation order."""
+    _setup_django()
+    from swarm import orchestrator
+    from swarm.models import Candidate, Goal, Insight, Run
+    from swarm.replay_goals import import_cache
+
+    Candidate.objects.all().delete()
+    Run.objects.all().delete()
+    Insight.objects.all().delete()
+    Goal.objects.all().delete()
+    goal, _ = import_cache(ds.path)
+    mix = [{"name": a, "kind": a, "settings": {}} for a in agents]
+    run, pending = orchestrator.start_run(goal, budget=budget, seed=seed, batch_size=batch_size, agents=mix)
+    while pending:
+        for c in pending:
+            orchestrator.evaluate_candidate(c.pk)
+        pending = orchestrator.advance(run.pk)
+    rows = run.candidates.order_by("id").values_list("status", "evidence__metrics")
+    return [(s == "ok", (m or {}).get("latency_ms"), (m or {}).get("energy_j")) for s, m in rows]
+
+
+def run_kt(ds: Dataset, strategy: str, seed: int, budget: int) -> Trace:
+    """Kernel Tuner's own strategy in simulation mode; distinct configurations in order."""
+    import kernel_tuner
+
+    warnings.filterwarnings("ignore")
+    random.seed(seed)
+    np.random.seed(seed)
+    results, _ = kernel_tuner.tune_cache(
+        str(ds.json_path), strategy=strategy, strategy_options={"max_fevals": budget}, verbose=False, quiet=True
+    )
+    seen, trace = set(), []
+    for r in results:
+        key = tuple(r[k] for k in ds.keys)
+        if key in seen:
+            continue
+        seen.add(key)
+        t = _num(r.get("time"))
+        trace.append((t is not None, t, _num(r.get("nvml_energy"))))
+    return trace[:budget]
+
+
+def run_optuna_tpe(ds: Dataset, seed: int, budget: int) -> Trace:
+    """Optuna's TPE used directly over the recorded configurations."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState
+
+    from kernels.tuning_cache import load_cache
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    cache = load_cache(ds.path)
+    dists = {k: CategoricalDistribution(list(v)) for k, v in cache.tune_params.items()}
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
+    seen: dict[str, float | None] = {}
+    trace: Trace = []
+    asks = 0
+    while len(trace) < budget and asks < 50 * budget:
+        asks += 1
+        trial = study.ask(dists)
+        params = {k: trial.params[k] for k in cache.tune_params_keys}
+        key = cache.key(params)
+        if key not in cache.entries:  # not in the recorded space: a free restriction check
+            study.tell(trial, state=TrialState.FAIL)
+            continue
+        if key in seen:  # already evaluated: tell the known value again, no new evaluation
+            study.tell(trial, seen[key]) if seen[key] is not None else study.tell(trial, state=TrialState.FAIL)
+            continue
+        ev = cache.lookup(params)
+        t = ev.metrics.get("latency_ms") if ev.status == "ok" else None
+        seen[key] = t
+        trace.append((t is not None, t, ev.metrics.get("energy_j")))
+        study.tell(trial, t) if t is not None else study.tell(trial, state=TrialState.FAIL)
+    return trace
+
+
+def _task(kind: str, ds: Dataset, name: str, seed: int, budget: int, batch_size: int) -> tuple:
+    start = time.perf_counter()
+    if kind == "ours":
+        agents = OUR_AGENTS if name == "swarm" else (name.split(":", 1)[1],)
+        trace = run_ours(ds, agents, seed, budget, batch_size)
+    elif kind == "kt":
+        trace = run_kt(ds, name.split(":", 1)[1], seed, budget)
+    else:
+        trace = run_optuna_tpe(ds, seed, budget)
+    return kind, ds.name, name, seed, budget, trace, time.perf_counter() - start
+
+
+# --- statistics -----------------------------------------------------------------------------
+
+
+def best_ratio(trace: Trace, budget: int, optimum: float) -> float:
+    times = [t for ok, t, _ in trace[:budget] if ok and t is not None]
+    return min(times) / optimum if times else math.inf
+
+
+def evals_to(trace: Trace, budget: int, optimum: float, within: float) -> float:
+    for i, (ok, t, _) in enumerate(trace[:budget], start=1):
+        if ok and t is not None and t <= optimum * (1 + within) + 1e-12:
+            return float(i)
+    return math.inf
+
+
+def hv_fraction(trace: Trace, budget: int, ds: Dataset) -> float:
+    pts = [(t, e) for ok, t, e in trace[:budget] if ok and t is not None and e is not None]
+    return hypervolume(pts, ds.reference) / ds.front_hv if pts and ds.front_hv else 0.0
+
+
+def _median_or_null(values: list[float]) -> float | None:
+    m = float(np.median(values))
+    return None if math.isinf(m) else m
+
+
+def summarise(traces: dict, datasets: dict[str, Dataset], budgets: list[int]) -> list[dict]:
+    rows = []
+    for (dataset, strategy), per in sorted(traces.items()):
+        ds = datasets[dataset]
+        for b in budgets:
+            runs = [t for (budget, _seed), t in per.items() if budget in (b, None)]
+            if not runs:
+                continue
+            ratios = [best_ratio(t, b, ds.optimum) for t in runs]
+            q25, q75 = np.percentile(ratios, [25, 75])
+            row = {
+                "dataset": dataset,
+                "strategy": strategy,
+                "budget": b,
+                "median_ratio": float(np.median(ratios)),
+                "iqr": float(q75 - q25),
+                "evals_to_5pct": _median_or_null([evals_to(t, b, ds.optimum, 0.05) for t in runs]),
+                "evals_to_1pct": _median_or_null([evals_to(t, b, ds.optimum, 0.01) for t in runs]),
+                "seeds": len(runs),
+            }
+            if ds.energy:
+                row["median_hv_fraction"] = float(np.median([hv_fraction(t, b, ds) for t in runs]))
+            rows.append(row)
+    return rows
+
+
+def verdict(rows: list[dict]) -> list[str]:
+    """The targets of the benchmark, checked: swarm vs the best peer at every budget, and the
+    swarm at budget 100 vs the best peer at budget 200."""
+    lines = []
+    by = defaultdict(dict)
+    for r in rows:
+        by[(r["dataset"], r["budget"])][r["strategy"]] = r["median_ratio"]
+    for dataset in sorted({r["dataset"] for r in rows}):
+        budgets = sorted(b for d, b in by if d == dataset)
+        for b in budgets:
+            cell = by[(dataset, b)]
+            peers = {k: v for k, v in cell.items() if k.startswith(("kt:", "optuna:"))}
+            if "swarm" not in cell or not peers:
+                continue
+            best_peer = min(peers, key=peers.get)
+            ok = cell["swarm"] <= peers[best_peer] + 1e-12
+            outcome = "met" if ok else f"short by {_gap(cell['swarm'], peers[best_peer])}"
+            lines.append(f"{dataset} @ {b}: swarm {cell['swarm']:.4f} vs best peer {best_peer} {peers[best_peer]:.4f} -> {outcome}")
+        if (dataset, 100) in by and (dataset, 200) in by and "swarm" in by[(dataset, 100)]:
+            peers200 = {k: v for k, v in by[(dataset, 200)].items() if k.startswith(("kt:", "optuna:"))}
+            if peers200:
+                best_peer = min(peers200, key=peers200.get)
+                s100 = by[(dataset, 100)]["swarm"]
+                ok = s100 <= peers200[best_peer] + 1e-12
+                outcome = "met (2x sample efficiency)" if ok else f"short by {_gap(s100, peers200[best_peer])}"
+                lines.append(f"{dataset}: swarm@100 {s100:.4f} vs best peer@200 {best_peer} {peers200[best_peer]:.4f} -> {outcome}")
+    return lines
+
+
+def _gap(ours: float, peer: float) -> str:
+    return f"{100 * (ours / peer - 1):.2f}%"
+
+
+# --- output ---------------------------------------------------------------------------------
+
+
+def markdown(rows: list[dict]) -> str:
+    energy = any("median_hv_fraction" in r for r in rows)
+    head = "| dataset | strategy | budget | median best/optimum | IQR | evals to 5% | evals to 1% |" + (" HV fraction |" if energy else "")
+    sep = "|---|---|---:|---:|---:|---:|---:|" + ("---:|" if energy else "")
+    out = [head, sep]
+    fmt = lambda v: "—" if v is None else f"{v:.0f}"  # noqa: E731
+    for r in rows:
+        line = (f"| {r['dataset']} | {r['strategy']} | {r['budget']} | {r['median_ratio']:.4f} | {r['iqr']:.4f} | "
+                f"{fmt(r['evals_to_5pct'])} | {fmt(r['evals_to_1pct'])} |")
+        if energy:
+            line += f" {r['median_hv_fraction']:.3f} |" if "median_hv_fraction" in r else " |"
+        out.append(line)
+    return "\n".join(out)
+
+
+def figure(rows: list[dict], out_dir: Path) -> tuple[Path, Path | None]:
+    """Median best/optimum against budget, one panel per dataset (HTML, and PNG via Chromium)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    datasets = sorted({r["dataset"] for r in rows})
+    fig = make_subplots(rows=1, cols=len(datasets), subplot_titles=datasets, shared_yaxes=False)
+    strategies = sorted({r["strategy"] for r in rows})
+    for col, d in enumerate(datasets, start=1):
+        for s in strategies:
+            pts = sorted((r["budget"], r["median_ratio"]) for r in rows if r["dataset"] == d and r["strategy"] == s)
+            if not pts:
+                continue
+            fig.add_trace(go.Scatter(
+                x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=s, legendgroup=s,
+                showlegend=col == 1, line={"width": 4 if s == "swarm" else 1.5},
+            ), row=1, col=col)
+        fig.update_xaxes(type="log", title_text="evaluations", row=1, col=col)
+        fig.update_yaxes(title_text="best found / optimum (median)", row=1, col=col)
+    fig.update_layout(height=520, width=520 * len(datasets), title="Search efficiency on recorded GPU landscapes")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    html = out_dir / "search_efficiency.html"
+    fig.write_html(html, include_plotlyjs=True)
+    png = out_dir / "search_efficiency.png"
+    try:
+        from playwright.sync_api import sync_playwright
+        import shutil
+
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": 520 * len(datasets) + 40, "height": 560})
+            page.goto(html.as_uri())
+            page.wait_for_selector(".main-svg")
+            page.screenshot(path=str(png))
+            browser.close()
+    except Exception as exc:  # noqa: BLE001 - the PNG is a convenience; the HTML has everything
+        print(f"PNG not written ({type(exc).__name__}: {exc}); see {html}", file=sys.stderr)
+        png = None
+    return html, png
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", action="append", type=Path, help="Kernel Tuner cache file (repeatable)")
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--budgets", default="50,100,200,400")
+    parser.add_argument("--strategies", default="all", help="comma-separated subset (e.g. swarm,kt:pso,optuna:tpe)")
+    parser.add_argument("--batch-size", type=int, default=4, help="candidates per generation of our runs")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    args = parser.parse_args(argv)
+    budgets = sorted(int(b) for b in args.budgets.split(","))
+    caches = args.cache or default_caches()
+    if not caches:
+        parser.error("no cache files: pass --cache FILE")
+    everything = ["swarm", *(f"agent:{a}" for a in OUR_AGENTS), *(f"kt:{s}" for s in KT_STRATEGIES), "optuna:tpe"]
+    strategies = everything if args.strategies == "all" else [s.strip() for s in args.strategies.split(",")]
+    unknown = set(strategies) - set(everything)
+    if unknown:
+        parser.error(f"unknown strategies {sorted(unknown)}; known: {', '.join(everything)}")
+
+    started = time.perf_counter()
+    workdir = Path(tempfile.mkdtemp(prefix="search-eff-"))
+    datasets = {ds.name: ds for ds in (load_dataset(Path(c), workdir) for c in caches)}
+    jobs = []
+    for ds in datasets.values():
+        for s in strategies:
+            for seed in range(args.seeds):
+                if s == "swarm" or s.startswith("agent:"):
+                    jobs.append(("ours", ds, s, seed, budgets[-1], args.batch_size))
+                elif s == "optuna:tpe":
+                    jobs.append(("optuna", ds, s, seed, budgets[-1], 0))
+                else:
+                    jobs.extend(("kt", ds, s, seed, b, 0) for b in budgets)
+    # Longest first, so the pool does not end waiting on one slow job.
+    jobs.sort(key=lambda j: (j[0] == "kt" and "bayes" in j[2], j[4], j[0] == "ours"), reverse=True)
+    traces: dict[tuple[str, str], dict] = defaultdict(dict)
+    cost: dict[str, float] = defaultdict(float)
+    done = 0
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(_task, *j) for j in jobs]
+        for f in futures:
+            kind, dataset, name, seed, budget, trace, seconds = f.result()
+            traces[(dataset, name)][(budget if kind == "kt" else None, seed)] = trace
+            cost[name] += seconds
+            done += 1
+            if not args.json and done % 50 == 0:
+                print(f"{done}/{len(jobs)} runs", file=sys.stderr)
+    rows = summarise(traces, datasets, budgets)
+    table = markdown(rows)
+    lines = verdict(rows)
+    html, png = figure(rows, args.out)
+    elapsed = time.perf_counter() - started
+    (args.out / "search_efficiency.md").write_text(
+        f"# Search efficiency\n\n`python -m benchmarks.search_efficiency {' '.join(argv or sys.argv[1:])}`: "
+        f"{args.seeds} seeds, budgets {budgets}, {elapsed:.0f} s on {os.cpu_count()} CPUs.\n\n{table}\n\n## Targets\n\n"
+        + "\n".join(f"- {line}" for line in lines) + "\n"
+    )
+    if args.json:
+        print(json.dumps({"results": rows, "targets": lines, "seconds": elapsed,
+                          "cpu_seconds_by_strategy": dict(cost)}, indent=1))
+    else:
+        print(table)
+        print("\n".join(lines))
+        print(f"{elapsed:.0f} s; figure: {html}" + (f", {png}" if png else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

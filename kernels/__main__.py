@@ -1,0 +1,7 @@
+"""``python -m kernels``: see :mod:`kernels.cli`."""
+
+import sys
+
+from kernels.cli import main
+
+sys.exit(main())

@@ -1,0 +1,272 @@
+"""``python -m kernels``: list workloads, evaluate one candidate, tune a template.
+
+Commands::
+
+    python -m kernels workloads [--json]
+    python -m kernels evaluate --workload rmsnorm --backend cpu --source k.c \\
+        [--params '{"UNROLL": 4}'] [--shape llama3-8b] [--target T] [--seed S] [--quick] --json
+    python -m kernels tune --workload rmsnorm --backend cpu --budget 20 [--shape test-small] \\
+        [--seed S] [--quick] [--json]
+
+``evaluate --json`` prints one JSON object: ``status``, ``reason``, ``cases`` (per case
+``kind``, ``label``, ``seed``, ``max_abs_error``, ``max_rel_error``, ``passed``,
+``reason``), ``timing`` (per timed shape ``median_ms``, ``iqr_ms``, ``ci_low_ms``,
+``ci_high_ms``, ``samples``), ``metrics`` (``latency_ms``, ``gflops`` (GFLOP/s), ``gbps``
+(GB/s), ``roofline_pct``, ...), ``static_resources`` (when the backend reports them, e.g.
+CUDA registers and occupancy; ``{}`` otherwise), ``fingerprint`` (including ``sandbox``) and
+``duration_s``; ``--full`` adds the raw samples and the log. ``tune`` runs a seeded random
+search over the workload's default design space with a progress bar on stderr and prints the
+best candidate.
+
+Exit status: 0 when the (best) candidate is ``ok``, 1 when it is not, 2 for usage errors
+(unknown workload, shape set or backend, unreadable source, bad ``--params``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+QUICK_BENCH = {"warmup_ms": 1.0, "rep_ms": 5.0, "min_reps": 5, "max_reps": 20, "flush_bytes": 1 << 20}
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m kernels", description="INT21 kernel library: workloads, evaluation, tuning.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    w = sub.add_parser("workloads", help="list workloads and their shape sets")
+    w.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--workload", required=True, help="workload name, e.g. rmsnorm")
+        sp.add_argument("--backend", default="cpu", help="cpu, cuda or replay (default cpu)")
+        sp.add_argument("--shape", default=None, help="shape set name (default: the workload's first, e.g. llama3-8b)")
+        sp.add_argument("--target", default=None, help="target, e.g. cpu-x86_64 or replay:<dataset>")
+        sp.add_argument("--seed", type=int, default=None, help="base seed (default: fresh)")
+        sp.add_argument("--timeout", type=float, default=60.0, help="wall-clock limit per evaluation, s (default 60)")
+        sp.add_argument("--quick", action="store_true", help="short timing protocol (smoke tests, not for decisions)")
+
+    e = sub.add_parser("evaluate", help="compile, validate and time one candidate in the sandbox")
+    common(e)
+    e.add_argument("--source", default=None, help="candidate source file (default: the workload's template)")
+    e.add_argument("--params", default="{}", help="parameter values as a JSON object, e.g. '{\"UNROLL\": 4}'")
+    e.add_argument("--json", action="store_true", help="print one JSON object (default: a summary)")
+    e.add_argument("--full", action="store_true", help="with --json: include raw samples and the log")
+
+    t = sub.add_parser("tune", help="random search over the workload's default design space")
+    common(t)
+    t.add_argument("--budget", type=int, required=True, help="number of candidates to evaluate")
+    t.add_argument("--source", default=None, help="template file (default: the workload's template)")
+    t.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    return p
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _shape_set(workload: str, given: str | None) -> str:
+    from kernels.workloads import get_workload  # noqa: PLC0415
+
+    try:
+        wl = get_workload(workload)
+    except KeyError as exc:
+        raise _UsageError(exc.args[0]) from None
+    if given is None:
+        return next(iter(wl.shape_sets))
+    if given not in wl.shape_sets:
+        raise _UsageError(f"workload '{workload}' has no shape set '{given}' (known: {', '.join(wl.shape_sets)})")
+    return given
+
+
+def _source(workload: str, backend: str, path: str | None) -> str:
+    if path:
+        try:
+            return Path(path).read_text()
+        except OSError as exc:
+            raise _UsageError(f"cannot read --source {path}: {exc}") from None
+    if backend == "replay":
+        return ""
+    from kernels.templates import load_template  # noqa: PLC0415
+
+    try:
+        return load_template(workload, backend)
+    except KeyError as exc:
+        raise _UsageError(f"{exc.args[0]}; pass --source") from None
+
+
+def _bench(quick: bool):
+    from kernels.timing import BenchSettings  # noqa: PLC0415
+
+    return BenchSettings(**QUICK_BENCH) if quick else BenchSettings()
+
+
+def _evaluate(args: argparse.Namespace, source: str, params: dict, shape_set: str, seed: int | None):
+    from kernels.evaluator import evaluate  # noqa: PLC0415
+
+    try:
+        return evaluate(
+            args.workload, source, params, shape_set=shape_set, backend=args.backend,
+            timeout_s=args.timeout, bench=_bench(args.quick), seed=seed, target=args.target,
+        )
+    except (KeyError, ValueError) as exc:
+        raise _UsageError(exc.args[0] if exc.args else str(exc)) from None
+
+
+def evidence_summary(ev: Any, *, full: bool = False) -> dict[str, Any]:
+    """The ``evaluate --json`` object of one :class:`~kernels.evaluator.Evidence`."""
+    from kernels import stats  # noqa: PLC0415
+
+    d = ev.to_dict()
+    timing = {}
+    for label, samples in ev.samples_ms.items():
+        s = stats.summarize(samples)
+        timing[label] = {"median_ms": s["median"], "iqr_ms": s["iqr"], "ci_low_ms": s["ci_low"],
+                         "ci_high_ms": s["ci_high"], "samples": s["n"]}
+        if full:
+            timing[label]["samples_ms"] = samples
+    static = d.get("static") or {}  # e.g. CUDA registers, spills, shared memory, occupancy
+    reason = d["log"].rsplit("== verdict ==\n", 1)[-1].strip() if "== verdict ==" in d["log"] else ""
+    out = {
+        "status": d["status"],
+        "reason": reason,
+        "cases": [{k: c.get(k) for k in ("kind", "label", "seed", "max_abs_error", "max_rel_error", "passed", "reason")}
+                  for c in d["cases"]],
+        "timing": timing,
+        "metrics": d["metrics"],
+        "static_resources": static,
+        "fingerprint": d["fingerprint"],
+        "duration_s": d["duration_s"],
+    }
+    if full:
+        out["log"] = d["log"]
+    return out
+
+
+def _cmd_workloads(args: argparse.Namespace) -> int:
+    from kernels.workloads import WORKLOADS, shape_label  # noqa: PLC0415
+
+    rows = []
+    for name in sorted(WORKLOADS):
+        wl = WORKLOADS[name]
+        rows.append({
+            "name": name,
+            "signature": wl.c_signature,
+            "tolerance": wl.tolerance,
+            "shape_sets": {s: [dict(x) for x in shapes] for s, shapes in wl.shape_sets.items()},
+            "validation_shapes": {s: [dict(x) for x in shapes] for s, shapes in wl.validation_shapes.items()},
+        })
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.console import Console  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
+    table = Table(title="workloads")
+    for col in ("workload", "shape set", "timed shapes", "odd shapes (validated)"):
+        table.add_column(col)
+    for r in rows:
+        for s, shapes in r["shape_sets"].items():
+            table.add_row(r["name"], s, "; ".join(shape_label(x) for x in shapes),
+                          "; ".join(shape_label(x) for x in r["validation_shapes"].get(s, [])))
+    Console().print(table)
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    try:
+        params = json.loads(args.params)
+    except ValueError as exc:
+        raise _UsageError(f"--params is not JSON: {exc}") from None
+    if not isinstance(params, dict):
+        raise _UsageError("--params must be a JSON object")
+    shape_set = _shape_set(args.workload, args.shape) if args.backend != "replay" else (args.shape or "")
+    source = _source(args.workload, args.backend, args.source)
+    ev = _evaluate(args, source, params, shape_set, args.seed)
+    summary = evidence_summary(ev, full=args.full)
+    if args.json:
+        print(json.dumps(summary, allow_nan=False, default=_finite))
+    else:
+        m = summary["metrics"]
+        print(f"status: {summary['status']}  ({summary['reason']})")
+        for label, t in summary["timing"].items():
+            print(f"  {label}: median {t['median_ms']:.4g} ms  IQR {t['iqr_ms']:.3g}  "
+                  f"CI [{t['ci_low_ms']:.4g}, {t['ci_high_ms']:.4g}]  n={t['samples']}")
+        if "latency_ms" in m:
+            print(f"  total {m['latency_ms']:.4g} ms, {m.get('gflops', 0):.3g} GFLOP/s, {m.get('gbps', 0):.3g} GB/s, "
+                  f"{m.get('roofline_pct', float('nan')):.3g}% of roofline")
+    return 0 if summary["status"] == "ok" else 1
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    import numpy as np  # noqa: PLC0415
+    from rich.console import Console  # noqa: PLC0415
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
+
+    from kernels.space import point_key  # noqa: PLC0415
+    from kernels.templates import default_space  # noqa: PLC0415
+
+    if args.budget < 1:
+        raise _UsageError("--budget must be >= 1")
+    shape_set = _shape_set(args.workload, args.shape)
+    source = _source(args.workload, args.backend, args.source)
+    try:
+        space = default_space(args.workload)
+    except KeyError as exc:
+        raise _UsageError(exc.args[0]) from None
+    rng = np.random.default_rng(args.seed)
+    points = space.sample(rng, args.budget)
+    results: list[dict[str, Any]] = []
+    best: dict[str, Any] | None = None
+    counts: Counter[str] = Counter()
+    columns = (TextColumn("[bold]tune[/] {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True)) as progress:
+        task = progress.add_task(f"{args.workload} on {shape_set}", total=len(points))
+        for i, params in enumerate(points):
+            seed = None if args.seed is None else args.seed + 1 + i
+            ev = _evaluate(args, source, params, shape_set, seed)
+            counts[str(ev.status)] += 1
+            row = {"params": params, "status": str(ev.status), "latency_ms": ev.metrics.get("latency_ms")}
+            results.append(row)
+            if ev.status == "ok" and (best is None or ev.metrics["latency_ms"] < best["metrics"]["latency_ms"]):
+                best = {"params": params, "key": point_key(params), **evidence_summary(ev)}
+            lat = f"{best['metrics']['latency_ms']:.4g} ms" if best else "-"
+            progress.update(task, advance=1, description=f"{args.workload} on {shape_set}  best {lat}")
+    out = {"workload": args.workload, "shape_set": shape_set, "evaluated": len(results),
+           "status_counts": dict(counts), "best": best, "candidates": results}
+    if args.json:
+        print(json.dumps(out, allow_nan=False, default=_finite))
+    elif best:
+        print(f"best of {len(results)}: {best['params']}  latency {best['metrics']['latency_ms']:.4g} ms  "
+              f"({best['metrics'].get('gbps', 0):.3g} GB/s)  statuses {dict(counts)}")
+    else:
+        print(f"no ok candidate among {len(results)}: statuses {dict(counts)}")
+    return 0 if best else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (see the module docstring)."""
+    args = _parser().parse_args(argv)
+    try:
+        return {"workloads": _cmd_workloads, "evaluate": _cmd_evaluate, "tune": _cmd_tune}[args.command](args)
+    except _UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # e.g. `| head`: the reader went away
+        import os  # noqa: PLC0415
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

@@ -1,0 +1,124 @@
+// Goal form: a design-space editor (rows of parameter name + values, kept in sync with the
+// "parameters" text field), shape sets filtered by workload, and a live server-side check of
+// the space (errors in place, space size, template preview) as the engineer types.
+(function () {
+  "use strict";
+  const form = document.getElementById("goal-form");
+  const $ = (sel) => form.querySelector(sel);
+  const params = $("textarea[name=parameters]");
+  const tbody = document.querySelector("#space-editor tbody");
+  const csrf = $("input[name=csrfmiddlewaretoken]").value;
+  let timer = null;
+  let seq = 0;
+
+  function parse(text) {
+    return text.split("\n").map((l) => l.trim()).filter(Boolean).map((l) => {
+      const i = l.indexOf(":");
+      return i < 0 ? { name: l, values: "" } : { name: l.slice(0, i).trim(), values: l.slice(i + 1).trim() };
+    });
+  }
+  function serialize() {
+    params.value = [...tbody.rows].map((tr) => {
+      const [n, v] = tr.querySelectorAll("input");
+      return `${n.value.trim()}: ${v.value.trim()}`;
+    }).filter((l) => l !== ":").join("\n");
+    scheduleCheck();
+  }
+  function row(p) {
+    const tr = document.createElement("tr");
+    const name = Object.assign(document.createElement("input"), { value: p.name, placeholder: "NAME", className: "name" });
+    const values = Object.assign(document.createElement("input"), { value: p.values, placeholder: "1, 2, 4", className: "values" });
+    const del = Object.assign(document.createElement("button"), { type: "button", className: "small secondary", textContent: "Remove", title: "remove this parameter" });
+    name.setAttribute("aria-label", "parameter name");
+    values.setAttribute("aria-label", "parameter values");
+    name.addEventListener("input", serialize);
+    values.addEventListener("input", serialize);
+    del.addEventListener("click", () => { tr.remove(); serialize(); });
+    for (const e of [name, values, del]) { const td = document.createElement("td"); td.append(e); tr.append(td); }
+    return tr;
+  }
+  function renderRows() { tbody.replaceChildren(...parse(params.value).map(row)); }
+  document.getElementById("add-param").addEventListener("click", () => {
+    const tr = row({ name: "", values: "" });
+    tbody.append(tr);
+    tr.querySelector("input").focus();
+  });
+  params.addEventListener("change", () => { renderRows(); scheduleCheck(); });
+  params.addEventListener("input", scheduleCheck);
+
+  // shape sets of the chosen workload only
+  const workload = $("select[name=workload]"), shapeSet = $("select[name=shape_set]");
+  function filterShapeSets() {
+    let firstVisible = null, selectedVisible = false;
+    for (const o of shapeSet.options) {
+      const show = o.dataset.workload === workload.value;
+      o.hidden = !show;
+      o.disabled = !show;
+      if (show && !firstVisible) firstVisible = o;
+      if (show && o.selected) selectedVisible = true;
+    }
+    if (!selectedVisible && firstVisible) firstVisible.selected = true;
+  }
+  workload.addEventListener("change", () => { filterShapeSets(); scheduleCheck(); });
+  $("select[name=target]").addEventListener("change", scheduleCheck);
+  filterShapeSets();
+
+  const loadDefaults = document.getElementById("load-defaults");
+  if (loadDefaults) {
+    loadDefaults.addEventListener("click", async () => {
+      const url = `${form.dataset.defaultsUrl}?workload=${encodeURIComponent(workload.value)}&target=${encodeURIComponent($("select[name=target]").value)}`;
+      const resp = await fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" });
+      const data = await resp.json();
+      if (data.error) { showErrors({ target: data.error }); return; }
+      params.value = data.parameters;
+      $("textarea[name=restrictions]").value = data.restrictions;
+      $("textarea[name=source]").value = data.source;
+      renderRows();
+      scheduleCheck();
+    });
+  }
+  for (const name of ["restrictions", "source"]) $(`textarea[name=${name}]`).addEventListener("input", scheduleCheck);
+
+  function showErrors(errors) {
+    for (const field of ["parameters", "restrictions", "target"]) {
+      const msg = errors[field] || "";
+      form.querySelectorAll(`[data-error-for=${field}]`).forEach((p) => { p.textContent = msg; });
+      const box = document.getElementById(`field-${field}`);
+      if (box) box.classList.toggle("has-error", Boolean(msg));
+    }
+    const live = form.querySelector("[data-error-for=parameters-live]");
+    live.textContent = errors.parameters || "";
+  }
+
+  function scheduleCheck() {
+    clearTimeout(timer);
+    timer = setTimeout(check, 300);
+  }
+  async function check() {
+    const mine = ++seq;
+    const body = new FormData();
+    for (const name of ["parameters", "restrictions", "source"]) body.append(name, $(`textarea[name=${name}]`).value);
+    body.append("workload", workload.value);
+    body.append("target", $("select[name=target]").value);
+    let data;
+    try {
+      const resp = await fetch(form.dataset.checkUrl, { method: "POST", body, credentials: "same-origin",
+        headers: { Accept: "application/json", "X-CSRFToken": csrf } });
+      data = await resp.json();
+    } catch (e) {
+      document.getElementById("space-size").textContent = `could not check: ${e}`;
+      return;
+    }
+    if (mine !== seq) return; // a newer check is on its way
+    showErrors(data.errors || {});
+    const size = data.size;
+    document.getElementById("space-size").textContent = size
+      ? `${size.valid.toLocaleString()}${size.exact ? "" : " (estimated)"} valid of ${size.cartesian.toLocaleString()} points`
+      : "—";
+    if (data.preview !== undefined) document.getElementById("preview").innerHTML = data.preview;
+    form.dataset.checked = String(mine);
+  }
+
+  renderRows();
+  check();
+})();

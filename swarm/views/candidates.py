@@ -1,0 +1,113 @@
+"""Candidate page (source, PTX and static resources, lineage, validation, timing, roofline),
+promotion requests, and the compare page."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from swarm import comparison, roofline
+from swarm.cuda_static import candidate_static as static_of
+from swarm.forms import PromoteForm
+from swarm.launch import launch_plan
+from swarm.models import Candidate, PromotionRequest
+from swarm.promotion import PromotionRefused, active_promotion, can_approve, request_promotion
+from swarm.views._common import highlighted, source_css
+
+
+@login_required
+def candidate_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    candidate = get_object_or_404(
+        Candidate.objects.select_related("goal", "run", "evidence", "reused_from"), pk=pk)
+    goal = candidate.goal
+    evidence = getattr(candidate, "evidence", None)
+    static = None
+    if evidence is not None:
+        static = getattr(evidence, "static", None) or (evidence.fingerprint or {}).get("static")
+    children = list(candidate.children.order_by("id").values("id", "agent", "generation", "status")[:50])
+    charts = {
+        "samples": evidence.samples_ms if evidence else {},
+        "roofline": {"ceilings": roofline.ceilings(goal, evidence), "points": roofline.points(goal, evidence)}
+        if evidence and candidate.status == "ok" else None,
+    }
+    return render(request, "swarm/candidate_detail.html", {
+        "candidate": candidate,
+        "goal": goal,
+        "evidence": evidence,
+        "source_html": highlighted(comparison.full_source(candidate), goal.backend),
+        "source_css": source_css(),
+        "promote_form": PromoteForm(),
+        "can_promote": can_approve(request.user),
+        "parents": candidate.parents.order_by("id").values("id", "agent", "generation", "status"),
+        "children": children,
+        "reused_by": candidate.reused_by.count(),
+        "launch_plan": json.dumps(launch_plan(candidate), indent=2),
+        "static": static,
+        "is_cuda": goal.backend == "cuda",
+        "requests": PromotionRequest.objects.filter(candidate=candidate).select_related("requested_by")[:5],
+        "incumbent": active_promotion(goal.workload, goal.target, goal.shape_set),
+        "charts": charts,
+    })
+
+
+@login_required
+@require_GET
+def candidate_static(request: HttpRequest, pk: int) -> JsonResponse:
+    """``GET``: a CUDA candidate's static resources, occupancy and PTX (nvcc; cached on disk)."""
+    candidate = get_object_or_404(Candidate.objects.select_related("goal"), pk=pk)
+    return JsonResponse(static_of(candidate))
+
+
+@login_required
+@require_POST
+def candidate_promote(request: HttpRequest, pk: int) -> HttpResponse:
+    """Ask for a promotion: the extended validation runs on the target's worker; the
+    production page shows its progress and, when refused, exactly why."""
+    candidate = get_object_or_404(Candidate.objects.select_related("goal", "evidence"), pk=pk)
+    form = PromoteForm(request.POST)
+    note = form.cleaned_data["note"] if form.is_valid() else ""
+    try:
+        req = request_promotion(candidate, request.user, note)
+    except PromotionRefused as exc:
+        messages.error(request, f"Not promoted: {exc}")
+        return redirect("candidate-detail", candidate.pk)
+    messages.success(request, f"Promotion request {req.pk}: candidate {candidate.pk} is being re-validated on "
+                              f"{candidate.goal.target}; it becomes production if it passes and is significantly faster.")
+    return redirect("production")
+
+
+@login_required
+def compare(request: HttpRequest) -> HttpResponse:
+    """``?ids=1,2,3``: candidates side by side against the first: source diff, parameter diff,
+    metric deltas and, per timed shape, the significance of the difference."""
+    raw = request.GET.get("ids", "")
+    error = ""
+    try:
+        ids = [int(x) for x in raw.replace(" ", "").split(",") if x]
+    except ValueError:
+        ids, error = [], f"ids must be candidate numbers separated by commas, got {raw!r}"
+    ids = list(dict.fromkeys(ids))[: comparison.MAX_COMPARED]
+    found = {c.pk: c for c in Candidate.objects.filter(pk__in=ids).select_related("goal", "evidence")}
+    missing = [i for i in ids if i not in found]
+    candidates = [found[i] for i in ids if i in found]
+    if not error and missing:
+        error = f"no candidate {', '.join(map(str, missing))}"
+    if not error and len(candidates) < 2:
+        error = "pick at least two candidates to compare (e.g. ?ids=12,40)"
+    ctx = {"ids": raw, "error": error, "candidates": candidates}
+    if len(candidates) >= 2:
+        ref = candidates[0]
+        ctx.update(
+            diffs=[{"other": c, "html": comparison.source_diff_html(ref, c)} for c in candidates[1:]],
+            params=comparison.parameter_rows(candidates),
+            metrics=comparison.metric_rows(candidates),
+            timing=comparison.timing_rows(candidates),
+            samples={f"#{c.pk}": (c.evidence.samples_ms if getattr(c, "evidence", None) else {}) for c in candidates},
+            different_goals=len({c.goal_id for c in candidates}) > 1,
+        )
+    return render(request, "swarm/compare.html", ctx, status=200 if not error else 400)

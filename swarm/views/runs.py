@@ -1,0 +1,105 @@
+"""The run page (live over the websocket) and the engineer's steering: directions, accepted
+insights, stop."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required, permission_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from swarm import directions, orchestrator
+from swarm.forms import DirectionForm
+from swarm.models import Direction, Insight, Run
+from swarm.snapshot import MAXIMIZE
+from swarm.views._common import wants_json
+
+
+def _page(request: HttpRequest, run: Run, *, form: DirectionForm | None = None, error: str = "",
+          status: int = 200) -> HttpResponse:
+    goal = run.goal
+    page_config = {
+        "run": run.pk,
+        "objectives": goal.objectives,
+        "constraints": run.constraints,
+        "maximize": sorted(MAXIMIZE),
+        "candidateUrl": reverse("candidate-detail", args=[0]),
+        "compareUrl": reverse("compare"),
+        "directionUrl": reverse("run-direction", args=[run.pk]),
+        "acceptUrl": reverse("run-insight-accept", args=[run.pk, 0]),
+        "canSteer": request.user.has_perm("swarm.change_run"),
+    }
+    return render(request, "swarm/run_detail.html", {
+        "run": run, "goal": goal, "page_config": page_config, "form": form or DirectionForm(),
+        "direction_error": error, "direction_kinds": Direction.Kind.choices,
+        "can_steer": page_config["canSteer"],
+    }, status=status)
+
+
+@login_required
+def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    run = get_object_or_404(Run.objects.select_related("goal"), pk=pk)
+    return _page(request, run)
+
+
+@login_required
+@require_POST
+@permission_required("swarm.change_run", raise_exception=True)
+def run_stop(request: HttpRequest, pk: int) -> HttpResponse:
+    run = get_object_or_404(Run, pk=pk)
+    orchestrator.stop_run(run, request.user)
+    return redirect("run-detail", run.pk)
+
+
+def _submitted(request: HttpRequest, run: Run, kind: str, payload: dict, form: DirectionForm | None = None) -> HttpResponse:
+    try:
+        d = directions.submit(run, kind, payload, author=request.user)
+    except directions.DirectionError as exc:
+        if wants_json(request):
+            return JsonResponse({"ok": False, "error": str(exc)}, status=400)
+        return _page(request, run, form=form, error=str(exc), status=400)
+    if wants_json(request):
+        return JsonResponse({"ok": True, "direction": d.to_dict()}, status=201)
+    messages.success(request, f"Direction {d.kind} recorded; it applies at the next generation.")
+    return redirect("run-detail", run.pk)
+
+
+@login_required
+@require_POST
+@permission_required("swarm.change_run", raise_exception=True)
+def run_direction(request: HttpRequest, pk: int) -> HttpResponse:
+    """Submit a direction (narrow/exclude values, add a restriction, change a constraint,
+    boost/pause/resume an agent, stop); a ``DirectionError`` message comes back in place."""
+    run = get_object_or_404(Run.objects.select_related("goal"), pk=pk)
+    form = DirectionForm(request.POST)
+    if not form.is_valid():
+        error = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+        if wants_json(request):
+            return JsonResponse({"ok": False, "error": error}, status=400)
+        return _page(request, run, form=form, error=error, status=400)
+    try:
+        payload = form.payload()
+    except Exception as exc:  # noqa: BLE001 - a ValidationError from parsing the values
+        error = getattr(exc, "messages", [str(exc)])[0]
+        if wants_json(request):
+            return JsonResponse({"ok": False, "error": error}, status=400)
+        return _page(request, run, form=form, error=error, status=400)
+    return _submitted(request, run, form.cleaned_data["kind"], payload, form)
+
+
+@login_required
+@require_POST
+@permission_required("swarm.change_run", raise_exception=True)
+def run_insight_accept(request: HttpRequest, pk: int, insight_id: int) -> HttpResponse:
+    """Accept a suggested restriction (an insight of kind ``failure_rule``) as a direction."""
+    run = get_object_or_404(Run.objects.select_related("goal"), pk=pk)
+    insight = get_object_or_404(Insight, pk=insight_id, workload=run.goal.workload, target=run.goal.target)
+    restriction = (insight.data or {}).get("restriction")
+    if insight.kind != Insight.Kind.FAILURE_RULE or not restriction:
+        error = f"insight {insight.pk} ({insight.kind}) suggests no restriction"
+        if wants_json(request):
+            return JsonResponse({"ok": False, "error": error}, status=400)
+        return _page(request, run, error=error, status=400)
+    return _submitted(request, run, Direction.Kind.ADD_RESTRICTION, {"expression": restriction})

