@@ -1,6 +1,7 @@
 """INT21 kernel library: workloads, design spaces, backends and the sandboxed evaluator.
 
-Framework-free: depends on numpy and the standard library only (never Django).
+Framework-free: depends on numpy and the standard library (scipy, imported lazily, for
+:func:`compare`; cupy for the CUDA backend), never on Django.
 """
 
 from kernels.evaluator import BenchSettings, Evidence, evaluate

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import resource
 import secrets
 import shutil
 import tempfile
@@ -52,17 +53,20 @@ _SUFFIX = {"nvrtc": ".cu", "cubin": ".cubin", "ptx": ".ptx"}
 
 
 def _cuda_memory_bytes() -> int:
-    """RLIMIT_AS of the CUDA child: ``$KERNELS_CUDA_SANDBOX_MEMORY_BYTES`` or 2**62 (no
+    """RLIMIT_AS of the CUDA child: ``$KERNELS_CUDA_SANDBOX_MEMORY_BYTES``, else 2**62 (no
     practical limit: cuInit reserves virtual address space for unified addressing and fails
-    under a tight RLIMIT_AS)."""
+    under a tight RLIMIT_AS), never above this process's own hard limit."""
     raw = os.environ.get("KERNELS_CUDA_SANDBOX_MEMORY_BYTES")
-    return int(float(raw)) if raw else 2**62
+    want = int(float(raw)) if raw else 2**62
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    return want if hard == resource.RLIM_INFINITY else min(want, hard)
 
 
 def child_env() -> dict[str, str]:
     """Extra environment of the CUDA sandbox child."""
     env = {k: os.environ[k] for k in _PASS_ENV if os.environ.get(k)}
-    env["CUPY_CACHE_IN_MEMORY"] = "1"
+    env["CUPY_CACHE_IN_MEMORY"] = "1"  # NVRTC output stays in memory: no cache files
+    env["CUDA_CACHE_DISABLE"] = "1"  # the driver's PTX JIT cache would write under $HOME
     return env
 
 
@@ -228,10 +232,12 @@ class CudaEvaluation:
             if "seeds" in item:  # a timed item
                 by_label[shape_label(item["shape"])] = ls
         self.static.update(static_summary(artifact.static, self.be.arch, by_label))
-        self.sections.append("== static ==\n" + ("\n".join(
-            f"{k}: {v['registers']} registers, {v['spill_stores']}+{v['spill_loads']} B spills, "
-            f"{v['smem_static_bytes']} B static smem, {v['stack_frame_bytes']} B stack"
-            for k, v in self.static.get("kernels", {}).items()) or "(nvcc not available)"))
+        notes = [f"{k}: {v['registers']} registers, {v['spill_stores']}+{v['spill_loads']} B spills, "
+                 f"{v['smem_static_bytes']} B static smem, {v['stack_frame_bytes']} B stack"
+                 for k, v in self.static.get("kernels", {}).items()]
+        notes += [f"{l['kernel']} at {l['shape']}: no block fits an SM, the launch will fail ({l['reason']})"
+                  for l in self.static.get("launches", []) if l.get("active_blocks_per_sm") == 0]
+        self.sections.append("== static ==\n" + ("\n".join(notes) or "(nvcc not available)"))
         self.limits = self.be.physical_limits()
         self.fingerprint["limits"] = self.limits
         return None

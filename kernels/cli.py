@@ -92,6 +92,13 @@ def _shape_set(workload: str, given: str | None) -> str:
     return given
 
 
+def _check_backend(backend: str) -> None:
+    from kernels.backends import BACKENDS  # noqa: PLC0415
+
+    if backend not in BACKENDS:
+        raise _UsageError(f"unknown backend '{backend}' (known: {', '.join(sorted(BACKENDS))})")
+
+
 def _source(workload: str, backend: str, path: str | None) -> str:
     if path:
         try:
@@ -122,7 +129,7 @@ def _evaluate(args: argparse.Namespace, source: str, params: dict, shape_set: st
             args.workload, source, params, shape_set=shape_set, backend=args.backend,
             timeout_s=args.timeout, bench=_bench(args.quick), seed=seed, target=args.target,
         )
-    except (KeyError, ValueError) as exc:
+    except (KeyError, ValueError, ImportError) as exc:  # unknown names, bad target, no cupy
         raise _UsageError(exc.args[0] if exc.args else str(exc)) from None
 
 
@@ -193,6 +200,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         raise _UsageError(f"--params is not JSON: {exc}") from None
     if not isinstance(params, dict):
         raise _UsageError("--params must be a JSON object")
+    _check_backend(args.backend)
     shape_set = _shape_set(args.workload, args.shape) if args.backend != "replay" else (args.shape or "")
     source = _source(args.workload, args.backend, args.source)
     ev = _evaluate(args, source, params, shape_set, args.seed)
@@ -221,6 +229,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
     if args.budget < 1:
         raise _UsageError("--budget must be >= 1")
+    _check_backend(args.backend)
     shape_set = _shape_set(args.workload, args.shape)
     source = _source(args.workload, args.backend, args.source)
     try:

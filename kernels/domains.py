@@ -23,6 +23,7 @@ class Domain:
     points: tuple[dict[str, Any], ...]
     point_keys: tuple[str, ...]
     keys: frozenset[str]
+    values: dict[str, set[Any]]  # parameter -> values that occur in the points
 
 
 def resolve(domain: str) -> Domain:
@@ -46,7 +47,11 @@ def resolve(domain: str) -> Domain:
         if found is None:
             points = tuple(cache.params_of(k) for k in cache.entries)
             keys = tuple(point_key(p) for p in points)
-            found = _resolved[key] = Domain(domain, points, keys, frozenset(keys))
+            values: dict[str, set[Any]] = {}
+            for p in points:
+                for k, v in p.items():
+                    values.setdefault(k, set()).add(v)
+            found = _resolved[key] = Domain(domain, points, keys, frozenset(keys), values)
         return found
 
 

@@ -6,13 +6,18 @@ Protocol (DESIGN.md, "Evaluation protocol"):
 2. Run the candidate only in a confined child process (:mod:`kernels.sandbox`): own session,
    wall-clock timeout that kills the process group, resource limits, empty environment,
    private directory, no network, no writes outside that directory, unprivileged user.
-3. The child gives the candidate guarded buffers (sentinels before and after every array),
-   NaN-fills outputs before every call, and calls the kernel:
-   - twice per validation case (fresh seed per case): every timed shape, each odd shape
+3. Two children run one after the other in the same private directory, within one
+   wall-clock budget: a *validation* child with spinning OpenMP threads
+   (``OMP_WAIT_POLICY=ACTIVE``: parallel regions start together, so data races show) and a
+   *timing* child with sleeping ones (``PASSIVE``: stable medians when other processes
+   compete for the cores; measurement in :mod:`kernels.timing`). Each gives the candidate
+   guarded buffers (sentinels before and after every array), NaN-fills outputs before every
+   call, and calls the kernel:
+   - validation: twice per case (fresh seed per case): every timed shape, each odd shape
      (not a multiple of any tile) with two seeds, and the workload's stored failure cases
      (:mod:`kernels.validation_store`, the latest ``KERNELS_VALIDATION_STORE_LIMIT``);
-   - in the timing loop, rotating between two input sets, cache flushed before every rep;
-   - once more after timing with *fresh contents written into the same buffers* (same
+   - timing: the timing loop rotates between two input sets, caches flushed before every
+     rep; then one more call with *fresh contents written into the same buffers* (same
      pointers), which a kernel that caches results by pointer or by call count gets wrong.
    Every output is copied right after the call returns and compared with the buffer again
    later: a change means work continued after the return (e.g. a thread outliving the call).

@@ -1,6 +1,7 @@
 """The sandbox: run the candidate-calling child in its own session, confined and limited.
 
-Every evaluation runs :mod:`kernels._sandbox_child` in a fresh ``python -I`` process:
+Every evaluation runs :mod:`kernels._sandbox_child` in fresh ``python -I`` processes (the
+evaluator starts one for validation and one for timing):
 
 - its own session and process group; after ``timeout_s`` of wall clock (or when it exits)
   the whole group gets SIGKILL;

@@ -277,9 +277,13 @@ class DesignSpace:
             from kernels.domains import resolve
 
             d = resolve(self.domain)
+            # Value and restriction checks only when directions narrowed the recorded space.
+            narrowed = any(set(p.values) != d.values.get(p.name, set()) for p in self.parameters)
             pool = [
                 pt for pt, key in zip(d.points, d.point_keys)
-                if key not in exclude and self._in_values(pt) and self.satisfies_restrictions(pt)
+                if key not in exclude
+                and (not narrowed or self._in_values(pt))
+                and (not self._compiled or self.satisfies_restrictions(pt))
             ]
             if len(pool) <= n:
                 order = rng.permutation(len(pool))

@@ -43,6 +43,7 @@ __all__ = [
     "ArchLimits",
     "CompileError",
     "arch_limits",
+    "atomic_write",
     "compile_cubin",
     "is_ptx",
     "nvcc_path",
@@ -358,7 +359,7 @@ def _static_dir() -> Path:
     return d
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -548,8 +549,8 @@ def compile_cubin(
         "constant_bytes": module_const,
         "log": log,
     }
-    _atomic_write(cubin_path, data)
-    _atomic_write(report_path, json.dumps(report, sort_keys=True).encode())
+    atomic_write(cubin_path, data)
+    atomic_write(report_path, json.dumps(report, sort_keys=True).encode())
     return cubin_path, {**report, "cached": False}
 
 
@@ -632,7 +633,7 @@ def ptx(source: str, defines: str = "", arch: str = "sm_90", options: Sequence[s
     virt = arch[3:]
     args = ["-ptx", f"-arch=compute_{virt}", *options]
     data, _ = _run_nvcc(args, defines + source, ".cu", "candidate.ptx")
-    _atomic_write(path, data)
+    atomic_write(path, data)
     return data.decode()
 
 

@@ -1,4 +1,10 @@
-"""Benchmark protocol: warm-up, repetitions sized from an estimate, cache flush, raw samples."""
+"""Benchmark protocol: warm-up, repetitions sized from an estimate, cache flush, raw samples.
+
+Modelled on Triton's ``testing.do_bench`` (warm-up and repetitions given in ms, an estimate
+from the warm-up sizes the repetitions, caches flushed before every repetition, raw samples
+returned); the evaluator injects :func:`bench` so tests can replace it. Also the OpenMP
+environment of the sandbox child (:func:`omp_environment`, with the measurement behind it).
+"""
 
 from __future__ import annotations
 
@@ -20,8 +26,9 @@ class BenchSettings:
         warmup_ms: kernel time (ms) spent on untimed warm-up calls (at least one call).
         rep_ms: target total kernel time (ms) of the timed repetitions.
         min_reps, max_reps: bounds on the number of timed repetitions.
-        flush_bytes: size of the buffer written between repetitions to evict caches
-            (>= the last-level cache; 0 disables flushing).
+        flush_bytes: total size of the buffers rewritten before every timed repetition to
+            evict caches, split over one pinned thread per CPU (:func:`make_flush`; >= the
+            last-level cache; 0 disables flushing).
 
     Raises:
         ValueError: negative times or sizes, or ``min_reps > max_reps``.

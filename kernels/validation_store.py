@@ -12,7 +12,8 @@ in ``<data dir>/validation/<workload>.jsonl`` (data dir: ``KERNELS_DATA_DIR``, d
 ``~/.local/share/int21-kernels``). Appends hold an exclusive ``flock`` on the file while
 they check for a duplicate and write the line with one ``write(2)`` on an ``O_APPEND``
 descriptor, so concurrent workers neither lose nor duplicate a case, and a reader never sees
-half a line (a torn last line, e.g. after a power loss, is skipped). The evaluator re-runs
+half a line (a torn last line, e.g. after a power loss, is skipped, and the next append
+starts a new line). The evaluator re-runs
 the latest :func:`kernels.config.validation_store_limit` cases (default 16) of the workload on
 every evaluation.
 """

@@ -14,6 +14,20 @@ from swarm.models import PENDING_STATUSES, Candidate, Goal, Insight, Run
 
 MAX_ROWS = 5000  # newest evaluations used per update: keeps an update in milliseconds
 WARM_START_CONFIGS = 8
+LEARN_GROWTH = 1.25  # learn again once a run has a quarter more generations
+_learned_at: dict[str, int] = {}  # run identity -> generation last learned from (per process)
+
+
+def due(run: Run, generation: int) -> bool:
+    """Whether to learn after ``generation``: on a geometric schedule (1, 2, 3, 4, 5, 7, 9,
+    12, ...), so a run of G generations learns O(log G) times. A restarted process learns at
+    its first boundary."""
+    key = f"{run.pk}@{run.started_at.timestamp()}"
+    last = _learned_at.get(key)
+    if last is not None and generation < max(last + 1, LEARN_GROWTH * last):
+        return False
+    _learned_at[key] = generation
+    return True
 
 
 def update_insights(run: Run, generation: int) -> list[Insight]:

@@ -441,7 +441,7 @@ def _close_generation(run: Run) -> Generation | None:
 
 def _learn(run: Run, gen: Generation) -> None:
     """Update insights after a generation closed and publish it (outside any transaction)."""
-    new_insights = learning.update_insights(run, gen.number)
+    new_insights = learning.update_insights(run, gen.number) if learning.due(run, gen.number) else []
     leaderboard = [a.to_dict() for a in run.agents.all()]
     events.publish(run.pk, "generation_finished", {"number": gen.number, "improvements": gen.improvements, "agents": leaderboard})
     for i in new_insights:

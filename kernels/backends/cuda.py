@@ -218,6 +218,7 @@ class Roofline:
         max_gflops: the fastest float32-input rate the chip has (TF32 tensor cores, dense):
             measured above it is physically impossible, hence ``invalid``.
         source: where the numbers come from.
+        bf16_gflops: dense BF16 tensor-core rate (GFLOP/s), the roof of bf16 workloads.
     """
 
     device: str
@@ -225,22 +226,29 @@ class Roofline:
     peak_gflops: float
     max_gflops: float
     source: str
+    bf16_gflops: float = 0.0
 
 
 # Vendor datasheets; dense (non-sparse) tensor rates are half the "with sparsity" figures.
-_H100_SXM = "NVIDIA H100 Tensor Core GPU datasheet (SXM5: 3.35 TB/s HBM3, FP32 67 TFLOPS, TF32 989 TFLOPS with sparsity)"
-_H200 = "NVIDIA H200 Tensor Core GPU datasheet (SXM: 4.8 TB/s HBM3e, FP32 67 TFLOPS, TF32 989 TFLOPS with sparsity)"
+_H100_SXM = ("NVIDIA H100 Tensor Core GPU datasheet (SXM5: 3.35 TB/s HBM3, FP32 67 TFLOPS, "
+             "TF32 989 and BF16 1,979 TFLOPS with sparsity)")
+_H200 = ("NVIDIA H200 Tensor Core GPU datasheet (SXM: 141 GB HBM3e at 4.8 TB/s, FP32 67 TFLOPS, "
+         "TF32 989 and BF16 1,979 TFLOPS with sparsity)")
 _ROOFLINES: tuple[tuple[str, Roofline], ...] = (
-    ("H200", Roofline("H200 SXM", 4800.0, 67_000.0, 494_700.0, _H200)),
+    ("H200", Roofline("H200 SXM", 4800.0, 67_000.0, 494_700.0, _H200, 989_400.0)),
     ("H100 PCIe", Roofline("H100 PCIe", 2000.0, 51_000.0, 378_000.0,
-                           "NVIDIA H100 datasheet (PCIe: 2.0 TB/s, FP32 51 TFLOPS, TF32 756 TFLOPS with sparsity)")),
+                           "NVIDIA H100 datasheet (PCIe: 2.0 TB/s, FP32 51 TFLOPS, TF32 756 and BF16 1,513 "
+                           "TFLOPS with sparsity)", 756_500.0)),
     ("H100 NVL", Roofline("H100 NVL", 3900.0, 60_000.0, 417_500.0,
-                          "NVIDIA H100 datasheet (NVL: 3.9 TB/s, FP32 60 TFLOPS, TF32 835 TFLOPS with sparsity)")),
-    ("H100", Roofline("H100 SXM", 3350.0, 67_000.0, 494_700.0, _H100_SXM)),
+                          "NVIDIA H100 datasheet (NVL: 3.9 TB/s, FP32 60 TFLOPS, TF32 835 and BF16 1,671 "
+                          "TFLOPS with sparsity)", 835_500.0)),
+    ("H100", Roofline("H100 SXM", 3350.0, 67_000.0, 494_700.0, _H100_SXM, 989_400.0)),
     ("B200", Roofline("B200", 8000.0, 80_000.0, 1_100_000.0,
-                      "NVIDIA HGX B200 datasheet (8 TB/s HBM3e, FP32 80 TFLOPS, TF32 2.2 PFLOPS with sparsity); leads, verify")),
+                      "NVIDIA HGX B200 datasheet (8 TB/s HBM3e, FP32 80 TFLOPS, TF32 2.2 and BF16 4.5 PFLOPS "
+                      "with sparsity); leads, verify", 2_250_000.0)),
     ("A100", Roofline("A100 SXM 80GB", 2039.0, 19_500.0, 156_000.0,
-                      "NVIDIA A100 datasheet (SXM 80GB: 2,039 GB/s, FP32 19.5 TFLOPS, TF32 156 TFLOPS)")),
+                      "NVIDIA A100 datasheet (SXM 80GB: 2,039 GB/s, FP32 19.5 TFLOPS, TF32 156 and BF16 312 "
+                      "TFLOPS dense)", 312_000.0)),
 )
 # Without a device name: the fastest part of the architecture, so the invalid check never
 # fires on a legitimate result.
@@ -273,6 +281,7 @@ def roofline_for(device_name: str | None, arch: str) -> Roofline:
             float(gflops) if gflops else chosen.peak_gflops,
             max(chosen.max_gflops, float(gflops)) if gflops else chosen.max_gflops,
             chosen.source + "; overridden by KERNELS_CUDA_PEAK_GBPS/KERNELS_CUDA_PEAK_GFLOPS",
+            chosen.bf16_gflops,
         )
     return chosen
 
@@ -539,7 +548,8 @@ class CudaBackend:
         bandwidth and the float32 CUDA-core rate), ``source``, ``margin``, ``device``."""
         rl = self.roofline()
         return {"gbps": rl.peak_gbps, "gflops": rl.max_gflops, "margin": 1.0, "copy_gbps": rl.peak_gbps,
-                "fma_gflops": rl.peak_gflops, "source": rl.source, "device": rl.device}
+                "fma_gflops": rl.peak_gflops, "bf16_gflops": rl.bf16_gflops, "source": rl.source,
+                "device": rl.device}
 
     def compile(self, source: str, defines: str = "", options: CompileOptions | Mapping[str, Any] | None = None) -> CudaArtifact:
         """Compile a CUDA C or PTX candidate.
@@ -592,7 +602,7 @@ class CudaBackend:
             d.mkdir(parents=True, exist_ok=True)
             path = d / f"{key}{suffix}"
             if not path.is_file():
-                static._atomic_write(path, text.encode())
+                static.atomic_write(path, text.encode())
         log = "" if report.get("cached") else report.get("log", "")
         return CudaArtifact(path, kind, opts, log, key, bool(report.get("cached")), report,
                             "ptx" if ptx_in else "cuda")

@@ -37,6 +37,7 @@ _DEFAULT_SPACES = {
             Parameter("PACK_MIN_M", (1, 8, 32, 128, 1073741824)),
             Parameter("LOOP_ORDER", (0, 1)),
             Parameter("SCHEDULE", (0, 1)),
+            Parameter("REG_PIN", (0, 1)),
         ),
         restrictions=(
             "KC % VEC == 0",
@@ -88,6 +89,76 @@ _DEFAULT_SPACES = {
             "ALGO == 1 or CHUNK == 64",
             "ALGO == 0 or (DV_BLOCK == 64 and FUSE == 1)",
         ),
+    ),
+    # -- operators of the inference engines (engines/) -------------------------------------
+    # layernorm.c: ALGO 0 two-pass, 1 shifted one-pass (both exact enough); LANES partial sums.
+    "layernorm": DesignSpace(
+        parameters=(
+            Parameter("ROWS_PER_CHUNK", (1, 2, 4, 8, 16, 32)),
+            Parameter("LANES", (1, 4, 8, 16, 32)),
+            Parameter("ACC_DOUBLE", (0, 1)),
+            Parameter("ALGO", (0, 1)),
+        ),
+        restrictions=(),
+    ),
+    "gelu": DesignSpace(
+        parameters=(
+            Parameter("ERF_IMPL", (0, 1)),
+            Parameter("CHUNK", (1024, 4096, 16384)),
+        ),
+        restrictions=(),
+    ),
+    # gemm_bias.c: gemm.c's space plus the erf of the GELU epilogue.
+    "gemm_bias": DesignSpace(
+        parameters=(
+            Parameter("MR", (1, 2, 4, 6, 8)),
+            Parameter("NR", (1, 2, 4, 8)),
+            Parameter("NV", (1, 2, 3, 4)),
+            Parameter("VEC", (4, 8, 16)),
+            Parameter("KC", (64, 128, 256, 512, 1024)),
+            Parameter("NC", (32, 64, 96, 128, 192, 256)),
+            Parameter("MC", (16, 32, 48, 64, 96, 128, 192, 256)),
+            Parameter("PACK_MIN_M", (1, 8, 32, 128, 1073741824)),
+            Parameter("LOOP_ORDER", (0, 1)),
+            Parameter("SCHEDULE", (0, 1)),
+            Parameter("ERF_IMPL", (0, 1)),
+        ),
+        restrictions=(
+            "KC % VEC == 0",
+            "MR * NR <= 24",
+            "MR * NV <= 24",
+            "MC % MR == 0",
+            "NC % (NV * VEC) == 0",
+        ),
+    ),
+    "attention": DesignSpace(
+        parameters=(
+            Parameter("BQ", (1, 2, 4, 8)),
+            Parameter("BK", (16, 32, 64, 128)),
+            Parameter("SCHEDULE", (0, 1)),
+        ),
+        restrictions=(),
+    ),
+    "decode_attention": DesignSpace(
+        parameters=(
+            Parameter("BK", (16, 32, 64, 128, 256)),
+            Parameter("GROUP", (0, 1)),
+        ),
+        restrictions=(),
+    ),
+    "rope": DesignSpace(
+        parameters=(
+            Parameter("ROWS_PER_CHUNK", (1, 4, 8, 32)),
+            Parameter("PAR_MIN_ROWS", (1, 64, 1024)),
+        ),
+        restrictions=(),
+    ),
+    "swiglu": DesignSpace(
+        parameters=(
+            Parameter("CHUNK", (512, 2048, 8192)),
+            Parameter("SIGMOID", (0, 1)),
+        ),
+        restrictions=(),
     ),
 }
 

@@ -30,6 +30,8 @@
  *   LOOP_ORDER  0: row tiles outer, column tiles inner (A tile reused from L1);
  *               1: column tiles outer, row tiles inner (B tile reused from L1)
  *   SCHEDULE    0: static, 1: dynamic scheduling of the MC x NC blocks over threads
+ *   REG_PIN     dot path: 1 pins the loaded A and B vectors in registers (see PIN), 0 leaves
+ *               register allocation to the compiler
  *
  * Correct for any M, N, K >= 0: ragged row tiles use compile-time specialised narrower
  * instances of the micro-kernels, ragged column tiles a runtime-sized one (dot) or the
@@ -69,6 +71,9 @@
 #ifndef SCHEDULE
 #define SCHEDULE 0
 #endif
+#ifndef REG_PIN
+#define REG_PIN 1
+#endif
 
 #if MR < 1 || MR > 8 || NR < 1 || NR > 8 || NV < 1 || NV > 4
 #error "need 1 <= MR <= 8, 1 <= NR <= 8, 1 <= NV <= 4"
@@ -78,6 +83,15 @@
 #endif
 
 typedef float vf __attribute__((vector_size(VEC * sizeof(float))));
+
+/* An empty asm that "modifies" a loaded vector: the compiler must keep it in a register
+ * instead of folding a fresh load from L1 into every FMA that uses it (what gcc does
+ * otherwise, costing MR*NR loads per step instead of MR+NR). x86 only; a no-op elsewhere. */
+#if REG_PIN && (defined(__x86_64__) || defined(__i386__))
+#define PIN(v) __asm__("" : "+v"(v))
+#else
+#define PIN(v) ((void)0)
+#endif
 
 #define NRV (NV * VEC)                         /* columns per packed register tile */
 #define NCP (((NC + NRV - 1) / NRV) * NRV)     /* NC rounded up to whole panels */
@@ -105,10 +119,14 @@ dot_tile(int mr, int nr, const float *restrict A, const float *restrict B, float
     int k = 0;
     for (; k + VEC <= kc; k += VEC) {
         vf a[MR], b[NR];
-        for (int i = 0; i < mr; ++i)
+        for (int i = 0; i < mr; ++i) {
             a[i] = loadu(A + i * K + k);
-        for (int j = 0; j < nr; ++j)
+            PIN(a[i]);
+        }
+        for (int j = 0; j < nr; ++j) {
             b[j] = loadu(B + j * K + k);
+            PIN(b[j]);
+        }
         for (int i = 0; i < mr; ++i)
             for (int j = 0; j < nr; ++j)
                 acc[i][j] += a[i] * b[j];

@@ -113,7 +113,17 @@ def _registry() -> dict[str, Workload]:
     from kernels.workloads.rmsnorm import RMSNORM
     from kernels.workloads.softmax import SOFTMAX
 
-    return {w.name: w for w in (RMSNORM, GEMM, SOFTMAX, FUSED_ADD_RMSNORM, KDA)}
+    # Operators of the inference engines (engines/): MiniLM encoder, Llama and KDA layers.
+    from kernels.workloads.attention import ATTENTION
+    from kernels.workloads.decode_attention import DECODE_ATTENTION
+    from kernels.workloads.gelu import GELU
+    from kernels.workloads.gemm_bias import GEMM_BIAS
+    from kernels.workloads.layernorm import LAYERNORM
+    from kernels.workloads.rope import ROPE
+    from kernels.workloads.swiglu import SWIGLU
+
+    engine_ops = (LAYERNORM, GELU, GEMM_BIAS, ATTENTION, ROPE, SWIGLU, DECODE_ATTENTION)
+    return {w.name: w for w in (RMSNORM, GEMM, SOFTMAX, FUSED_ADD_RMSNORM, KDA, *engine_ops)}
 
 
 WORKLOADS: Mapping[str, Workload] = _registry()

@@ -38,18 +38,21 @@ from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
 CHUNK = 64  # chunk length of the reference and of the paper's FLOP model (FLA's default)
 GATE_LOWER_BOUND = -5.0
-# Row-normalised error bound (see ERROR_DEFINITION). A float32 token-by-token recurrence
-# measures ~1e-6..1e-5 on these inputs (the state is a long sum of decayed rank-1 updates);
-# 1e-4 is FLA's fp32 self-test bound and leaves a >10x margin. Ignoring beta, the decay or
-# the delta rule's prediction is off by >1e-1.
+# Head-normalised error bound (see ERROR_DEFINITION). A float32 token-by-token recurrence
+# measures ~1e-6 on these inputs (the state is a long sum of decayed rank-1 updates);
+# 1e-4 is FLA's fp32 self-test bound and leaves a ~100x margin for other summation orders
+# (chunked, tensor-core friendly). Ignoring beta, the decay or the delta rule's prediction
+# is off by >1e-1. Normalising per token instead would divide by outputs near zero: the
+# first token's output is scale * (q_0 . k_0) beta_0 v_0, tiny when q_0 and k_0 are nearly
+# orthogonal (measured 1e-5 of a typical token), so float32 rounding alone reached 1e-4.
 TOLERANCE = 1e-4
 REL_FLOOR = 1e-30
 
 ERROR_DEFINITION = (
     "per output (o and state): max_abs_error = max |out - ref|; max_rel_error = max over "
-    "rows (one row = one token's dv outputs of one head for o, one dk-channel of one head's "
-    "state) of max_j |out - ref| / max_j |ref|; the worst output counts; "
-    f"pass iff max_rel_error <= {TOLERANCE:g}"
+    "sequence-heads h of max |out[h] - ref[h]| / max |ref[h]| (error relative to the head's "
+    "largest output over all its tokens, resp. its largest state entry); the worst output "
+    f"counts; pass iff max_rel_error <= {TOLERANCE:g}"
 )
 
 
@@ -160,12 +163,14 @@ def reference(inputs: Arrays, attrs: Mapping[str, float]) -> Arrays:
 
 
 def errors(out: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
-    """``(max_abs_error, max_rel_error)`` as in :data:`ERROR_DEFINITION` (rows = last axis)."""
+    """``(max_abs_error, max_rel_error)`` as in :data:`ERROR_DEFINITION`; the first axis of
+    ``out`` / ``ref`` is the sequence-head."""
     if out.size == 0:
         return 0.0, 0.0
-    diff = np.abs(out.astype(np.float64) - ref)
-    denom = np.maximum(np.max(np.abs(ref), axis=-1, keepdims=True), REL_FLOOR)
-    return float(np.max(diff)), float(np.max(diff / denom))
+    heads = out.shape[0]
+    diff = np.abs(out.astype(np.float64) - ref).reshape(heads, -1)
+    denom = np.maximum(np.max(np.abs(ref).reshape(heads, -1), axis=1), REL_FLOOR)
+    return float(np.max(diff)), float(np.max(np.max(diff, axis=1) / denom))
 
 
 def output_shapes(shape: Shape) -> dict[str, tuple[int, ...]]:

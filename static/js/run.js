@@ -28,9 +28,14 @@
   let front = []; // rows on the 2-D Pareto frontier of the current axes (feasible ok)
   let top = []; // best TOP rows by primary objective (feasible ok)
   let conv = { evals: [], times: [], bestE: [], bestT: [], best: null, count: 0 };
-  const feasX = [], feasY = [], feasId = [], feasText = [];
-  const badX = [], badY = [], badId = [], badText = [];
+  let feasRows = [], badRows = []; // ok rows with both axis metrics, meeting / breaking the constraints
   let okCount = 0;
+  // The chart draws one point per CELL x CELL pixel cell (the best by the primary objective), so
+  // the WebGL work per redraw is bounded by the plot's area, not by the number of candidates;
+  // zooming re-bins at the new scale, so every candidate can be reached.
+  const CELL = 8;
+  let view = null; // zoomed ranges {x: [lo, hi], y: [lo, hi]} in axis units (log10 on log axes)
+  let grid = null; // {x0, x1, y0, y1, nx, ny, logX, logY, feas: Map, bad: Map}
 
   const axes = { x: null, y: null };
   const compareSet = new Set();
@@ -238,17 +243,50 @@
     for (const r of rows) {
       okCount += 1;
       if (!xs || !ys || xs[r] === null || ys[r] === null || xs[r] === undefined || ys[r] === undefined) continue;
-      if (feasible(r)) {
-        feasX.push(xs[r]); feasY.push(ys[r]); feasId.push(C.id[r]); feasText.push(textOf(r)); feas.push(r);
-      } else {
-        badX.push(xs[r]); badY.push(ys[r]); badId.push(C.id[r]); badText.push(textOf(r));
-      }
+      if (feasible(r)) { feasRows.push(r); feas.push(r); if (grid) place(grid.feas, r); } else { badRows.push(r); if (grid) place(grid.bad, r); }
     }
     return feas;
   }
+  // -- binning to screen cells
+  const tf = (v, log) => (log ? (v > 0 ? Math.log10(v) : NaN) : v);
+  function plotSize() {
+    const fl = $("frontier-chart")._fullLayout;
+    if (fl && fl._size && fl._size.w > 0) return [fl._size.w, fl._size.h];
+    return [Math.max(200, $("frontier-chart").clientWidth - 70), 400];
+  }
+  function makeGrid() {
+    const logX = $("x-log").checked, logY = $("y-log").checked;
+    const xs = C.metrics[axes.x], ys = C.metrics[axes.y];
+    let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
+    if (view) { [x0, x1] = view.x; [y0, y1] = view.y; } else {
+      for (const list of [feasRows, badRows]) for (const r of list) {
+        const x = tf(xs[r], logX), y = tf(ys[r], logY);
+        if (x < x0) x0 = x; if (x > x1) x1 = x; if (y < y0) y0 = y; if (y > y1) y1 = y;
+      }
+    }
+    if (!(x1 > x0)) { x0 -= 1; x1 += 1; }
+    if (!(y1 > y0)) { y0 -= 1; y1 += 1; }
+    const [w, h] = plotSize();
+    grid = { x0, x1, y0, y1, logX, logY, nx: Math.max(1, Math.ceil(w / CELL)), ny: Math.max(1, Math.ceil(h / CELL)),
+             feas: new Map(), bad: new Map(), outside: false };
+    for (const r of feasRows) place(grid.feas, r);
+    for (const r of badRows) place(grid.bad, r);
+  }
+  function place(map, r) {
+    const g = grid;
+    const x = tf(C.metrics[axes.x][r], g.logX), y = tf(C.metrics[axes.y][r], g.logY);
+    if (!isFinite(x) || !isFinite(y)) return;
+    const fx = (x - g.x0) / (g.x1 - g.x0), fy = (y - g.y0) / (g.y1 - g.y0);
+    if (fx < 0 || fx > 1 || fy < 0 || fy > 1) { if (!view) g.outside = true; return; } // zoomed out of view, or a new extreme
+    const key = Math.min(g.nx - 1, Math.floor(fx * g.nx)) * 65536 + Math.min(g.ny - 1, Math.floor(fy * g.ny));
+    const cell = map.get(key);
+    if (!cell) { map.set(key, { r, n: 1 }); return; }
+    cell.n += 1;
+    const m = primary().metric, col = C.metrics[m], s = sgn(m);
+    if (col && col[r] !== null && (col[cell.r] === null || s * col[r] < s * col[cell.r])) cell.r = r;
+  }
   function rebuild() { // everything from the columns: after the snapshot, an axis or constraint change
-    feasX.length = feasY.length = feasId.length = feasText.length = 0;
-    badX.length = badY.length = badId.length = badText.length = 0;
+    feasRows = []; badRows = []; grid = null;
     okCount = 0;
     pendingOk = []; newlyDone = []; // the columns already hold them
     top = []; conv = { evals: [], times: [], bestE: [], bestT: [], best: null, count: 0 };
@@ -280,14 +318,25 @@
   const plotConfig = { responsive: true, displaylogo: false };
   let revision = 0;
 
+  function cellTraces(map) {
+    const xs = C.metrics[axes.x], ys = C.metrics[axes.y];
+    const x = [], y = [], id = [], text = [];
+    for (const { r, n } of map.values()) {
+      x.push(xs[r]); y.push(ys[r]); id.push(C.id[r]);
+      text.push(n > 1 ? `${textOf(r)}<br>(best of ${n} in this spot: zoom in for the others)` : textOf(r));
+    }
+    return { x, y, id, text };
+  }
   function drawFrontier() {
+    if (!grid || grid.outside) makeGrid();
     const fr = front.slice().sort((a, b) => C.metrics[axes.x][a] - C.metrics[axes.x][b]);
     const logX = $("x-log").checked, logY = $("y-log").checked;
+    const good = cellTraces(grid.feas), bad = cellTraces(grid.bad);
     revision += 1;
     const traces = [
-      { type: "scattergl", mode: "markers", name: "feasible", x: feasX, y: feasY, customdata: feasId, text: feasText,
+      { type: "scattergl", mode: "markers", name: "feasible", x: good.x, y: good.y, customdata: good.id, text: good.text,
         hovertemplate: "%{text}<br>x=%{x}<br>y=%{y}<extra></extra>", marker: { color: "#8aa1b9", size: 6 } },
-      { type: "scattergl", mode: "markers", name: "breaks a constraint", x: badX, y: badY, customdata: badId, text: badText,
+      { type: "scattergl", mode: "markers", name: "breaks a constraint", x: bad.x, y: bad.y, customdata: bad.id, text: bad.text,
         hovertemplate: "%{text}<br>x=%{x}<br>y=%{y}<extra>breaks a constraint</extra>",
         marker: { color: "#c0392b", size: 7, symbol: "x-thin-open", line: { width: 1, color: "#c0392b" } } },
       { type: "scattergl", mode: "lines+markers", name: "Pareto frontier", x: fr.map((r) => C.metrics[axes.x][r]),
@@ -302,8 +351,9 @@
       legend: { orientation: "h", y: -0.18 }, hovermode: "closest",
     };
     $("n-points").textContent = String(okCount);
-    $("n-feasible").textContent = String(feasX.length);
+    $("n-feasible").textContent = String(feasRows.length);
     $("n-front").textContent = String(front.length);
+    $("n-shown").textContent = String(grid.feas.size + grid.bad.size);
     return Plotly.react("frontier-chart", traces, layout, plotConfig);
   }
 
@@ -327,15 +377,26 @@
   }
 
   // Parallel coordinates over parameters, coloured by the chosen objective. WebGL parcoords is
-  // the slowest chart to draw (seconds under software rendering), so it is drawn only while
-  // visible, after the other panels, and at most every PC_MIN_GAP ms (or 5x its own draw time)
-  // while events stream in.
-  const PC_MIN_GAP = 3000;
-  const pc = { visible: false, stale: true, drawnAt: 0, cost: 0, timer: null };
-  function requestParcoords() {
+  // the slowest chart to draw (seconds under software rendering, whatever the number of lines),
+  // so it is drawn only while visible, after the other panels; it follows live events (at most
+  // every PC_MIN_GAP ms, or 5x its own draw time) only while one draw takes under PC_LIVE_MAX ms,
+  // and for runs of more than PC_AUTO_MAX candidates it waits for the engineer's click.
+  const PC_MIN_GAP = 3000, PC_LIVE_MAX = 300, PC_AUTO_MAX = 5000;
+  const pc = { visible: false, stale: true, drawnAt: 0, cost: 0, timer: null, allowed: false };
+  function requestParcoords(force) {
     pc.stale = true;
+    if (force) pc.allowed = true;
+    const auto = C.n <= PC_AUTO_MAX && (pc.drawnAt === 0 || pc.cost < PC_LIVE_MAX);
+    const button = $("pc-draw");
+    if (!pc.allowed && !auto) {
+      button.hidden = false;
+      button.textContent = pc.drawnAt ? "Redraw with the latest candidates" : "Draw the parallel coordinates";
+      return;
+    }
+    pc.allowed = false;
+    button.hidden = true;
     if (!pc.visible || pc.timer) return;
-    const wait = Math.max(0, pc.drawnAt + Math.max(PC_MIN_GAP, 5 * pc.cost) - Date.now());
+    const wait = force ? 0 : Math.max(0, pc.drawnAt + Math.max(PC_MIN_GAP, 5 * pc.cost) - Date.now());
     pc.timer = setTimeout(() => {
       pc.timer = null;
       (window.requestIdleCallback || ((f) => setTimeout(f, 0)))(() => drawParcoords(), { timeout: 1000 });
@@ -367,21 +428,22 @@
     pc.cost = performance.now() - t0;
     timings.parts.parcoords = pc.cost;
     timings.parcoordsAt = performance.now();
-    if (pc.stale) requestParcoords();
     return done;
   }
   new IntersectionObserver((entries) => {
     pc.visible = entries.some((e) => e.isIntersecting);
-    if (pc.visible && pc.stale) requestParcoords();
+    if (pc.visible && pc.stale) requestParcoords(pc.allowed);
   }, { rootMargin: "200px" }).observe($("parcoords-chart"));
+  $("pc-draw").addEventListener("click", () => requestParcoords(true));
 
-  function drawShares() {
+  function drawShares() { // budget shares per generation, stacked (a few SVG paths, not a bar per cell)
     const gens = meta.generations;
-    const names = meta.agents.map((a) => a.name);
-    return Plotly.react("shares-chart", names.map((n) => ({
-      type: "bar", name: n, x: gens.map((g) => g.number), y: gens.map((g) => (g.shares || {})[n] || 0),
-    })), { barmode: "stack", margin: { t: 10, r: 10, b: 35, l: 40 }, xaxis: { title: { text: "generation" } },
-           yaxis: { title: { text: "candidates asked" } }, legend: { orientation: "h", y: -0.35 }, bargap: 0.05 }, plotConfig);
+    const x = gens.map((g) => g.number);
+    return Plotly.react("shares-chart", meta.agents.map((a) => ({
+      type: "scatter", mode: "lines", stackgroup: "shares", name: a.name, x, y: gens.map((g) => (g.shares || {})[a.name] || 0),
+      line: { width: 0.5, shape: "hv" }, hovertemplate: `${a.name}: %{y} at generation %{x}<extra></extra>`,
+    })), { margin: { t: 10, r: 10, b: 35, l: 40 }, xaxis: { title: { text: "generation" } },
+           yaxis: { title: { text: "candidates asked" } }, legend: { orientation: "h", y: -0.35 } }, plotConfig);
   }
 
   function renderAgents() {
@@ -532,9 +594,9 @@
     $("y-log").checked = ["latency_ms", "max_rel_error", "max_abs_error"].includes(axes.y);
   }
   for (const id of ["x-axis", "y-axis", "x-log", "y-log"]) {
-    $(id).addEventListener("change", () => { axes.x = $("x-axis").value; axes.y = $("y-axis").value; dirty.full = true; schedule(); });
+    $(id).addEventListener("change", () => { axes.x = $("x-axis").value; axes.y = $("y-axis").value; view = null; dirty.full = true; schedule(); });
   }
-  $("pc-color").addEventListener("change", () => { pc.drawnAt = 0; requestParcoords(); });
+  $("pc-color").addEventListener("change", () => requestParcoords(true));
 
   function toggleCompare(id, on) {
     if (on) compareSet.add(id); else compareSet.delete(id);
@@ -621,8 +683,26 @@
     };
   }
 
+  // for tests and benchmarks: feed events, wait for the next complete redraw
+  window.runPage = {
+    receive, timings,
+    flush: () => new Promise((resolve) => { waiters.push(resolve); schedule(); }),
+    count: () => C.n,
+  };
+  connect(); // first: the snapshot is built while the charts initialise
   const chart = $("frontier-chart");
-  Plotly.newPlot(chart, [], { margin: { t: 10 } }, plotConfig).then(() => {
+  // Empty WebGL traces now, so that WebGL and its shaders start while the snapshot is on its way.
+  const empty = (name) => ({ type: "scattergl", mode: "markers", name, x: [], y: [] });
+  Plotly.newPlot(chart, [empty("feasible"), empty("breaks a constraint"), empty("Pareto frontier")],
+    { margin: { t: 10, r: 10, b: 45, l: 60 }, legend: { orientation: "h", y: -0.18 } }, plotConfig).then(() => {
+    chart.on("plotly_relayout", (ev) => { // zoom or pan: re-bin at the new scale
+      const fl = chart._fullLayout;
+      if (ev["xaxis.autorange"] || ev["yaxis.autorange"] || ev.autosize) view = null;
+      else if (Object.keys(ev).some((k) => k.startsWith("xaxis.range") || k.startsWith("yaxis.range"))) {
+        view = { x: fl.xaxis.range.slice(), y: fl.yaxis.range.slice() };
+      } else return;
+      grid = null; dirty.points = true; schedule();
+    });
     chart.on("plotly_click", (ev) => {
       const p = ev.points && ev.points[0];
       if (!p || p.customdata === undefined) return;
@@ -632,11 +712,4 @@
     });
   });
 
-  // for tests and benchmarks: feed events, wait for the next complete redraw
-  window.runPage = {
-    receive, timings,
-    flush: () => new Promise((resolve) => { waiters.push(resolve); schedule(); }),
-    count: () => C.n,
-  };
-  connect();
 })();

@@ -61,7 +61,7 @@ class OptunaAgent(Agent):
         session = self._session(view, objectives, dists, n)
         self._feed(session, view, objectives, dists)
         study = session.study
-        if not study.trials:
+        if not study.get_trials(deepcopy=False):
             for params in view.warm_start:
                 if view.space.contains(params):
                     study.enqueue_trial(dict(params), skip_if_exists=True)
@@ -102,8 +102,7 @@ class OptunaAgent(Agent):
             sampler = optuna.samplers.TPESampler(
                 seed=seed,
                 n_startup_trials=int(self.settings.get("n_startup_trials", 10)),
-                multivariate=True,
-                group=True,
+                multivariate=True,  # every parameter is always present: no need for group=True
                 constant_liar=True,
             )
         session = _Session(optuna.create_study(directions=[o["direction"] for o in objectives], sampler=sampler))

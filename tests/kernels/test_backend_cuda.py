@@ -775,7 +775,7 @@ def test_gpu_ptx_candidates_load_through_the_same_plan():
     ("yr[i] = xr[i] * inv * w[i]; if (r == rows - 1 && i == hidden - 1) yr[i + 1] = 0.0f;", Outcome.invalid),
     ("yr[i] = xr[i] * inv * w[i]; if (r == 0 && i == 0) yr[-1] = 0.0f;", Outcome.invalid),
     ("yr[i] = xr[i] * inv * w[i]; if (i == 0) yr[(long)1 << 40] = 1.0f;", Outcome.runtime_error),
-    ("while (hidden > 0) { yr[i] = 0.0f; }", Outcome.timeout),
+    ("for (volatile int spin = 1; spin;) { } yr[i] = 0.0f;", Outcome.timeout),
 ])
 def test_gpu_broken_kernels_are_classified(body, status):
     from kernels import evaluate

@@ -66,7 +66,7 @@ def test_counts_signature_and_shape_sets_follow_llama3_8b():
     nk = {name: {(x["N"], x["K"]) for x in shapes} for name, shapes in wl.shape_sets.items()}
     assert nk["llama3-8b-qkv-decode"] == {(6144, 4096)}
     assert nk["llama3-8b-o-decode"] == nk["llama3-8b-o-prefill"] == {(4096, 4096)}
-    assert nk["llama3-8b-gate-up-decode"] == {(28672, 4096)}
+    assert nk["llama3-8b-gate-decode"] == {(14336, 4096)}
     assert nk["llama3-8b-down-decode"] == {(4096, 14336)}
     assert [x["M"] for x in wl.shapes("llama3-8b-qkv-decode")] == [1, 16, 64]
     assert wl.shapes("square-1024") == ({"M": 1024, "N": 1024, "K": 1024},)
@@ -101,10 +101,10 @@ def test_the_template_has_a_default_for_every_parameter_and_a_valid_space():
         assert f"#ifndef {name}" in src
     assert space.restrictions and space.contains(
         {"MR": 6, "NR": 4, "NV": 2, "VEC": 16, "KC": 256, "NC": 128, "MC": 96,
-         "PACK_MIN_M": 8, "LOOP_ORDER": 1, "SCHEDULE": 0})
+         "PACK_MIN_M": 8, "LOOP_ORDER": 1, "SCHEDULE": 0, "REG_PIN": 1})
     assert not space.satisfies_restrictions(
         {"MR": 8, "NR": 8, "NV": 4, "VEC": 16, "KC": 256, "NC": 128, "MC": 96,
-         "PACK_MIN_M": 8, "LOOP_ORDER": 1, "SCHEDULE": 0})
+         "PACK_MIN_M": 8, "LOOP_ORDER": 1, "SCHEDULE": 0, "REG_PIN": 1})
 
 
 def run(source, quick_bench, params=None):
@@ -115,6 +115,7 @@ def run(source, quick_bench, params=None):
     {},  # defaults: dot path for M = 1, 7; packed from M = 32 (odd M = 35)
     {"MR": 6, "NV": 2, "VEC": 16, "KC": 64, "NC": 96, "MC": 48, "PACK_MIN_M": 1, "LOOP_ORDER": 1},
     {"MR": 3, "NR": 5, "VEC": 4, "KC": 32, "NC": 40, "MC": 9, "PACK_MIN_M": 1073741824, "SCHEDULE": 1},
+    {"MR": 2, "NR": 8, "VEC": 16, "KC": 64, "NC": 64, "MC": 16, "PACK_MIN_M": 1073741824, "REG_PIN": 0},
     {"MR": 8, "NV": 3, "VEC": 8, "KC": 48, "NC": 24, "MC": 16, "PACK_MIN_M": 8},
 ])
 def test_the_default_template_is_ok_at_several_points(params, quick_bench):

@@ -1,0 +1,246 @@
+"""Binding an operator to the kernel that runs it: a baseline, a template or a production kernel.
+
+Trust decision (documented here because it is the one place candidate code enters a
+long-lived process): a C kernel is loaded into the engine's own process with ``ctypes`` only
+if it is
+
+* a **production kernel**: a candidate that passed the sandboxed evaluation
+  (:func:`kernels.evaluate`: confined child, guard regions, fresh-seed validation, timing
+  re-validation) *and* was promoted by an approver after the extended re-validation of
+  :mod:`swarm.promotion`; or
+* a **template** of this repository (``kernels/templates/*.c`` at its default parameters):
+  code reviewed and versioned with the project, like NumPy itself.
+
+Any other source (a candidate not yet promoted, e.g. while the promotion guard re-validates
+engines with it) is run only inside a child process (:mod:`engines._isolated`), never here.
+The in-process kernel is compiled by the CPU backend's ``compile`` (same flags, same
+content-addressed cache as the evaluator) and called with the workload's C signature.
+Production kernels have no sandbox at run time: a promoted kernel is as trusted as the
+engine's own code, which is why promotion demands evidence and an approver.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from engines._baselines import BASELINES
+
+# Kernel choices of a plan (``KERNEL_<WORKLOAD>`` parameters of an engine's design space).
+BASELINE, TEMPLATE, PRODUCTION = 0, 1, 2
+CHOICE_NAMES = {BASELINE: "baseline", TEMPLATE: "template", PRODUCTION: "production"}
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A C kernel for one workload: source plus the parameter values prepended as #defines.
+
+    Attributes:
+        workload: registered workload name (its C entry point).
+        source: C source text.
+        params: ``#define`` values.
+        origin: ``"production"``, ``"template"`` or ``"candidate"`` (a candidate under a
+            promotion guard, only ever run in a child process).
+        candidate: swarm candidate id of a production kernel or candidate, if any.
+        content_hash: the candidate's content hash, if any.
+        shape_set: the shape set it was promoted for.
+        evidence: a summary of its evidence (metrics, status), shown on engine pages.
+    """
+
+    workload: str
+    source: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    origin: str = "template"
+    candidate: int | None = None
+    content_hash: str = ""
+    shape_set: str = ""
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        return {"origin": self.origin, "workload": self.workload, "params": dict(self.params),
+                "candidate": self.candidate, "hash": self.content_hash, "shape_set": self.shape_set,
+                "evidence": dict(self.evidence)}
+
+
+class ProductionRegistry(Protocol):
+    """Where production kernels come from (the swarm's Promotion table, a JSON export, ...)."""
+
+    def lookup(self, workload: str, target: str, shape: Mapping[str, int]) -> KernelSpec | None:
+        """The production kernel for ``workload`` on ``target`` best matching ``shape``, or None."""
+
+
+class NoProduction:
+    """A registry with nothing in production: every ``production`` choice falls back to the
+    baseline."""
+
+    def lookup(self, workload: str, target: str, shape: Mapping[str, int]) -> KernelSpec | None:
+        return None
+
+
+class StaticRegistry:
+    """Production kernels given as a mapping ``workload -> KernelSpec`` or a list of
+    ``/api/production/`` JSON objects (``workload``, ``target``, ``source``, ``params``, ...).
+
+    ``overrides`` (``workload -> KernelSpec``) win over the production entries: the promotion
+    guard uses them to put a candidate in place of the production kernel.
+    """
+
+    def __init__(self, entries: Mapping[str, KernelSpec] | list[dict] | None = None, target: str | None = None,
+                 overrides: Mapping[str, KernelSpec] | None = None) -> None:
+        self._by_workload: dict[str, KernelSpec] = {}
+        if isinstance(entries, Mapping):
+            self._by_workload.update(entries)
+        for e in entries if isinstance(entries, list) else []:
+            if target and e.get("target") not in (None, target):
+                continue
+            self._by_workload[e["workload"]] = KernelSpec(
+                workload=e["workload"], source=e["source"], params=e.get("params") or {}, origin="production",
+                candidate=e.get("candidate"), content_hash=e.get("hash", ""), shape_set=e.get("shape_set", ""),
+                evidence={"status": (e.get("evidence") or {}).get("status"),
+                          "metrics": (e.get("evidence") or {}).get("metrics", {})},
+            )
+        self._by_workload.update(overrides or {})
+
+    def lookup(self, workload: str, target: str, shape: Mapping[str, int]) -> KernelSpec | None:
+        return self._by_workload.get(workload)
+
+
+def template_spec(workload: str) -> KernelSpec:
+    """The repository's CPU template of ``workload`` at its default parameters."""
+    from kernels.templates import load_template  # noqa: PLC0415
+
+    return KernelSpec(workload=workload, source=load_template(workload, "cpu"), params={}, origin="template")
+
+
+class BoundKernel:
+    """A callable kernel: ``kernel(inputs, outputs, shape, attrs)`` with named float32 arrays.
+
+    Attributes:
+        workload: workload name.
+        kind: ``"baseline"``, ``"template"``, ``"production"`` or ``"candidate"``.
+        spec: the C kernel's :class:`KernelSpec` (None for a baseline).
+        note: why this binding was chosen (e.g. "no production kernel: baseline").
+    """
+
+    def __init__(self, workload: str, kind: str, fn, spec: KernelSpec | None = None, note: str = "") -> None:
+        self.workload, self.kind, self._fn, self.spec, self.note = workload, kind, fn, spec, note
+
+    def __call__(self, inputs: Mapping[str, np.ndarray], outputs: dict[str, np.ndarray],
+                 shape: Mapping[str, int], attrs: Mapping[str, float]) -> None:
+        self._fn(inputs, outputs, shape, attrs)
+
+    def describe(self) -> dict[str, Any]:
+        d = {"kind": self.kind, "workload": self.workload, "note": self.note}
+        if self.spec is not None:
+            d.update(self.spec.describe())
+            d["kind"] = self.kind
+        return d
+
+
+def baseline_kernel(workload: str, note: str = "") -> BoundKernel:
+    """The NumPy/BLAS baseline of ``workload``.
+
+    Raises:
+        KeyError: no baseline for the workload.
+    """
+    try:
+        fn = BASELINES[workload]
+    except KeyError:
+        raise KeyError(f"no baseline implementation of workload '{workload}' (known: {', '.join(sorted(BASELINES))})") from None
+    return BoundKernel(workload, "baseline", fn, None, note or "NumPy float32 + BLAS")
+
+
+_LIBS: dict[str, ctypes.CDLL] = {}
+_LIBS_LOCK = threading.Lock()
+
+
+def _prepare_openmp_env() -> None:
+    """Sleeping (not spinning) OpenMP threads, unless the user chose otherwise: in an engine
+    the C kernels alternate with BLAS calls whose threads would otherwise fight spinning
+    OpenMP workers for the same cores (see :mod:`kernels.timing` for the measurements that
+    made PASSIVE the evaluator's timing default too). Read by libgomp when it is first loaded."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def c_kernel(spec: KernelSpec, *, kind: str | None = None, note: str = "") -> BoundKernel:
+    """Compile ``spec`` with the CPU backend (cached) and bind its entry point with ctypes.
+
+    Only production kernels and templates belong in a long-lived process (module docstring).
+
+    Raises:
+        kernels.backends.cpu.CompileError: the source does not compile.
+        KeyError: unknown workload.
+    """
+    from kernels.backends import get_backend  # noqa: PLC0415
+    from kernels.space import format_defines  # noqa: PLC0415
+    from kernels.workloads import get_workload  # noqa: PLC0415
+
+    wl = get_workload(spec.workload)
+    artifact = get_backend("cpu").compile(spec.source, format_defines(dict(spec.params)))
+    path = str(artifact.path)
+    with _LIBS_LOCK:
+        lib = _LIBS.get(path)
+        if lib is None:
+            _prepare_openmp_env()
+            lib = _LIBS[path] = ctypes.CDLL(path)
+    cfn = getattr(lib, wl.entry_point)
+    types = {"in": ctypes.c_void_p, "out": ctypes.c_void_p, "int": ctypes.c_int, "float": ctypes.c_float}
+    cfn.argtypes = [types[a.kind] for a in wl.args]
+    cfn.restype = None
+    args_spec = tuple((a.name, a.kind) for a in wl.args)
+
+    def call(inputs, outputs, shape, attrs):
+        argv = []
+        for name, k in args_spec:
+            if k == "in":
+                arr = inputs[name]
+                if arr.dtype != np.float32 or not arr.flags.c_contiguous:
+                    raise ValueError(f"{spec.workload}: input '{name}' must be C-contiguous float32 "
+                                     f"(got {arr.dtype}, contiguous={arr.flags.c_contiguous})")
+                argv.append(arr.ctypes.data)
+            elif k == "out":
+                arr = outputs[name]
+                if arr.dtype != np.float32 or not arr.flags.c_contiguous or not arr.flags.writeable:
+                    raise ValueError(f"{spec.workload}: output '{name}' must be writable C-contiguous float32")
+                argv.append(arr.ctypes.data)
+            elif k == "int":
+                argv.append(int(shape[name]))
+            else:
+                argv.append(float(attrs[name]))
+        cfn(*argv)
+
+    return BoundKernel(spec.workload, kind or spec.origin, call, spec, note or f"C kernel ({spec.origin}), compiled {'from cache' if artifact.cached else 'now'}")
+
+
+def bind(workload: str, choice: int, *, target: str = "cpu-x86_64", shape: Mapping[str, int] | None = None,
+         registry: ProductionRegistry | None = None) -> BoundKernel:
+    """The kernel for ``workload`` under a plan's ``choice``.
+
+    Args:
+        choice: :data:`BASELINE`, :data:`TEMPLATE` (falls back to the baseline when the
+            workload has no CPU template) or :data:`PRODUCTION` (the registry's kernel for
+            ``(workload, target, shape)``; the baseline when there is none).
+
+    Raises:
+        ValueError: unknown choice.
+    """
+    if choice == BASELINE:
+        return baseline_kernel(workload)
+    if choice == TEMPLATE:
+        try:
+            spec = template_spec(workload)
+        except KeyError:
+            return baseline_kernel(workload, "no CPU template: NumPy baseline")
+        return c_kernel(spec, kind="template")
+    if choice == PRODUCTION:
+        spec = (registry or NoProduction()).lookup(workload, target, shape or {})
+        if spec is None:
+            return baseline_kernel(workload, f"no production kernel for {workload} on {target}: NumPy baseline")
+        return c_kernel(spec, kind=spec.origin)
+    raise ValueError(f"kernel choice must be 0 (baseline), 1 (template) or 2 (production), not {choice!r}")

@@ -1,0 +1,66 @@
+"""Helpers shared by the inference-engine workloads (layernorm, gelu, gemm_bias, attention,
+rope, swiglu, decode_attention): row-normalised errors and LLM-like activations."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels.workloads.base import Arrays
+
+# Denominator floor of the row-normalised error: an all-zero reference row cannot blow it up.
+REL_FLOOR = 1e-12
+
+
+def row_errors(out: np.ndarray, ref: np.ndarray, floor: float = REL_FLOOR) -> tuple[float, float]:
+    """``(max_abs_error, max_rel_error)`` where the relative error of an element is its
+    absolute error over the largest ``|ref|`` of its row (last axis): robust to outputs near
+    zero, strict about every element of a row that matters. Empty arrays give ``(0, 0)``."""
+    if out.size == 0:
+        return 0.0, 0.0
+    diff = np.abs(out.astype(np.float64) - ref)
+    denom = np.maximum(np.max(np.abs(ref), axis=-1, keepdims=True), floor)
+    return float(np.max(diff)), float(np.max(diff / denom))
+
+
+def row_error_definition(tolerance: float, row: str = "row (last axis)") -> str:
+    return (
+        "max_abs_error = max |out - ref|; max_rel_error = max over rows of max_j |out - ref| / "
+        f"max_j |ref| with one {row} per row (error relative to the row's largest output, robust to "
+        f"outputs near zero); the worst output counts; pass iff max_rel_error <= {tolerance:g}"
+    )
+
+
+def activations(rng: np.random.Generator, rows: int, cols: int, *, outlier_channels: bool = True) -> np.ndarray:
+    """float32 [rows, cols]: N(0, 1) times a log-normal per-row scale, plus (optionally) a
+    few fixed outlier channels of magnitude 10-60 with a fixed sign (Dettmers et al. 2022,
+    arXiv:2208.07339; about 1 in 1000 channels, at least one)."""
+    x = rng.standard_normal((rows, cols), dtype=np.float32)
+    x *= np.exp(rng.normal(0.0, 0.3, size=(rows, 1))).astype(np.float32)
+    if outlier_channels and cols:
+        n = max(1, cols // 1000)
+        ch = rng.choice(cols, size=n, replace=False)
+        x[:, ch] = (rng.uniform(10.0, 60.0, size=(rows, n)) * rng.choice([-1.0, 1.0], size=n)).astype(np.float32)
+    return x
+
+
+def f32(**arrays: np.ndarray) -> Arrays:
+    """The arrays as float32 C-contiguous (inputs as the evaluator hands them to kernels)."""
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in arrays.items()}
+
+
+def erf64(x: np.ndarray) -> np.ndarray:
+    """erf in float64 (scipy.special.erf; math.erf vectorised when scipy is missing)."""
+    try:
+        from scipy.special import erf  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - scipy is a dependency of the project
+        import math  # noqa: PLC0415
+
+        return np.vectorize(math.erf, otypes=[np.float64])(x)
+    return erf(x)
+
+
+def gelu64(x: np.ndarray) -> np.ndarray:
+    """Exact (erf) GELU in float64: ``0.5 x (1 + erf(x / sqrt(2)))`` (Hendrycks & Gimpel 2016,
+    arXiv:1606.08415; BERT's and MiniLM's ``hidden_act = "gelu"``)."""
+    x = np.asarray(x, dtype=np.float64)
+    return 0.5 * x * (1.0 + erf64(x / np.sqrt(2.0)))

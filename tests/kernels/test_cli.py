@@ -1,0 +1,92 @@
+"""`python -m kernels`: workloads, evaluate, tune (run as a subprocess, like a user would)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernels import load_template
+
+pytestmark = pytest.mark.timeout(180)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args, check=True):
+    proc = subprocess.run([sys.executable, "-m", "kernels", *args], capture_output=True, text=True,
+                          cwd=ROOT, env=os.environ.copy(), timeout=170)
+    if check and proc.returncode not in (0, 1):
+        raise AssertionError(f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def test_workloads_lists_every_workload_with_its_shape_sets():
+    data = json.loads(cli("workloads", "--json").stdout)
+    by_name = {w["name"]: w for w in data}
+    assert by_name["rmsnorm"]["shape_sets"]["test-small"] == [{"rows": 1, "hidden": 256}, {"rows": 8, "hidden": 256}]
+    assert by_name["rmsnorm"]["validation_shapes"]["test-small"] == [{"rows": 7, "hidden": 259}]
+    table = cli("workloads").stdout
+    assert "rmsnorm" in table and "llama3-8b" in table
+
+
+def test_evaluate_prints_one_json_object_with_the_evidence(tmp_path):
+    src = tmp_path / "k.c"
+    src.write_text(load_template("rmsnorm"))
+    proc = cli("evaluate", "--workload", "rmsnorm", "--backend", "cpu", "--source", str(src),
+               "--params", '{"UNROLL": 4, "VEC": 8}', "--shape", "test-small", "--quick", "--seed", "7", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["status"] == "ok"
+    assert {c["kind"] for c in out["cases"]} == {"validation", "timed", "fresh"}
+    assert all(c["max_abs_error"] is not None and c["max_rel_error"] < 5e-5 for c in out["cases"])
+    t = out["timing"]["rows=8,hidden=256"]
+    assert t["samples"] >= 5 and t["ci_low_ms"] <= t["median_ms"] <= t["ci_high_ms"] and t["iqr_ms"] >= 0
+    m = out["metrics"]
+    assert m["gflops"] > 0 and m["gbps"] > 0 and 0 < m["roofline_pct"]
+    assert out["static_resources"] == {}
+    assert out["fingerprint"]["sandbox"]["network"] in ("namespace", "user-namespace", "shared")
+    assert out["fingerprint"]["seed"] == 7
+
+
+def test_evaluate_exits_1_with_the_status_of_a_broken_candidate(tmp_path):
+    src = tmp_path / "bad.c"
+    src.write_text("void rmsnorm(const float *x, const float *w, float *y, int r, int h, float e) { oops }")
+    proc = cli("evaluate", "--workload", "rmsnorm", "--source", str(src), "--shape", "test-small", "--quick",
+               "--json", "--full")
+    assert proc.returncode == 1
+    out = json.loads(proc.stdout)
+    assert out["status"] == "compile_error"
+    assert "oops" in out["log"] and out["timing"] == {}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--workload", "nope"], "unknown workload 'nope'"),
+    (["--workload", "rmsnorm", "--shape", "nope"], "no shape set 'nope'"),
+    (["--workload", "rmsnorm", "--params", "[1]"], "--params must be a JSON object"),
+    (["--workload", "rmsnorm", "--params", "{bad"], "--params is not JSON"),
+    (["--workload", "rmsnorm", "--source", "/nonexistent.c"], "cannot read --source"),
+    (["--workload", "rmsnorm", "--backend", "tpu", "--shape", "test-small", "--quick"], "unknown backend 'tpu'"),
+])
+def test_usage_errors_exit_2_with_a_message(args, message):
+    proc = cli("evaluate", *args, "--json", check=False)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert message in proc.stderr
+
+
+def test_tune_runs_a_seeded_random_search_and_prints_the_best():
+    proc = cli("tune", "--workload", "rmsnorm", "--backend", "cpu", "--budget", "3", "--shape", "test-small",
+               "--seed", "4", "--quick", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["evaluated"] == 3 and out["status_counts"] == {"ok": 3}
+    best = out["best"]
+    assert best["status"] == "ok"
+    assert best["metrics"]["latency_ms"] == min(c["latency_ms"] for c in out["candidates"])
+    assert len({json.dumps(c["params"], sort_keys=True) for c in out["candidates"]}) == 3
+    again = json.loads(cli("tune", "--workload", "rmsnorm", "--budget", "3", "--shape", "test-small",
+                           "--seed", "4", "--quick", "--json").stdout)
+    assert [c["params"] for c in again["candidates"]] == [c["params"] for c in out["candidates"]]
+    assert "tune" in proc.stderr  # the progress bar goes to stderr, stdout stays JSON

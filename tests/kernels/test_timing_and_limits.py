@@ -1,0 +1,75 @@
+"""Cache flush, OpenMP settings, this host's physical limits and the roofline metric."""
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+from kernels import Outcome, evaluate, load_template
+from kernels.hostperf import host_limits, physical_limits
+from kernels.timing import OMP_TIMING_DEFAULTS, make_flush, omp_environment
+
+
+def test_the_flush_rewrites_one_buffer_per_cpu_through_pinned_threads():
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0))
+    flush = make_flush(1 << 20)
+    assert len(flush.bufs) == len(cpus)
+    before = [b.copy() for b in flush.bufs]
+    flush()
+    flush()
+    assert all(np.all(b == a + 2) for a, b in zip(before, flush.bufs))  # every word, twice
+    if len(cpus) > 1:
+        names = {t.name for t in threading.enumerate()}
+        assert {f"flush-{c}" for c in cpus} <= names
+    assert make_flush(0) is None
+    single = make_flush(1 << 16, per_cpu=False)
+    single()
+    assert len(single.bufs) == 1 and np.all(single.bufs[0] == 1)
+
+
+def test_timing_sleeps_its_openmp_threads_and_validation_spins_them(monkeypatch):
+    for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_PROC_BIND", "OMP_PLACES"):
+        monkeypatch.delenv(f"KERNELS_{name}", raising=False)
+    assert omp_environment() == OMP_TIMING_DEFAULTS == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert omp_environment("validation") == {"OMP_WAIT_POLICY": "ACTIVE"}
+    monkeypatch.setenv("KERNELS_OMP_WAIT_POLICY", "")
+    monkeypatch.setenv("KERNELS_GOMP_SPINCOUNT", "1000")
+    assert omp_environment() == {"GOMP_SPINCOUNT": "1000"}
+    with pytest.raises(ValueError, match="phase"):
+        omp_environment("warmup")
+
+
+def test_host_limits_are_measured_once_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELS_CACHE_DIR", str(tmp_path))
+    first = host_limits()
+    assert first.copy_gbps > 1 and first.fma_gflops > 1 and first.threads >= 1
+    files = list(tmp_path.glob("hostperf-*.json"))
+    assert len(files) == 1 and json.loads(files[0].read_text())["copy_gbps"] == first.copy_gbps
+    assert host_limits() == first  # from the cache: same figures, same time stamp
+
+
+def test_physical_limits_are_a_margin_over_the_measurement_or_a_fixed_value(monkeypatch):
+    monkeypatch.delenv("KERNELS_CPU_PEAK_GBPS", raising=False)
+    monkeypatch.setenv("KERNELS_ROOFLINE_MARGIN", "3")
+    lim = physical_limits()
+    assert lim["gbps"] == pytest.approx(3 * lim["copy_gbps"]) and lim["gflops"] == pytest.approx(3 * lim["fma_gflops"])
+    assert lim["source"].startswith("measured")
+    monkeypatch.setenv("KERNELS_CPU_PEAK_GBPS", "123")
+    assert physical_limits()["gbps"] == 123 and physical_limits()["source"] == "KERNELS_CPU_PEAK_GBPS"
+    monkeypatch.setenv("KERNELS_ROOFLINE_MARGIN", "0.5")
+    with pytest.raises(ValueError, match=">= 1"):
+        physical_limits()
+
+
+def test_evidence_reports_roofline_and_the_limits_used(quick_bench):
+    ev = evaluate("rmsnorm", load_template("rmsnorm"), {}, shape_set="test-small", bench=quick_bench, seed=1)
+    assert ev.status == Outcome.ok, ev.log
+    lim = ev.fingerprint["limits"]
+    assert lim["gbps"] > 0 and lim["copy_gbps"] > 0
+    # rmsnorm is memory-bound: % of roofline is achieved GB/s over the copy bandwidth.
+    label = "rows=8,hidden=256"
+    assert ev.metrics[f"roofline_pct[{label}]"] == pytest.approx(100 * ev.metrics[f"gbps[{label}]"] / lim["copy_gbps"])
+    assert 0 < ev.metrics["roofline_pct"] < 100 * lim["gbps"] / lim["copy_gbps"]
