@@ -155,6 +155,7 @@ else:
 
 # --- evaluation -----------------------------------------------------------------------------
 EVAL_TIMEOUT_S = env_float("EVAL_TIMEOUT_S", 60.0)
+SWARM_SWEEP_EVERY_S = env_float("SWARM_SWEEP_EVERY_S", 60.0)  # recovery of lost work; 0 disables
 
 # --- LLM agents (OpenAI-compatible endpoint) --------------------------------------------------
 LLM_BASE_URL = env_str("LLM_BASE_URL", "https://api.openai.com/v1")

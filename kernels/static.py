@@ -360,6 +360,12 @@ def _static_dir() -> Path:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory and
+    ``os.replace``, so concurrent workers never see a partial file.
+
+    Raises:
+        OSError: the directory is not writable.
+    """
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -70,8 +70,12 @@ class BenchSettings:
 # Spinning threads lose their core to any competing process and then hold up every barrier
 # for a scheduler time slice (milliseconds); binding forbids the migration that would avoid
 # it. PASSIVE (sleep at once, futex wake-up) costs a few tens of microseconds per parallel
-# region but is the only setting whose medians are stable (run-to-run spread <= 34 us), so it
-# is the timing default. Validation uses ACTIVE instead: spinning threads start parallel
+# region but is the only setting whose medians are stable (run-to-run spread <= 34 us; a second
+# round of the experiment gave the same picture: PASSIVE 85/15 and 724/49, libgomp default
+# 15994/12327 and 10281/20654), so it is the timing default. The host carried a load average
+# of 3-8 from other jobs throughout; on a dedicated, quiet host spinning can be faster (one
+# lucky run of the libgomp default gave 44 us / 428 us), so KERNELS_OMP_WAIT_POLICY=ACTIVE is
+# an option there, recorded in the fingerprint like every setting here. Validation uses ACTIVE instead: spinning threads start parallel
 # regions together, which is what makes data races show (a racy kernel passed 3 of 5
 # evaluations under PASSIVE, 0 of 5 under ACTIVE).
 OMP_TIMING_DEFAULTS: dict[str, str] = {"OMP_WAIT_POLICY": "PASSIVE"}

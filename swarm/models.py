@@ -297,6 +297,7 @@ class Evidence(models.Model):
     cases = models.JSONField(default=list)
     log = models.TextField(blank=True)
     fingerprint = models.JSONField(default=dict)
+    static = models.JSONField(default=dict, blank=True, help_text="Static resources (CUDA: registers, spills, occupancy).")
     duration_s = models.FloatField(default=0.0)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -313,6 +314,7 @@ class Evidence(models.Model):
             "cases": self.cases,
             "log": self.log,
             "fingerprint": self.fingerprint,
+            "static": self.static,
             "duration_s": self.duration_s,
             "created_at": self.created_at.isoformat(),
         }

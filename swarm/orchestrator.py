@@ -161,21 +161,31 @@ def advance(run_id: int) -> list[Candidate]:
     return _next_candidates(run_id, number)
 
 
-def sweep() -> list[Candidate]:
-    """Recover what a crash left behind; returns candidates to dispatch.
+def sweep() -> tuple[list[Candidate], list[Candidate]]:
+    """Recover what a crash left behind.
 
-    Runs that are ``running`` with nothing pending (a worker died between storing evidence and
-    advancing) are advanced; ``queued`` candidates and ``running`` ones whose holder is dead or
-    stale are returned for re-dispatch (the conditional claim keeps live evaluations safe).
+    Returns:
+        ``(to_dispatch, queued)``: candidates that certainly need a task (new generations of
+        runs that were stuck with nothing pending, because a worker died between storing
+        evidence and advancing; and ``running`` claims whose holder is dead or stale), and
+        ``queued`` candidates whose task may or may not still be in the broker (dispatch them
+        when their queue is empty: a restarted broker without persistence lost them). The
+        conditional claim keeps a duplicate task harmless.
     """
-    out: list[Candidate] = []
+    to_dispatch: list[Candidate] = []
     for run in Run.objects.filter(state=Run.State.RUNNING):
-        out += advance(run.pk)
+        to_dispatch += advance(run.pk)
     now = timezone.now()
+    queued: list[Candidate] = []
+    new_ids = {c.pk for c in to_dispatch}
     for c in Candidate.objects.filter(run__state=Run.State.RUNNING, status__in=PENDING_STATUSES).select_related("goal"):
-        if c.status == CandidateStatus.QUEUED or _holder_is_dead(c.claimed_by) or (c.claimed_at and c.claimed_at < now - stale_after()):
-            out.append(c)
-    return out
+        if c.pk in new_ids:
+            continue
+        if c.status == CandidateStatus.QUEUED:
+            queued.append(c)
+        elif _holder_is_dead(c.claimed_by) or (c.claimed_at and c.claimed_at < now - stale_after()):
+            to_dispatch.append(c)
+    return to_dispatch, queued
 
 
 def _next_candidates(run_id: int, after: int) -> list[Candidate]:
@@ -323,7 +333,7 @@ def _store(run, goal, view, agent_name, number, proposal, fingerprint, seen) -> 
     if twin:
         e = twin.evidence
         Evidence.objects.create(
-            candidate=candidate, status=e.status, metrics=e.metrics, samples_ms=e.samples_ms, cases=e.cases,
+            candidate=candidate, status=e.status, metrics=e.metrics, samples_ms=e.samples_ms, cases=e.cases, static=e.static,
             log=f"evidence reused from candidate {twin.pk} (identical kernel)\n{e.log}",
             fingerprint=e.fingerprint, duration_s=0.0,
         )
@@ -537,6 +547,7 @@ def evaluate_candidate(candidate_id: int, *, evaluate: EvaluateFn | None = None)
     kwargs: dict[str, Any] = dict(shape_set=goal.shape_set, backend=goal.backend, timeout_s=settings.EVAL_TIMEOUT_S)
     if goal.backend == "replay":
         goal.ensure_dataset()
+    if goal.backend in ("replay", "cuda"):
         kwargs["target"] = goal.target
     try:
         record = evaluate(goal.workload, candidate.source, candidate.params, **kwargs).to_dict()
@@ -556,6 +567,7 @@ def evaluate_candidate(candidate_id: int, *, evaluate: EvaluateFn | None = None)
             cases=record.get("cases") or [],
             log=record.get("log") or "",
             fingerprint=record.get("fingerprint") or {},
+            static=record.get("static") or {},
             duration_s=record.get("duration_s") or 0.0,
         )
     candidate.refresh_from_db()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from celery import shared_task
+from celery.signals import worker_ready
 
 from swarm import orchestrator
 from swarm.dispatch import dispatch
@@ -31,3 +32,11 @@ def measure_baseline(baseline_id: int) -> None:
     from swarm import baselines
 
     baselines.measure(baseline_id)
+
+
+@worker_ready.connect
+def _start_sweeper(**kwargs) -> None:
+    """Each worker process recovers lost work periodically (see :mod:`swarm.sweeper`)."""
+    from swarm import sweeper
+
+    sweeper.start()

@@ -80,7 +80,8 @@ def start_worker(env: dict, log_dir: Path) -> subprocess.Popen:
 def factory_stack(db_url: str, log_dir: Path):
     """Yield the base URL of a running factory (server + worker) on the test database."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "DATABASE_URL": db_url, "EVAL_TIMEOUT_S": "30", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "DATABASE_URL": db_url, "EVAL_TIMEOUT_S": "30", "PYTHONUNBUFFERED": "1",
+           "SWARM_SWEEP_EVERY_S": "2"}
     port = free_port()
     procs = []
     try:

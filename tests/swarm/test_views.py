@@ -1,10 +1,14 @@
-"""Pages and the production API through Django's test client."""
+"""Pages through Django's test client: goals, runs and steering, candidates, compare,
+production with promotion, roll-back and the audit log."""
 
+from dataclasses import dataclass, field
+
+import numpy as np
 import pytest
 from django.urls import reverse
 
-from swarm import orchestrator
-from swarm.models import AuditEvent, Goal, Promotion
+from swarm import baselines, orchestrator, promotion
+from swarm.models import AuditEvent, Baseline, Candidate, Direction, Goal, Insight, Promotion, PromotionRequest
 
 GOAL_POST = {
     "name": "rmsnorm test",
@@ -26,6 +30,9 @@ def test_pages_need_sign_in(client):
     assert response.status_code == 302 and "/login/" in response["Location"]
 
 
+# --- goals ---------------------------------------------------------------------------------------
+
+
 @pytest.mark.django_db
 def test_an_engineer_creates_a_goal(client, owner):
     client.force_login(owner)
@@ -36,12 +43,14 @@ def test_an_engineer_creates_a_goal(client, owner):
     assert goal.space_size() == 16
     assert goal.constraints == [{"metric": "max_rel_error", "op": "<=", "value": 1e-4}]
     assert "void rmsnorm(" in goal.source
+    assert AuditEvent.objects.filter(verb="goal.create", subject=f"goal {goal.pk}").exists()
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     "restriction, message",
-    [("__import__('os').system('true')", "not allowed"), ("UNROL > 2", "UNROL"), ("UNROLL >", "restriction")],
+    [("__import__('os').system('true')", "not allowed"), ("UNROL > 2", "UNROL"), ("UNROLL >", "restriction"),
+     ("UNROLL > 100", "exclude every one")],
 )
 def test_a_bad_restriction_is_shown_in_place_and_nothing_is_saved(client, owner, restriction, message):
     client.force_login(owner)
@@ -60,10 +69,100 @@ def test_a_malformed_parameter_line_is_rejected(client, owner):
 
 
 @pytest.mark.django_db
+def test_extra_constraints_and_a_single_objective_are_saved(client, owner):
+    client.force_login(owner)
+    client.post(reverse("goal-create"), {**GOAL_POST, "second_objective": "", "constraints": "gbps >= 2.5\n"})
+    goal = Goal.objects.get()
+    assert goal.objectives == [{"metric": "latency_ms", "direction": "minimize"}]
+    assert {"metric": "gbps", "op": ">=", "value": 2.5} in goal.constraints
+
+
+@pytest.mark.django_db
+def test_a_malformed_constraint_is_shown_in_place(client, owner):
+    client.force_login(owner)
+    response = client.post(reverse("goal-create"), {**GOAL_POST, "constraints": "gbps > 3"})
+    assert "expected 'METRIC <= VALUE'" in response.context["form"].errors["constraints"][0]
+    assert not Goal.objects.exists()
+
+
+@pytest.mark.django_db
 def test_a_viewer_cannot_create_goals(client, outsider):
     client.force_login(outsider)
     assert client.post(reverse("goal-create"), GOAL_POST).status_code == 403
     assert not Goal.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_space_check_answers_in_place_with_size_and_preview(client, owner):
+    client.force_login(owner)
+    url = reverse("goal-check-space")
+    ok = client.post(url, {**GOAL_POST}).json()
+    assert ok["ok"] and ok["size"] == {"cartesian": 16, "valid": 12, "exact": True}  # UNROLL=4, VEC=8 excluded
+    assert "#define" in ok["preview"] and "rmsnorm" in ok["preview"]
+    bad = client.post(url, {**GOAL_POST, "restrictions": "open('/etc/passwd')"}).json()
+    assert not bad["ok"] and "not allowed" in bad["errors"]["restrictions"]
+    typo = client.post(url, {**GOAL_POST, "parameters": "UNROLL 1, 2"}).json()
+    assert "expected 'NAME: v1, v2, ...'" in typo["errors"]["parameters"]
+
+
+@pytest.mark.django_db
+def test_the_form_offers_each_workloads_default_space(client, owner):
+    client.force_login(owner)
+    d = client.get(reverse("goal-defaults"), {"workload": "rmsnorm", "target": "cpu-x86_64"}).json()
+    assert "ROWS_PER_CHUNK" in d["parameters"] and "void rmsnorm(" in d["source"]
+    assert client.get(reverse("goal-defaults"), {"workload": "nope", "target": "cpu-x86_64"}).status_code == 400
+
+
+@pytest.mark.django_db
+def test_an_engineer_edits_a_goal_but_not_the_workload_of_a_goal_with_runs(client, owner, small_goal):
+    client.force_login(owner)
+    page = client.get(reverse("goal-edit", args=[small_goal.pk]))
+    assert page.status_code == 200 and "ROWS_PER_CHUNK" in page.content.decode()
+    form = dict(page.context["form"].initial)
+    form.update(name="renamed", restrictions="UNROLL * VEC <= 16", second_objective="max_rel_error")
+    form = {k: v for k, v in form.items() if v is not None}
+    response = client.post(reverse("goal-edit", args=[small_goal.pk]), form)
+    assert response.status_code == 302
+    small_goal.refresh_from_db()
+    assert small_goal.name == "renamed" and small_goal.space["restrictions"] == ["UNROLL * VEC <= 16"]
+    orchestrator.start_run(small_goal, budget=1, seed=1)
+    refused = client.post(reverse("goal-edit", args=[small_goal.pk]), {**form, "shape_set": "llama3-8b"})
+    assert "create a new goal" in refused.context["form"].errors["shape_set"][0]
+    small_goal.refresh_from_db()
+    assert small_goal.shape_set == "test-small"
+    assert AuditEvent.objects.filter(verb="goal.change").count() == 1
+
+
+@pytest.mark.django_db
+def test_the_goal_list_shows_state_best_and_speedup_over_the_stored_baseline(client, owner, evaluated_run):
+    goal = evaluated_run.goal
+    best = orchestrator.best(evaluated_run, list(evaluated_run.candidates.select_related("evidence")))
+    Baseline.objects.create(workload=goal.workload, target=goal.target, shape_set=goal.shape_set,
+                            state=Baseline.State.OK, latency_ms=best.evidence.metrics["latency_ms"] * 3)
+    client.force_login(owner)
+    page = client.get(reverse("goal-list")).content.decode()
+    assert f"#{best.pk}" in page and "3.00×" in page and "finished" in page
+
+
+@pytest.mark.django_db
+def test_the_baseline_is_asked_for_once_and_measured_by_the_worker(client, owner, small_goal, django_capture_on_commit_callbacks):
+    client.force_login(owner)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        client.get(reverse("goal-list"))
+        client.get(reverse("goal-list"))
+    b = Baseline.objects.get()
+    assert b.state == Baseline.State.MEASURING and len(callbacks) == 1
+    assert "measuring" in client.get(reverse("goal-list")).content.decode()
+    baselines.measure(b.pk, timer=lambda workload, shape_set: 0.25)
+    b.refresh_from_db()
+    assert b.state == Baseline.State.OK and b.latency_ms == 0.25
+    cuda = Goal.objects.create(name="cuda", workload="rmsnorm", target="cuda-sm90", shape_set="test-small",
+                               objectives=small_goal.objectives, space=small_goal.space, source="x")
+    rows = baselines.lookup([cuda])
+    assert rows[("rmsnorm", "cuda-sm90", "test-small")].state == Baseline.State.UNAVAILABLE
+
+
+# --- runs: live page, steering ---------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -75,6 +174,133 @@ def evaluated_run(small_goal):
     return run
 
 
+@pytest.fixture
+def running_run(small_goal):
+    run, _ = orchestrator.start_run(small_goal, budget=20, seed=3, batch_size=2)
+    return run
+
+
+@pytest.mark.django_db
+def test_the_run_page_carries_its_config_and_the_steering_form(client, owner, running_run):
+    client.force_login(owner)
+    page = client.get(reverse("run-detail", args=[running_run.pk]))
+    config = page.context["page_config"]
+    assert config["run"] == running_run.pk and config["canSteer"] is True
+    html = page.content.decode()
+    assert 'id="direction-form"' in html and 'id="frontier-chart"' in html and 'id="parcoords-chart"' in html
+
+
+@pytest.mark.django_db
+def test_a_direction_is_recorded_or_its_error_returned_in_place(client, owner, running_run):
+    client.force_login(owner)
+    url = reverse("run-direction", args=[running_run.pk])
+    json_headers = {"HTTP_ACCEPT": "application/json"}
+    bad = client.post(url, {"kind": "narrow", "param": "UNROLL", "values": "3"}, **json_headers)
+    assert bad.status_code == 400 and "UNROLL has no value(s) [3]" in bad.json()["error"]
+    empty = client.post(url, {"kind": "exclude", "param": "ACC_DOUBLE", "values": "0, 1"}, **json_headers)
+    assert "without any value" in empty.json()["error"]
+    good = client.post(url, {"kind": "narrow", "param": "UNROLL", "values": "1, 2"}, **json_headers)
+    assert good.status_code == 201 and good.json()["direction"]["payload"] == {"param": "UNROLL", "values": [1, 2]}
+    boost = client.post(url, {"kind": "boost_agent", "agent": "nobody"}, **json_headers)
+    assert "no agent 'nobody'" in boost.json()["error"]
+    without_js = client.post(url, {"kind": "add_restriction", "expression": "UNROLL >"})
+    assert without_js.status_code == 400 and "restriction" in without_js.context["direction_error"]
+    assert Direction.objects.filter(run=running_run).count() == 1
+
+
+@pytest.mark.django_db
+def test_a_viewer_cannot_steer(client, outsider, running_run):
+    client.force_login(outsider)
+    r = client.post(reverse("run-direction", args=[running_run.pk]), {"kind": "stop"})
+    assert r.status_code == 403 and not Direction.objects.exists()
+
+
+@pytest.mark.django_db
+def test_accepting_a_suggested_restriction_submits_it_as_a_direction(client, owner, running_run):
+    goal = running_run.goal
+    rule = Insight.objects.create(workload=goal.workload, target=goal.target, kind=Insight.Kind.FAILURE_RULE,
+                                  data={"rule": "VEC > 8", "status": "wrong_result", "support": 5, "precision": 1.0,
+                                        "restriction": "not (VEC > 8)"})
+    importance = Insight.objects.create(workload=goal.workload, target=goal.target, kind=Insight.Kind.IMPORTANCE,
+                                        data={"importances": {"VEC": 1.0}})
+    client.force_login(owner)
+    json_headers = {"HTTP_ACCEPT": "application/json"}
+    r = client.post(reverse("run-insight-accept", args=[running_run.pk, rule.pk]), **json_headers)
+    assert r.status_code == 201
+    d = Direction.objects.get()
+    assert d.kind == "add_restriction" and d.payload == {"expression": "not (VEC > 8)"}
+    r = client.post(reverse("run-insight-accept", args=[running_run.pk, importance.pk]), **json_headers)
+    assert r.status_code == 400 and "suggests no restriction" in r.json()["error"]
+
+
+# --- candidates and compare -----------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_candidate_page_shows_lineage_validation_timing_and_roofline(client, owner, evaluated_run):
+    candidate = evaluated_run.candidates.filter(status="ok").select_related("evidence").first()
+    client.force_login(owner)
+    page = client.get(reverse("candidate-detail", args=[candidate.pk]))
+    html = page.content.decode()
+    assert "Timing distribution" in html and "Roofline" in html and 'id="cases"' in html
+    charts = page.context["charts"]
+    assert set(charts["samples"]) == set(candidate.evidence.samples_ms)
+    points = charts["roofline"]["points"]
+    assert points and all(p["intensity"] > 0 and p["gflops"] > 0 for p in points)
+    assert charts["roofline"]["ceilings"]["source"]
+    assert '"entry_point": "rmsnorm"' in page.context["launch_plan"]
+    static = client.get(reverse("candidate-static", args=[candidate.pk])).json()
+    assert static == {"available": False, "reason": "static analysis applies to CUDA targets; this goal runs on cpu-x86_64"}
+
+
+@pytest.mark.django_db
+def test_compare_shows_parameter_metric_and_source_differences_with_significance(client, owner, evaluated_run):
+    a, b = evaluated_run.candidates.filter(status="ok").order_by("id")[:2]
+    client.force_login(owner)
+    page = client.get(reverse("compare"), {"ids": f"{a.pk},{b.pk}"})
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'id="param-diff"' in html and 'id="metric-diff"' in html and "diff_header" in html
+    rows = page.context["timing"]
+    assert rows and all(c["verdict"] in ("faster", "slower", "no significant difference") for r in rows for c in r["cells"])
+    assert client.get(reverse("compare"), {"ids": f"{a.pk}"}).status_code == 400
+    assert "no candidate 999999" in client.get(reverse("compare"), {"ids": f"{a.pk},999999"}).content.decode()
+    assert client.get(reverse("compare"), {"ids": "x"}).status_code == 400
+
+
+# --- promotion and production -----------------------------------------------------------------------
+
+
+@dataclass
+class Measured:
+    """Stands in for ``kernels.Evidence`` in promotion tests."""
+
+    status: str
+    samples_ms: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)
+    cases: list = field(default_factory=list)
+    log: str = ""
+
+    def to_dict(self) -> dict:
+        return {"status": self.status, "metrics": self.metrics, "samples_ms": self.samples_ms, "cases": self.cases,
+                "log": self.log, "fingerprint": {}}
+
+
+def timed(latency_by_candidate: dict[int, float], status: str = "ok"):
+    """A fake evaluator: each candidate's samples around its latency (ms), 40 per shape."""
+    rng = np.random.default_rng(0)
+
+    def evaluate(workload, source, params, **kwargs):
+        for cid, ms in latency_by_candidate.items():
+            if params == Candidate.objects.get(pk=cid).params:
+                samples = {"rows=7,hidden=33": list(ms * (1 + 0.02 * rng.random(40)))}
+                return Measured(status, samples, {"latency_ms": ms, "max_rel_error": 1e-7},
+                                [{"label": "rows=7", "seed": 1, "passed": status == "ok", "reason": "mismatch"}],
+                                log=f"== verdict ==\n{status}: synthetic")
+        raise AssertionError(f"unexpected candidate {params}")
+    return evaluate
+
+
 @pytest.mark.django_db
 def test_promotion_puts_the_kernel_on_the_production_page_and_api(client, owner, evaluated_run):
     best = orchestrator.best(evaluated_run, list(evaluated_run.candidates.select_related("evidence")))
@@ -83,12 +309,21 @@ def test_promotion_puts_the_kernel_on_the_production_page_and_api(client, owner,
     assert b"Promote to production" in page.content and b"rmsnorm" in page.content
     response = client.post(reverse("candidate-promote", args=[best.pk]), {"note": "first"})
     assert response.status_code == 302 and response["Location"] == reverse("production")
+    req = PromotionRequest.objects.get()
+    assert req.state == "validating" and "validating" in client.get(reverse("production")).content.decode()
+    # what the worker on target.cpu-x86_64 runs: the real extended validation (fresh seeds)
+    req = promotion.validate_request(req.pk, bench=promotion.kernels.BenchSettings(warmup_ms=1, rep_ms=5, min_reps=5, max_reps=20))
+    assert req.state == "promoted", req.reason
+    assert len(req.evidence["candidate"]) == promotion.EXTENDED_SEEDS
+    assert len({e["fingerprint"]["seed"] for e in req.evidence["candidate"]}) == promotion.EXTENDED_SEEDS
     assert f"#{best.pk}" in client.get(reverse("production")).content.decode()
     api = client.get(reverse("api-production-kernel", args=["rmsnorm", "cpu-x86_64", "test-small"])).json()
     assert api["candidate"] == best.pk and api["params"] == best.params
     assert api["evidence"]["status"] == "ok" and api["evidence"]["metrics"]["latency_ms"] > 0
-    assert "void rmsnorm(" in api["source"]
+    assert "void rmsnorm(" in api["source"] and api["launch_plan"]["entry_point"] == "rmsnorm"
+    assert api["validation"]["candidate"][0]["status"] == "ok"
     assert AuditEvent.objects.filter(verb="promotion.create").count() == 1
+    assert AuditEvent.objects.filter(verb="promotion.request").count() == 1
 
 
 @pytest.mark.django_db
@@ -97,7 +332,70 @@ def test_a_viewer_cannot_promote(client, outsider, evaluated_run):
     client.force_login(outsider)
     response = client.post(reverse("candidate-promote", args=[candidate.pk]), follow=True)
     assert "lacks the approve_promotion permission" in response.content.decode()
-    assert not Promotion.objects.exists()
+    assert not Promotion.objects.exists() and not PromotionRequest.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_promotion_needs_a_significant_speedup_over_the_incumbent(client, owner, evaluated_run):
+    a, b = evaluated_run.candidates.filter(status="ok").order_by("id")[:2]
+    first = promotion.promote(a, owner, "first", evaluate=timed({a.pk: 1.0}))
+    assert first.active and first.evidence["incumbent"] is None
+    # B is as fast as A: refused, and the page says exactly why
+    req = promotion.request_promotion(b, owner, "same", dispatch=False)
+    req = promotion.validate_request(req.pk, evaluate=timed({a.pk: 1.0, b.pk: 1.0}))
+    assert req.state == "refused"
+    assert req.reason.startswith(f"not significantly faster than the incumbent (candidate {a.pk})")
+    assert "Mann-Whitney" in req.reason and req.evidence["comparison"]["faster"] is False
+    client.force_login(owner)
+    assert "not significantly faster" in client.get(reverse("production")).content.decode()
+    # B is 20% faster: promoted, A kept in the history
+    req = promotion.request_promotion(b, owner, "faster", dispatch=False)
+    req = promotion.validate_request(req.pk, evaluate=timed({a.pk: 1.2, b.pk: 1.0}))
+    assert req.state == "promoted", req.reason
+    first.refresh_from_db()
+    assert not first.active and first.end_reason == "superseded"
+    current = Promotion.objects.get(active=True)
+    assert current.candidate == b and current.replaced == first
+    assert current.evidence["comparison"]["speedup"] == pytest.approx(1.2, rel=0.05)
+
+
+@pytest.mark.django_db
+def test_a_promotion_that_fails_the_extended_validation_is_refused_with_the_failing_case(owner, evaluated_run):
+    a = evaluated_run.candidates.filter(status="ok").first()
+    req = promotion.request_promotion(a, owner, "", dispatch=False)
+    req = promotion.validate_request(req.pk, evaluate=timed({a.pk: 1.0}, status="wrong_result"))
+    assert req.state == "refused" and not Promotion.objects.exists()
+    assert "extended validation failed" in req.reason and "wrong_result" in req.reason and "failing cases" in req.reason
+    assert AuditEvent.objects.filter(verb="promotion.refused").exists()
+
+
+@pytest.mark.django_db
+def test_only_one_request_per_key_validates_at_a_time(owner, evaluated_run):
+    a, b = evaluated_run.candidates.filter(status="ok").order_by("id")[:2]
+    promotion.request_promotion(a, owner, dispatch=False)
+    with pytest.raises(promotion.PromotionRefused, match="still validating"):
+        promotion.request_promotion(b, owner, dispatch=False)
+
+
+@pytest.mark.django_db
+def test_an_approver_rolls_back_and_a_viewer_cannot(client, owner, outsider, evaluated_run):
+    a, b = evaluated_run.candidates.filter(status="ok").order_by("id")[:2]
+    promotion.promote(a, owner, evaluate=timed({a.pk: 1.0}))
+    promotion.promote(b, owner, evaluate=timed({a.pk: 1.5, b.pk: 1.0}))
+    url = reverse("production-rollback", args=["rmsnorm", "cpu-x86_64", "test-small"])
+    client.force_login(outsider)
+    assert "lacks the approve_promotion" in client.post(url, follow=True).content.decode()
+    assert Promotion.objects.get(active=True).candidate == b
+    client.force_login(owner)
+    client.post(url)
+    current = Promotion.objects.get(active=True)
+    assert current.candidate == a and current.kind == "rollback"
+    assert Promotion.objects.get(candidate=b).end_reason == "rolled_back"
+    page = client.get(reverse("production")).content.decode()
+    assert "promotion.rollback" in page and 'id="audit-log"' in page
+    # rolling back past the oldest kernel says why not
+    Promotion.objects.filter(pk=current.pk).update(replaced=None)
+    assert "replaced nothing" in client.post(url, follow=True).content.decode()
 
 
 @pytest.mark.django_db

@@ -49,15 +49,12 @@ class Command(BaseCommand):
     def sweep(self, opts: dict[str, Any]) -> None:
         import time
 
-        from django.db import close_old_connections, transaction
+        from django.db import close_old_connections
 
-        from swarm.dispatch import dispatch
+        from swarm.sweeper import recover
 
         while True:
-            pending = orchestrator.sweep()
-            with transaction.atomic():
-                dispatch(pending)
-            self.stdout.write(f"re-dispatched {len(pending)} candidates")
+            self.stdout.write(f"re-dispatched {recover()} candidates")
             if not opts["every"]:
                 return
             close_old_connections()

@@ -14,6 +14,8 @@ import threading
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from swarm import sweeper
+
 log = logging.getLogger("swarm")
 
 EMBEDDED_QUEUES = ["target.cpu-x86_64", "control"]
@@ -35,8 +37,7 @@ class Command(BaseCommand):
         import uvicorn
 
         start_embedded_worker()
-        requeue_pending()
-        start_sweeper()
+        sweeper.start()  # recovers queued work left by a previous process, then every minute
         self.stdout.write(f"Kernel Factory on http://{opts['host']}:{opts['port']}/  (embedded mode)", ending="\n")
         self.stdout.flush()
         uvicorn.run("int21_site.asgi:application", host=opts["host"], port=opts["port"], log_level="warning", lifespan="off")
@@ -57,41 +58,5 @@ def start_embedded_worker() -> threading.Thread:
         loglevel="WARNING",
     )
     thread = threading.Thread(target=worker.start, name="embedded-celery-worker", daemon=True)
-    thread.start()
-    return thread
-
-
-def requeue_pending() -> int:
-    """Recover work left by a previous process (see :func:`swarm.orchestrator.sweep`) and dispatch it."""
-    from django.db import transaction
-
-    from swarm.dispatch import dispatch
-    from swarm.orchestrator import sweep
-
-    pending = sweep()
-    with transaction.atomic():
-        dispatch(pending)
-    if pending:
-        log.info("re-enqueued %d pending candidates", len(pending))
-    return len(pending)
-
-
-def start_sweeper(every_s: float = 60.0) -> threading.Thread:
-    """Sweep periodically on a daemon thread: a run whose worker died mid-step resumes."""
-    import time
-
-    from django.db import close_old_connections
-
-    def loop() -> None:
-        while True:
-            time.sleep(every_s)
-            try:
-                requeue_pending()
-            except Exception:  # noqa: BLE001 - keep sweeping; the next round retries
-                log.exception("sweep failed")
-            finally:
-                close_old_connections()
-
-    thread = threading.Thread(target=loop, name="embedded-sweeper", daemon=True)
     thread.start()
     return thread

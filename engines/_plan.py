@@ -1,0 +1,113 @@
+"""Engine plans: the engine-level choices as a point of a design space.
+
+A plan fixes, for one engine, which fusions are on (``FUSE_*``, 0/1), the batch size
+(``BATCH_SIZE``), whether operator buffers are kept across calls (``BUFFER_REUSE``, 0/1)
+and, per workload, which kernel runs its operators (``KERNEL_<WORKLOAD>``: 0 the NumPy/BLAS
+baseline, 1 the repository's C template, 2 the production kernel, falling back to the
+baseline when there is none). Because it is a :class:`kernels.DesignSpace` point, the
+swarm's agents can search plans exactly as they search kernel parameters
+(:mod:`engines.goals`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kernels.space import DesignSpace, Parameter
+
+from engines._binding import CHOICE_NAMES, PRODUCTION
+
+
+def kernel_param(workload: str) -> str:
+    """Design-space parameter choosing ``workload``'s kernel, e.g. ``KERNEL_GEMM_BIAS``."""
+    return "KERNEL_" + workload.upper()
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """What an engine lets a plan choose.
+
+    Attributes:
+        fusions: ``{FLAG: description}``, each 0/1.
+        batch_sizes: allowed ``BATCH_SIZE`` values.
+        workloads: workloads whose kernel a plan chooses.
+        defaults: default values (fusions on, production kernels, buffer reuse on, ...).
+    """
+
+    fusions: Mapping[str, str]
+    batch_sizes: tuple[int, ...]
+    workloads: tuple[str, ...]
+    defaults: Mapping[str, int]
+
+    def space(self) -> DesignSpace:
+        params = [Parameter(f, (0, 1)) for f in self.fusions]
+        params.append(Parameter("BATCH_SIZE", tuple(self.batch_sizes)))
+        params.append(Parameter("BUFFER_REUSE", (0, 1)))
+        params += [Parameter(kernel_param(w), (0, 1, 2)) for w in self.workloads]
+        return DesignSpace(parameters=tuple(params), restrictions=())
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A complete engine plan (every parameter of the engine's space set).
+
+    Build with :meth:`Plan.parse`; ``params`` is the JSON form (what the swarm stores).
+    """
+
+    params: Mapping[str, int]
+
+    @classmethod
+    def parse(cls, spec: PlanSpec, params: Mapping[str, Any] | None = None) -> Plan:
+        """Defaults updated with ``params``, checked against the engine's space.
+
+        Raises:
+            ValueError: an unknown parameter or a value outside its choices (the message
+                lists what is allowed).
+        """
+        space = spec.space()
+        merged = {p.name: spec.defaults.get(p.name, p.values[-1] if p.name.startswith("KERNEL_") else p.values[0])
+                  for p in space.parameters}
+        for k, v in (params or {}).items():
+            if k not in merged:
+                raise ValueError(f"unknown plan parameter {k!r} (known: {', '.join(merged)})")
+            allowed = next(p.values for p in space.parameters if p.name == k)
+            try:
+                iv = int(v)
+            except (TypeError, ValueError):
+                raise ValueError(f"plan parameter {k}={v!r} must be one of {list(allowed)}") from None
+            if iv not in allowed:
+                raise ValueError(f"plan parameter {k}={v!r} must be one of {list(allowed)}")
+            merged[k] = iv
+        return cls(dict(merged))
+
+    def on(self, flag: str) -> bool:
+        return bool(self.params.get(flag, 0))
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.params.get("BATCH_SIZE", 1))
+
+    @property
+    def buffer_reuse(self) -> bool:
+        return bool(self.params.get("BUFFER_REUSE", 1))
+
+    def choices(self) -> dict[str, int]:
+        """workload -> kernel choice."""
+        return {k[len("KERNEL_"):].lower(): int(v) for k, v in self.params.items() if k.startswith("KERNEL_")}
+
+    def choice(self, workload: str) -> int:
+        return int(self.params.get(kernel_param(workload), PRODUCTION))
+
+    def key(self) -> tuple:
+        return tuple(sorted(self.params.items()))
+
+    def label(self) -> str:
+        """Short human form, e.g. ``FUSE_QKV=1 BATCH_SIZE=32 gemm=template``."""
+        flags = " ".join(f"{k}={v}" for k, v in self.params.items() if not k.startswith("KERNEL_"))
+        kern = " ".join(f"{w}={CHOICE_NAMES[c]}" for w, c in self.choices().items())
+        return f"{flags} {kern}".strip()
+
+    def to_dict(self) -> dict[str, int]:
+        return dict(self.params)
