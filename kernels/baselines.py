@@ -41,7 +41,9 @@ def numpy_rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(eps)) * w
 
 
-def numpy_fused_add_rmsnorm(x: np.ndarray, residual: np.ndarray, w: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+def numpy_fused_add_rmsnorm(
+    x: np.ndarray, residual: np.ndarray, w: np.ndarray, eps: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Plain NumPy float32 fused add + RMSNorm: ``(y, residual_out)``, each [rows, hidden]."""
     r = x + residual
     return numpy_rmsnorm(r, w, eps), r
@@ -86,7 +88,9 @@ def numpy_kda(q, k, v, g, beta) -> tuple[np.ndarray, np.ndarray]:
 NUMPY_BASELINES: Mapping[str, Callable[[dict, Mapping[str, float], dict], object]] = {
     "rmsnorm": lambda i, a, o: numpy_rmsnorm(i["x"], i["w"], a["eps"]),
     "fused_add_rmsnorm": lambda i, a, o: numpy_fused_add_rmsnorm(i["x"], i["residual"], i["w"], a["eps"]),
-    "gemm": lambda i, a, o: numpy_gemm(i["A"], i["B"], out=o.setdefault("C", np.empty((i["A"].shape[0], i["B"].shape[0]), np.float32))),
+    "gemm": lambda i, a, o: numpy_gemm(
+        i["A"], i["B"], out=o.setdefault("C", np.empty((i["A"].shape[0], i["B"].shape[0]), np.float32))
+    ),
     "softmax": lambda i, a, o: numpy_softmax(i["x"]),
     "kda": lambda i, a, o: numpy_kda(i["q"], i["k"], i["v"], i["g"], i["beta"]),
 }

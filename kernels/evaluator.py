@@ -85,9 +85,10 @@ class Evidence:
             output) or ``"fresh"`` (the call on fresh contents in the timed buffers).
         log: compiler log, child stdout/stderr tails and the reason for ``status``.
         fingerprint: backend environment (compiler, flags, CPU) plus evaluation settings:
-            ``bench``, ``seed``, ``omp`` (OpenMP environment), ``limits`` (physical limits
-            and their source), ``sandbox`` (what the sandbox applied, see
-            :mod:`kernels.sandbox`).
+            ``bench``, ``seed``, ``omp`` / ``omp_validation`` (OpenMP environment of the
+            timing / validation child), ``limits`` (physical limits and their source),
+            ``sandbox`` (what the sandbox applied, see :mod:`kernels.sandbox`) and
+            ``child_wall_s`` (seconds per child, start to exit).
         duration_s: wall-clock seconds of the whole evaluation.
         static: static evidence (CUDA: nvcc's registers, spills, shared memory per kernel
             and the theoretical occupancy of every launch, see
@@ -511,8 +512,8 @@ def evaluate(
         params: parameter values, prepended as ``#define NAME value`` lines.
         shape_set: the workload's shape set to time (and validate, plus odd shapes).
         backend: registered backend name.
-        timeout_s: wall-clock limit (s) of the child (validation plus timing); compile has
-            its own 60 s limit.
+        timeout_s: wall-clock limit (s) of the two children together (validation, then
+            timing gets what is left); compile has its own 60 s limit.
         bench: timing protocol; default :class:`BenchSettings()`.
         seed: base seed of all input sets; default a fresh random one. Per-case seeds are
             recorded in ``cases``.

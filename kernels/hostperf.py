@@ -41,7 +41,6 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from kernels import config
 

@@ -14,9 +14,11 @@ class Outcome(enum.StrEnum):
     - ``compile_error``: the compiler rejected the source (log kept).
     - ``runtime_error``: the child crashed (signal), exited, or reported nothing usable.
     - ``timeout``: the child ran past its wall-clock limit and its process group was killed.
-    - ``wrong_result``: outputs beyond tolerance, NaN, or repeated calls disagree.
-    - ``invalid``: broke a rule: wrote past an output, modified an input, bad parameters,
-      or measured faster than the hardware's physical limit.
+    - ``wrong_result``: outputs beyond tolerance or not written (NaN), repeated calls
+      disagree, or a timed or fresh-contents call's output is wrong.
+    - ``invalid``: broke a rule: wrote outside an output or input (guard regions), modified
+      an input, wrote an output after returning, bad parameters, or measured faster than the
+      hardware's physical limit.
     """
 
     ok = "ok"

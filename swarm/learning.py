@@ -14,6 +14,7 @@ from swarm.models import PENDING_STATUSES, Candidate, Goal, Insight, Run
 
 MAX_ROWS = 5000  # newest evaluations used per update: keeps an update in milliseconds
 WARM_START_CONFIGS = 8
+IMPORTANCE_ROWS = 500
 LEARN_GROWTH = 1.25  # learn again once a run has a quarter more generations
 _learned_at: dict[str, int] = {}  # run identity -> generation last learned from (per process)
 
@@ -56,7 +57,8 @@ def update_insights(run: Run, generation: int) -> list[Insight]:
     last = Insight.objects.filter(kind=Insight.Kind.IMPORTANCE, workload=goal.workload, target=goal.target).first()
     # Importance is the costly part: recompute when the evidence grew by a quarter.
     stale = last is None or len(values) >= 1.25 * last.data.get("n", 0)
-    imp = insights.parameter_importance(space, values) if stale else None
+    # PED-ANOVA on the newest evaluations is enough to rank parameters and bounds the cost.
+    imp = insights.parameter_importance(space, values[:IMPORTANCE_ROWS]) if stale else None
     if imp:
         changed.append(Insight.objects.create(
             kind=Insight.Kind.IMPORTANCE, shape_set=goal.shape_set,

@@ -273,14 +273,7 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.generation != after or run.state != Run.State.RUNNING:
             return None
-        stored: set[str] = set(view.seen)
-        for record, proposal in proposed:
-            candidate, error = _store(run, goal, view, record.name, number, proposal, fingerprint, stored)
-            if error:
-                ProposalFailure.objects.create(run=run, agent=record.name, generation=number, error=error, raw=proposal.raw)
-                AgentRecord.objects.filter(pk=record.pk).update(failed_proposals=F("failed_proposals") + 1)
-            elif candidate is not None:
-                created.append(candidate)
+        created = _store(run, goal, view, number, proposed, fingerprint)
         run.llm_usage = usage
         if created:
             run.generation = number
@@ -290,8 +283,7 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
         run.save(update_fields=["generation", "llm_usage"])
 
     def publish() -> None:
-        for c in created:
-            events.publish(run.pk, "candidate", c.to_dict())
+        events.publish(run.pk, "candidates", {"items": [c.to_dict() for c in created]})
         events.publish(run.pk, "generation", {"number": number, "shares": shares, "scores": scores})
 
     if created:
@@ -299,45 +291,77 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
     return created
 
 
-def _store(run, goal, view, agent_name, number, proposal, fingerprint, seen) -> tuple[Candidate | None, str | None]:
-    """Turn a proposal into a candidate; returns ``(candidate or None, error or None)``."""
-    if proposal.error:
-        return None, proposal.error
-    if proposal.source is None:
-        if not view.space.contains(proposal.params):
-            return None, f"proposal {proposal.params} is outside the run's design space"
-        key = view.space.point_key(proposal.params)
-        if key in seen:
-            return None, None
-        seen.add(key)
-    source = proposal.source if proposal.source is not None else goal.source
-    digest = kernels.candidate_hash(source, proposal.params, fingerprint)
-    if Candidate.objects.filter(goal=goal, content_hash=digest).exists():
-        return None, None
-    twin = (
-        Candidate.objects.filter(
-            content_hash=digest, goal__workload=goal.workload, goal__target=goal.target,
-            goal__shape_set=goal.shape_set, evidence__isnull=False,
+def _store(run: Run, goal: Goal, view: RunView, number: int, proposed: list[tuple[AgentRecord, Proposal]],
+           fingerprint: dict[str, Any]) -> list[Candidate]:
+    """Turn a generation's proposals into candidates with a handful of bulk queries.
+
+    Failed or out-of-space proposals are recorded as :class:`ProposalFailure`; duplicates
+    (same point, or same content hash as a candidate of the goal) are dropped; a proposal whose
+    twin (same hash, workload, target, shape set) has evidence reuses it.
+    """
+    failures: list[ProposalFailure] = []
+    failed_by_agent: dict[int, int] = {}
+    seen = set(view.seen)
+    accepted: list[tuple[AgentRecord, Proposal, str, str]] = []  # record, proposal, source, digest
+    digests: set[str] = set()
+    for record, proposal in proposed:
+        error = proposal.error
+        if not error and proposal.source is None:
+            if not view.space.contains(proposal.params):
+                error = f"proposal {proposal.params} is outside the run's design space"
+            else:
+                key = view.space.point_key(proposal.params)
+                if key in seen:
+                    continue
+                seen.add(key)
+        if error:
+            failures.append(ProposalFailure(run=run, agent=record.name, generation=number, error=error, raw=proposal.raw))
+            failed_by_agent[record.pk] = failed_by_agent.get(record.pk, 0) + 1
+            continue
+        source = proposal.source if proposal.source is not None else goal.source
+        digest = kernels.candidate_hash(source, proposal.params, fingerprint)
+        if digest in digests:
+            continue
+        digests.add(digest)
+        accepted.append((record, proposal, source, digest))
+    ProposalFailure.objects.bulk_create(failures)
+    for pk, n in failed_by_agent.items():
+        AgentRecord.objects.filter(pk=pk).update(failed_proposals=F("failed_proposals") + n)
+    existing = set(Candidate.objects.filter(goal=goal, content_hash__in=digests).values_list("content_hash", flat=True))
+    twins: dict[str, Candidate] = {}
+    for t in Candidate.objects.filter(
+        content_hash__in=digests - existing, goal__workload=goal.workload, goal__target=goal.target,
+        goal__shape_set=goal.shape_set, evidence__isnull=False,
+    ).select_related("evidence").order_by("id"):
+        twins.setdefault(t.content_hash, t)
+    now = timezone.now()
+    rows = []
+    for record, proposal, source, digest in accepted:
+        if digest in existing:
+            continue
+        twin = twins.get(digest)
+        rows.append((proposal, Candidate(
+            goal=goal, run=run, generation=number, agent=record.name, content_hash=digest,
+            params=proposal.params, source=source, rationale=proposal.rationale,
+            status=twin.status if twin else CandidateStatus.QUEUED, reused_from=twin,
+            evaluated_at=now if twin else None,
+        )))
+    created = Candidate.objects.bulk_create([c for _, c in rows])
+    if any(p.parents for p, _ in rows):
+        parent_ids = set(Candidate.objects.filter(goal=goal, pk__in={i for p, _ in rows for i in p.parents}).values_list("pk", flat=True))
+        Candidate.parents.through.objects.bulk_create(
+            Candidate.parents.through(from_candidate_id=c.pk, to_candidate_id=i)
+            for p, c in rows for i in p.parents if i in parent_ids
         )
-        .select_related("evidence")
-        .first()
-    )
-    candidate = Candidate.objects.create(
-        goal=goal, run=run, generation=number, agent=agent_name, content_hash=digest,
-        params=proposal.params, source=source, rationale=proposal.rationale,
-        status=twin.status if twin else CandidateStatus.QUEUED, reused_from=twin,
-        evaluated_at=timezone.now() if twin else None,
-    )
-    if proposal.parents:
-        candidate.parents.set(Candidate.objects.filter(pk__in=proposal.parents, goal=goal))
-    if twin:
-        e = twin.evidence
-        Evidence.objects.create(
-            candidate=candidate, status=e.status, metrics=e.metrics, samples_ms=e.samples_ms, cases=e.cases, static=e.static,
-            log=f"evidence reused from candidate {twin.pk} (identical kernel)\n{e.log}",
-            fingerprint=e.fingerprint, duration_s=0.0,
+    Evidence.objects.bulk_create(
+        Evidence(
+            candidate=c, status=t.evidence.status, metrics=t.evidence.metrics, samples_ms=t.evidence.samples_ms,
+            cases=t.evidence.cases, static=t.evidence.static, fingerprint=t.evidence.fingerprint, duration_s=0.0,
+            log=f"evidence reused from candidate {t.pk} (identical kernel)\n{t.evidence.log}",
         )
-    return candidate, None
+        for c in created if (t := c.reused_from) is not None
+    )
+    return created
 
 
 def _agent_seed(run_seed: int, generation: int, name: str) -> int:
@@ -528,6 +552,19 @@ def claim(candidate_id: int) -> bool:
     )
 
 
+def claim_many(candidate_ids: list[int]) -> list[int]:
+    """:func:`claim` for several candidates: one UPDATE for the queued ones, then the
+    take-over check only for those another worker holds. Returns the claimed ids in order."""
+    now, me = timezone.now(), worker_identity()
+    Candidate.objects.filter(pk__in=candidate_ids, status=CandidateStatus.QUEUED).update(
+        status=CandidateStatus.RUNNING, claimed_at=now, claimed_by=me, attempts=F("attempts") + 1
+    )
+    mine = set(Candidate.objects.filter(pk__in=candidate_ids, status=CandidateStatus.RUNNING, claimed_by=me,
+                                        claimed_at=now).values_list("pk", flat=True))
+    mine |= {pk for pk in candidate_ids if pk not in mine and claim(pk)}
+    return [pk for pk in candidate_ids if pk in mine]
+
+
 def evaluate_candidate(candidate_id: int, *, evaluate: EvaluateFn | None = None) -> Candidate | None:
     """Claim, evaluate in the sandbox, store evidence in one transaction and publish it.
 
@@ -539,40 +576,77 @@ def evaluate_candidate(candidate_id: int, *, evaluate: EvaluateFn | None = None)
         The evaluated candidate, or None if it was not claimable (already evaluated, being
         evaluated by another live worker, or deleted by a stop).
     """
-    if not claim(candidate_id):
-        return None
-    candidate = Candidate.objects.select_related("goal", "run").get(pk=candidate_id)
+    done = evaluate_batch([candidate_id], evaluate=evaluate)
+    return done[0] if done else None
+
+
+def evaluate_batch(candidate_ids: list[int], *, evaluate: EvaluateFn | None = None) -> list[Candidate]:
+    """Claim and evaluate several candidates one after the other, then store all their
+    evidence in one transaction and publish one event per run.
+
+    Evaluations stay sequential (timings must not overlap); only the writes and the events
+    are batched, which is what makes cheap evaluations (replay) fast.
+
+    Returns:
+        The candidates this call evaluated and stored, in the given order.
+    """
+    claimed = claim_many(candidate_ids)
+    if not claimed:
+        return []
+    rows = Candidate.objects.select_related("goal").in_bulk(claimed)
+    records = {pk: _evaluate(rows[pk], evaluate or kernels.evaluate) for pk in claimed if pk in rows}
+    me, now = worker_identity(), timezone.now()
+    with transaction.atomic():
+        # A claim taken over meanwhile (we were presumed dead) belongs to the new holder.
+        owned = set(
+            Candidate.objects.select_for_update()
+            .filter(pk__in=list(records), status=CandidateStatus.RUNNING, claimed_by=me)
+            .values_list("pk", flat=True)
+        )
+        Evidence.objects.bulk_create(
+            Evidence(
+                candidate_id=pk,
+                status=str(r["status"]),
+                metrics=r.get("metrics") or {},
+                samples_ms=r.get("samples_ms") or {},
+                cases=r.get("cases") or [],
+                log=r.get("log") or "",
+                fingerprint=r.get("fingerprint") or {},
+                static=r.get("static") or {},
+                duration_s=r.get("duration_s") or 0.0,
+            )
+            for pk, r in records.items() if pk in owned
+        )
+        by_status: dict[str, list[int]] = {}
+        for pk in owned:
+            by_status.setdefault(str(records[pk]["status"]), []).append(pk)
+        for status, pks in by_status.items():
+            Candidate.objects.filter(pk__in=pks).update(status=status, evaluated_at=now)
+    done = list(Candidate.objects.filter(pk__in=owned).select_related("evidence").order_by("id"))
+    by_run: dict[int, list[dict]] = {}
+    for c in done:
+        by_run.setdefault(c.run_id, []).append(c.to_dict())
+    for run_id, items in by_run.items():
+        if len(items) == 1:
+            events.publish(run_id, "candidate", items[0])
+        else:
+            events.publish(run_id, "candidates", {"items": items})
+    return done
+
+
+def _evaluate(candidate: Candidate, evaluate: EvaluateFn) -> dict[str, Any]:
+    """Evidence of one candidate as a dict; an evaluator crash becomes ``runtime_error``."""
     goal = candidate.goal
-    evaluate = evaluate or kernels.evaluate
     kwargs: dict[str, Any] = dict(shape_set=goal.shape_set, backend=goal.backend, timeout_s=settings.EVAL_TIMEOUT_S)
     if goal.backend == "replay":
         goal.ensure_dataset()
     if goal.backend in ("replay", "cuda"):
         kwargs["target"] = goal.target
     try:
-        record = evaluate(goal.workload, candidate.source, candidate.params, **kwargs).to_dict()
+        return evaluate(goal.workload, candidate.source, candidate.params, **kwargs).to_dict()
     except Exception as exc:  # noqa: BLE001 - the evaluator's own failure must not lose the candidate
-        log.exception("evaluator failed on candidate %s", candidate_id)
-        record = {"status": CandidateStatus.RUNTIME_ERROR, "metrics": {}, "log": f"evaluator error: {type(exc).__name__}: {exc}"}
-    with transaction.atomic():
-        if not Candidate.objects.filter(pk=candidate_id, status=CandidateStatus.RUNNING, claimed_by=worker_identity()).update(
-            status=str(record["status"]), evaluated_at=timezone.now()
-        ):
-            return None  # taken over meanwhile (we were presumed dead): the new holder stores it
-        Evidence.objects.create(
-            candidate=candidate,
-            status=str(record["status"]),
-            metrics=record.get("metrics") or {},
-            samples_ms=record.get("samples_ms") or {},
-            cases=record.get("cases") or [],
-            log=record.get("log") or "",
-            fingerprint=record.get("fingerprint") or {},
-            static=record.get("static") or {},
-            duration_s=record.get("duration_s") or 0.0,
-        )
-    candidate.refresh_from_db()
-    events.publish(candidate.run_id, "candidate", candidate.to_dict())
-    return candidate
+        log.exception("evaluator failed on candidate %s", candidate.pk)
+        return {"status": CandidateStatus.RUNTIME_ERROR, "metrics": {}, "log": f"evaluator error: {type(exc).__name__}: {exc}"}
 
 
 # --- summaries ----------------------------------------------------------------------------------

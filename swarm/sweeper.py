@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import close_old_connections, transaction
 
 from swarm import orchestrator
-from swarm.dispatch import dispatch
+from swarm.dispatch import dispatch, queue_for
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def recover() -> int:
     to_dispatch, queued = orchestrator.sweep()
     by_queue = defaultdict(list)
     for c in queued:
-        by_queue[c.goal.queue].append(c)
+        by_queue[queue_for(c)].append(c)
     for queue, cands in by_queue.items():
         if not broker_depth(queue):
             to_dispatch += cands

@@ -34,9 +34,43 @@ def measure_baseline(baseline_id: int) -> None:
     baselines.measure(baseline_id)
 
 
+@shared_task(name="swarm.evaluate_batch", acks_late=True, reject_on_worker_lost=True)
+def evaluate_batch(candidate_ids: list[int]) -> None:
+    """Evaluate several cheap candidates (replay) with batched writes, then advance their runs."""
+    done = orchestrator.evaluate_batch(candidate_ids)
+    for run_id in sorted({c.run_id for c in done}):
+        dispatch(orchestrator.advance(run_id))
+
+
 @worker_ready.connect
 def _start_sweeper(**kwargs) -> None:
     """Each worker process recovers lost work periodically (see :mod:`swarm.sweeper`)."""
     from swarm import sweeper
 
     sweeper.start()
+
+
+def _profile_worker_process() -> None:
+    """With ``INT21_PROFILE_WORKER=<file>``, cProfile each worker process (benchmarks)."""
+    import os
+
+    path = os.environ.get("INT21_PROFILE_WORKER")
+    if not path:
+        return
+    import cProfile
+
+    from celery.signals import worker_process_init, worker_process_shutdown
+
+    profiler = cProfile.Profile()
+
+    @worker_process_init.connect(weak=False)
+    def _start(**kwargs) -> None:
+        profiler.enable()
+
+    @worker_process_shutdown.connect(weak=False)
+    def _stop(**kwargs) -> None:
+        profiler.disable()
+        profiler.dump_stats(path)
+
+
+_profile_worker_process()

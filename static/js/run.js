@@ -145,6 +145,7 @@
     switch (msg.event) {
       case "snapshot": loadSnapshot(d); log(`snapshot: ${d.columns.n} candidates`); break;
       case "candidate": if (meta) upsert(d); break;
+      case "candidates": if (meta) d.items.forEach(upsert); break; // a generation's proposals, or a batch evaluated at once
       case "run":
         if (meta) { meta.run = d; dirty.state = true; log(`run ${d.state}, generation ${d.generation}`); }
         break;

@@ -22,6 +22,12 @@ urlpatterns = [
          name="api-production-kernel"),
     path("production/<str:workload>/<str:target>/<str:shape_set>/rollback/", views.ProductionRollback.as_view(),
          name="api-production-rollback"),
+    # file downloads: no trailing slash
+    path("runs/<int:pk>/export/candidates.csv", views.RunViewSet.as_view({"get": "export_csv"}), name="api-run-export-csv"),
+    path("runs/<int:pk>/export/candidates.json", views.RunViewSet.as_view({"get": "export_json"}),
+         name="api-run-export-json"),
+    path("runs/<int:pk>/export/kernel_tuner_cache.json", views.RunViewSet.as_view({"get": "export_kernel_tuner"}),
+         name="api-run-export-kernel-tuner"),
     path("token/", obtain_auth_token, name="api-token"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

@@ -133,7 +133,6 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         return Response(d.to_dict(), status=status.HTTP_201_CREATED)
 
     @extend_schema(responses={(200, "text/csv"): OpenApiTypes.STR})
-    @action(detail=True, methods=["get"], url_path="export/candidates.csv")
     def export_csv(self, request, pk=None):
         """All candidates as CSV (streamed)."""
         run = self.get_object()
@@ -142,7 +141,6 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         return response
 
     @extend_schema(responses=OpenApiTypes.OBJECT)
-    @action(detail=True, methods=["get"], url_path="export/candidates.json")
     def export_json(self, request, pk=None):
         """All candidates as JSON (streamed)."""
         run = self.get_object()
@@ -151,7 +149,6 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         return response
 
     @extend_schema(responses=OpenApiTypes.OBJECT)
-    @action(detail=True, methods=["get"], url_path="export/kernel_tuner_cache.json")
     def export_kernel_tuner(self, request, pk=None):
         """The candidates as a Kernel Tuner cache file (``tune_params_keys``, ``tune_params``,
         ``cache`` with ``time``/``times`` or Kernel Tuner's failure strings)."""

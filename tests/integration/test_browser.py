@@ -1,7 +1,8 @@
-"""The engineer's main flow in real Chromium: sign in, create a goal, run it, watch the chart
-fill live, promote the best candidate, find it in production. Nothing loads from outside."""
+"""The engineer's workbench in real Chromium, against the real processes (server and worker):
+each page's main flow, a screenshot of each page, and nothing requested outside the app."""
 
 import os
+import re
 import shutil
 from urllib.parse import urlparse
 
@@ -9,10 +10,11 @@ import pytest
 
 from tests.integration.conftest import ARTIFACTS
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
 # Playwright's sync API runs an event loop in this thread; the ORM is used only before it starts.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+SHOTS = ARTIFACTS / "screenshots"
 
 
 @pytest.fixture
@@ -29,63 +31,159 @@ def browser():
         b.close()
 
 
-def test_sign_in_create_goal_run_watch_promote(stack, demo_user, browser):
-    shots = ARTIFACTS / "screenshots"
-    shots.mkdir(parents=True, exist_ok=True)
-    app_host = urlparse(stack).netloc
-    outside = []
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    page.on("request", lambda r: urlparse(r.url).netloc not in (app_host, "") and not r.url.startswith("data:")
-            and outside.append(r.url))
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+class Watched:
+    """A page that records requests outside the app and script errors."""
 
-    page.goto(stack + "/")
-    page.fill("input[name=username]", demo_user[0])
-    page.fill("input[name=password]", demo_user[1])
-    page.click("button[type=submit]")
-    page.wait_for_url(stack + "/")
-    page.screenshot(path=shots / "goals.png", full_page=True)
+    def __init__(self, browser, base: str) -> None:
+        self.base = base
+        host = urlparse(base).netloc
+        self.outside: list[str] = []
+        self.errors: list[str] = []
+        self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        self.page.on("request", lambda r: urlparse(r.url).netloc not in (host, "") and not r.url.startswith(("data:", "blob:"))
+                     and self.outside.append(r.url))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
 
+    def shot(self, name: str) -> None:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=SHOTS / f"{name}.png", full_page=True, timeout=120_000)
+
+    def login(self, user: str, password: str) -> None:
+        self.page.goto(self.base + "/")
+        self.page.fill("input[name=username]", user)
+        self.page.fill("input[name=password]", password)
+        self.page.click("button[type=submit]")
+        self.page.wait_for_url(self.base + "/")
+
+    def check_clean(self) -> None:
+        assert self.outside == [], f"pages requested outside the app: {self.outside}"
+        assert self.errors == [], self.errors
+
+
+def test_define_watch_compare_promote(stack, demo_user, browser):
+    w = Watched(browser, stack)
+    page = w.page
+    w.login(*demo_user)
+    assert page.inner_text("#goal-table")  # the demo goal
+    w.shot("goals")
+
+    # goal form: the space is checked live on the server, the error shown in place
     page.click("text=New goal")
     page.fill("input[name=name]", "RMSNorm small, browser")
-    page.select_option("select[name=shape_set]", "test-small")
-    # a restriction that is not allowed is rejected in place, nothing saved
+    page.select_option("select[name=shape_set]", label="rmsnorm: test-small")
+    page.wait_for_function("document.getElementById('space-size').textContent.includes('valid of')")
+    assert "#define ROWS_PER_CHUNK" in page.inner_text("#preview")
     page.fill("textarea[name=restrictions]", "open('/etc/passwd')")
-    page.click("button:has-text('Create goal')")
+    page.wait_for_function("document.getElementById('field-restrictions').classList.contains('has-error')")
+    assert "not allowed" in page.inner_text("#field-restrictions")
+    page.click("button:has-text('Create goal')")  # the server refuses it too, nothing saved
     assert "not allowed" in page.inner_text(".has-error")
+    # the design-space editor: remove a parameter, add one back, the size follows
     page.fill("textarea[name=restrictions]", "UNROLL * VEC <= 32")
-    page.screenshot(path=shots / "goal_form.png", full_page=True)
+    rows = page.locator("#space-editor tbody tr")
+    n = rows.count()
+    rows.last.locator("button").click()
+    assert page.locator("#space-editor tbody tr").count() == n - 1
+    page.click("#add-param")
+    page.locator("#space-editor tbody tr").last.locator("input.name").fill("ACC_DOUBLE")
+    page.locator("#space-editor tbody tr").last.locator("input.values").fill("0, 1")
+    page.wait_for_function("!document.getElementById('field-restrictions').classList.contains('has-error')")
+    page.wait_for_function("document.getElementById('space-size').textContent.includes('valid of 192 points')")
+    w.shot("goal_form")
     page.click("button:has-text('Create goal')")
     page.wait_for_selector("text=Start a run")
-    page.screenshot(path=shots / "goal_detail.png", full_page=True)
+    w.shot("goal_detail")
 
-    page.fill("input[name=budget]", "6")
-    page.fill("input[name=batch_size]", "3")
+    # run: the frontier, convergence, leaderboard and log fill live over the websocket
+    page.fill("input[name=budget]", "8")
+    page.fill("input[name=batch_size]", "4")
     page.click("button:has-text('Start run')")
-    page.wait_for_selector("#frontier-chart .main-svg")
-    page.wait_for_function("document.querySelector('#ws-state').textContent === 'connected'", timeout=15_000)
-    # points arrive over the websocket, without reloading
-    page.wait_for_function("Number(document.querySelector('#n-points').textContent) >= 1", timeout=120_000)
-    page.wait_for_function("document.querySelector('#run-state').textContent === 'finished'", timeout=150_000)
-    n_points = page.evaluate("document.getElementById('frontier-chart').data[0].x.length + "
-                             "document.getElementById('frontier-chart').data[1].x.length")
-    assert n_points >= 1
-    assert page.evaluate("document.getElementById('frontier-chart').data[2].x.length") >= 1  # frontier
-    page.screenshot(path=shots / "run.png", full_page=True)
+    page.wait_for_selector("#ws-state")
+    page.wait_for_function("document.querySelector('#ws-state').textContent === 'connected'", timeout=30_000)
+    page.wait_for_function("Number(document.querySelector('#n-points').textContent) >= 1", timeout=240_000)
+    page.wait_for_function("document.querySelector('#run-state').textContent === 'finished'", timeout=300_000)
+    page.wait_for_function("window.runPage.count() === 8 && document.getElementById('frontier-chart').data[2].x.length >= 1")
+    assert page.locator("#agents-table tbody tr").count() >= 1
+    assert page.evaluate("document.getElementById('convergence-chart').data[0].x.length") >= 1
+    assert page.locator("#event-log li").count() >= 1
+    page.locator("#parcoords-chart").scroll_into_view_if_needed()
+    page.wait_for_selector("#parcoords-chart .main-svg", timeout=60_000)
+    page.evaluate("window.scrollTo(0, 0)")
+    w.shot("run")
 
-    page.click("#best-table tbody tr:first-child a")
+    # compare two of the best candidates
+    boxes = page.locator("#best-table tbody input[type=checkbox]")
+    assert boxes.count() >= 2
+    boxes.nth(0).check()
+    boxes.nth(1).check()
+    page.click("#compare-go")
+    page.wait_for_selector("#param-diff")
+    assert page.locator("#significance tbody tr").count() >= 1
+    page.wait_for_selector("#compare-chart .main-svg")
+    w.shot("compare")
+    page.go_back()
+
+    # candidate: source, lineage, validation, timing distribution, roofline
+    page.wait_for_selector("#best-table tbody tr")
+    page.click("#best-table tbody tr:first-child td:nth-child(2) a")
     page.wait_for_selector("text=Promote to production")
-    candidate_url = page.url
-    page.screenshot(path=shots / "candidate.png", full_page=True)
+    page.wait_for_selector("#timing-chart .main-svg")
+    page.wait_for_selector("#roofline-chart .main-svg")
+    assert "Ceilings:" in page.inner_text("#roofline-source")
+    candidate_id = re.search(r"/candidates/(\d+)/", page.url).group(1)
+    w.shot("candidate")
+
+    # promotion: extended validation on the worker, then production, history and audit log
     page.click("#promote-form button")
     page.wait_for_selector("#production-table")
-    assert urlparse(candidate_url).path.rstrip("/").rsplit("/", 1)[1] in page.inner_text("#production-table")
-    assert "test-small" in page.inner_text("#production-table")
-    page.screenshot(path=shots / "production.png", full_page=True)
+    page.wait_for_function("!document.getElementById('validating')", timeout=300_000)
+    assert f"#{candidate_id}" in page.inner_text("#production-table")
+    assert "promotion.create" in page.inner_text("#audit-log")
+    w.shot("production")
 
     api = page.goto(stack + "/api/production/rmsnorm/cpu-x86_64/test-small/").json()
-    assert api["evidence"]["status"] == "ok"
+    assert api["evidence"]["status"] == "ok" and api["launch_plan"]["entry_point"] == "rmsnorm"
+    w.check_clean()
 
-    assert outside == [], f"pages requested outside the app: {outside}"
-    assert errors == [], errors
+
+def test_steer_a_running_run_and_read_the_api_docs(stack, demo_user, browser):
+    from swarm.goals import default_goal
+    from swarm.models import Insight
+
+    goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", name="steering")
+    Insight.objects.create(workload="rmsnorm", target="cpu-x86_64", kind="failure_rule",
+                           data={"rule": "VEC > 8 and UNROLL > 4", "status": "wrong_result", "support": 3,
+                                 "precision": 1.0, "restriction": "not (VEC > 8 and UNROLL > 4)"})
+    w = Watched(browser, stack)
+    page = w.page
+    w.login(*demo_user)
+    page.goto(f"{stack}/goals/{goal.pk}/")
+    page.fill("input[name=budget]", "400")
+    page.fill("input[name=batch_size]", "2")
+    page.click("button:has-text('Start run')")
+    page.wait_for_selector("#ws-state")
+    page.wait_for_function("document.querySelector('#ws-state').textContent === 'connected'", timeout=30_000)
+    page.wait_for_selector("#direction-form:not([hidden])")
+
+    # a direction that cannot apply: the reason in place, nothing recorded
+    page.select_option("#direction-form select[name=kind]", "narrow")
+    page.select_option("#direction-form select[name=param]", "UNROLL")
+    page.fill("#direction-form input[name=values]", "3")
+    page.click("#direction-form button[type=submit]")
+    page.wait_for_function("document.getElementById('direction-error').textContent.includes('has no value(s) [3]')")
+    page.fill("#direction-form input[name=values]", "1, 2")
+    page.click("#direction-form button[type=submit]")
+    page.wait_for_function("document.getElementById('direction-error').textContent === ''")
+    page.wait_for_selector("#directions-list li:has-text('narrow')")
+    # accept a suggested restriction
+    page.click("button:has-text('Accept restriction')")
+    page.wait_for_selector("#directions-list li:has-text('add_restriction')")
+    page.wait_for_selector("#directions-list li:has-text('applied')", timeout=240_000)
+    w.shot("run_steering")
+    page.click("#stop-form button")
+    page.wait_for_function("document.querySelector('#run-state').textContent === 'stopped'", timeout=60_000)
+
+    page.goto(stack + "/api/docs/")
+    page.wait_for_selector(".swagger-ui .opblock", timeout=60_000)
+    w.shot("api_docs")
+    w.check_clean()

@@ -92,7 +92,7 @@ def test_an_engineer_creates_and_changes_a_goal(engineer):
     r = engineer.post("/api/goals/", GOAL, format="json")
     assert r.status_code == 201, r.json()
     body = r.json()
-    assert body["space_size"] == {"cartesian": 6, "valid": 6, "exact": True}
+    assert body["space_size"] == {"cartesian": 6, "valid": 5, "exact": True}  # UNROLL=4, VEC=8 excluded
     assert "void rmsnorm(" in body["source"]
     r = engineer.patch(f"/api/goals/{body['id']}/", {"name": "renamed"}, format="json")
     assert r.status_code == 200 and r.json()["name"] == "renamed"
@@ -111,7 +111,7 @@ def test_an_engineer_creates_and_changes_a_goal(engineer):
 def test_a_bad_goal_is_refused_with_a_clear_message_and_nothing_saved(engineer, change, field, message):
     r = engineer.post("/api/goals/", {**GOAL, **change}, format="json")
     assert r.status_code == 400
-    assert message in json.dumps(r.json()[field])
+    assert message in str(r.json()[field])
     assert not Goal.objects.exists()
 
 

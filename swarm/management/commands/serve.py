@@ -15,10 +15,11 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from swarm import sweeper
+from swarm.dispatch import EMBEDDED_QUEUE
 
 log = logging.getLogger("swarm")
 
-EMBEDDED_QUEUES = ["target.cpu-x86_64", "control"]
+EMBEDDED_QUEUES = [EMBEDDED_QUEUE, "control"]
 
 
 class Command(BaseCommand):

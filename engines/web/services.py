@@ -1,0 +1,67 @@
+"""Recording engine benchmarks into the history (called by ``manage.py engine bench --record``
+and by whatever schedules re-benchmarks)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+
+def record_benchmark(production_engine, *, trigger: str = "manual", reps: int = 7, label: str = "",
+                     registry=None) -> Any:
+    """Validate, time (every scenario) and profile ``production_engine`` in this process with
+    the current production kernels; store an :class:`~engines.web.models.EngineBenchmark`.
+
+    Production kernels and templates only run here (trusted, see :mod:`engines._binding`).
+    """
+    from engines._graph import Profile  # noqa: PLC0415
+    from engines._timing import SCENARIOS, make_scenario, time_plans  # noqa: PLC0415
+    from engines._validate import validate  # noqa: PLC0415
+    from engines.registry import make_engine  # noqa: PLC0415
+    from engines.web.models import EngineBenchmark  # noqa: PLC0415
+    from engines.web.registry import DbRegistry  # noqa: PLC0415
+
+    pe = production_engine
+    eng = make_engine(pe.engine, config=pe.config or None, registry=registry or DbRegistry(), target=pe.target)
+    plan = eng.plan(pe.plan)
+    val = validate(pe.engine, engine=eng, plan=plan.to_dict())
+    scenarios = SCENARIOS[pe.engine]
+    samples = time_plans(eng, {"p": plan}, scenarios, reps=reps)["p"] if val["status"] == "ok" else {}
+    metrics: dict[str, Any] = {f"{s}_ms": statistics.median(v) for s, v in samples.items()}
+    metrics.update({k: val[k] for k in ("cosine_min", "max_abs_error", "max_rel_error") if k in val})
+    breakdown = {}
+    for s in scenarios:
+        prof = Profile()
+        make_scenario(eng, plan, s)()  # warm
+        _profiled(eng, plan, s, prof)
+        breakdown[s] = prof.breakdown()
+    graph = eng.describe(plan)
+    for rows in graph.values():
+        for r in rows:
+            r.get("kernel", {}).pop("source", None)
+    return EngineBenchmark.objects.create(engine=pe, trigger=trigger, label=label or "as in production",
+                                          status=val["status"], plan=plan.to_dict(), validation=val, metrics=metrics,
+                                          samples=samples, breakdown=breakdown, kernels=val.get("kernels", {}),
+                                          graph=graph)
+
+
+def _profiled(eng, plan, scenario: str, prof) -> None:
+    """Run ``scenario`` once more with per-operator timing into ``prof``."""
+    import numpy as np  # noqa: PLC0415
+
+    if eng.name == "minilm":
+        from engines._bench import bench_corpus  # noqa: PLC0415
+
+        texts = bench_corpus()
+        n, bs = {"batch-1": (1, 1), "batch-32": (32, 32)}.get(scenario, (len(texts), plan.batch_size))
+        eng.encode(texts[:n], eng.plan({**plan.to_dict(), "BATCH_SIZE": bs}), profile=prof)
+        return
+    from engines._timing import default_prompt  # noqa: PLC0415
+    from engines.llama import residual_stream  # noqa: PLC0415
+
+    prompt = default_prompt(eng)
+    x = residual_stream(np.random.default_rng(0), prompt + 1, eng.cfg.hidden)
+    state = eng.new_cache(1, prompt + 1) if eng.name == "llama-layer" else eng.new_state(1)
+    eng.prefill(x[None, :prompt], plan, state, profile=prof if scenario == "prefill" else None)
+    if scenario == "decode":
+        eng.decode(x[prompt][None], state, plan, profile=prof)

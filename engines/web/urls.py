@@ -1,0 +1,10 @@
+from django.urls import path
+
+from engines.web import views
+
+urlpatterns = [
+    path("", views.engine_list, name="engine-list"),
+    path("<int:pk>/", views.engine_detail, name="engine-detail"),
+    path("<int:pk>/compare/", views.engine_compare, name="engine-compare"),
+    path("guard/<int:pk>/override/", views.guard_override, name="engine-guard-override"),
+]

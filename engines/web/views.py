@@ -1,0 +1,89 @@
+"""Engine pages: production engines, one engine (operator graph with bound kernels and their
+evidence, end-to-end benchmark history, per-operator time breakdown), comparison of two
+plans, and the guard's override form."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from engines.web.models import EngineBenchmark, GuardCheck, ProductionEngine
+
+
+def _history(pe: ProductionEngine) -> list[dict]:
+    rows = []
+    for b in pe.benchmarks.order_by("created_at", "id"):
+        rows.append({"id": b.pk, "at": b.created_at.isoformat(), "trigger": b.trigger, "label": b.label,
+                     "status": b.status, "metrics": b.metrics})
+    return rows
+
+
+@login_required
+def engine_list(request):
+    engines = list(ProductionEngine.objects.all())
+    for e in engines:
+        e.latest_bench = e.latest()
+    checks = GuardCheck.objects.select_related("candidate", "overridden_by")[:20]
+    return render(request, "engines/engine_list.html", {"engines": engines, "checks": checks})
+
+
+@login_required
+def engine_detail(request, pk: int):
+    from swarm.models import Promotion  # noqa: PLC0415
+
+    pe = get_object_or_404(ProductionEngine, pk=pk)
+    graphed = pe.benchmarks.exclude(graph={}).order_by("-created_at", "-id").first()
+    latest = pe.latest()
+    production = {w: Promotion.objects.filter(workload=w, target=pe.target, active=True)
+                  .select_related("candidate__evidence").order_by("-created_at") for w in pe.workloads()}
+    checks = GuardCheck.objects.filter(workload__in=pe.workloads(), target=pe.target).select_related(
+        "candidate", "overridden_by")[:10]
+    benches = list(pe.benchmarks.all()[:50])
+    ctx = {
+        "pe": pe, "graph": graphed.graph if graphed else {}, "graphed": graphed, "latest": latest,
+        "production": [(w, list(rows)) for w, rows in production.items()], "checks": checks, "benches": benches,
+        "history": _history(pe), "breakdown": (graphed.breakdown if graphed else {}),
+        "can_approve": request.user.has_perm("swarm.approve_promotion"),
+    }
+    return render(request, "engines/engine_detail.html", ctx)
+
+
+@login_required
+def engine_compare(request, pk: int):
+    pe = get_object_or_404(ProductionEngine, pk=pk)
+    try:
+        a = pe.benchmarks.get(pk=int(request.GET.get("a", "")))
+        b = pe.benchmarks.get(pk=int(request.GET.get("b", "")))
+    except (ValueError, EngineBenchmark.DoesNotExist):
+        raise Http404("choose two benchmarks of this engine (?a=ID&b=ID)") from None
+    keys = sorted(set(a.plan) | set(b.plan))
+    plan_rows = [{"key": k, "a": a.plan.get(k), "b": b.plan.get(k), "differs": a.plan.get(k) != b.plan.get(k)} for k in keys]
+    mkeys = sorted(set(a.metrics) | set(b.metrics))
+    metric_rows = []
+    for k in mkeys:
+        va, vb = a.metrics.get(k), b.metrics.get(k)
+        ratio = (va / vb) if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and vb else None
+        metric_rows.append({"key": k, "a": va, "b": vb, "ratio": ratio})
+    wl = sorted(set(a.kernels) | set(b.kernels))
+    kernel_rows = [{"workload": w, "a": a.kernels.get(w), "b": b.kernels.get(w)} for w in wl]
+    return render(request, "engines/engine_compare.html", {
+        "pe": pe, "a": a, "b": b, "plan_rows": plan_rows, "metric_rows": metric_rows, "kernel_rows": kernel_rows,
+        "breakdowns": {"a": a.breakdown, "b": b.breakdown}})
+
+
+@login_required
+@require_POST
+def guard_override(request, pk: int):
+    from engines.web.guard import GuardOverrideRefused, override  # noqa: PLC0415
+
+    check = get_object_or_404(GuardCheck, pk=pk)
+    try:
+        override(check, request.user, request.POST.get("reason", ""))
+        messages.success(request, f"Guard check {check.pk} overridden; the reason is in the audit log.")
+    except GuardOverrideRefused as exc:
+        messages.error(request, str(exc))
+    return HttpResponseRedirect(request.POST.get("next") or reverse("engine-list"))
