@@ -75,6 +75,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "swarm.apps.SwarmConfig",
+    "engines.web.apps.EnginesWebConfig",
 ]
 
 MIDDLEWARE = [

@@ -21,6 +21,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_browser)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_kernel_data(tmp_path_factory):
+    """Keep the growing validation set of test evaluations out of the user's data directory
+    (servers and workers started by tests inherit the environment)."""
+    if "KERNELS_DATA_DIR" not in os.environ:
+        os.environ["KERNELS_DATA_DIR"] = str(tmp_path_factory.mktemp("kernels-data"))
+    yield
+
+
 @pytest.fixture
 def roles(db):
     from swarm.management.commands.setup_demo import ensure_roles

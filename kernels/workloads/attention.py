@@ -36,10 +36,10 @@ AXES = ("batch", "seq", "heads", "kv_heads", "head_dim")
 
 def qkv(rng: np.random.Generator, batch: int, sq: int, sk: int, heads: int, kv_heads: int, d: int):
     """q [batch, sq, heads, d], k and v [batch, sk, kv_heads, d] with attention-like statistics:
-    N(0, 1) elements; a quarter of the query heads peaky (q scaled by 4-8: logits of
-    magnitude 20-60, which overflow ``exp`` in float32 without max subtraction); the first key
-    of every sequence a large-norm "attention sink" (x4, Xiao et al. 2023,
-    arXiv:2309.17453)."""
+    N(0, 1) elements; a quarter of the query heads peaky (q scaled by 4-8), one of them scaled
+    so that its largest logit is exactly 100 (``exp`` overflows float32 without max
+    subtraction); the first key of every sequence a large-norm "attention sink" (x4, Xiao et
+    al. 2023, arXiv:2309.17453)."""
     q = rng.standard_normal((batch, sq, heads, d))
     peaky = rng.random(heads) < 0.25
     if heads:
@@ -49,6 +49,14 @@ def qkv(rng: np.random.Generator, batch: int, sq: int, sk: int, heads: int, kv_h
     if sk:
         k[:, 0] *= 4.0
     v = rng.standard_normal((batch, sk, kv_heads, d)) * np.exp(rng.normal(0.0, 0.3, size=(1, 1, kv_heads, 1)))
+    if heads and sk and sq:
+        # one peaky head is scaled so that its largest logit against the sink key is exactly
+        # 100: exp(100) overflows float32, at every size, so max subtraction is required
+        h0 = int(np.flatnonzero(peaky)[0])
+        logits = np.einsum("bsd,bd->bs", q[:, :, h0], k[:, 0, h0 // (heads // kv_heads)]) / np.sqrt(d)
+        m = logits.flat[int(np.argmax(np.abs(logits)))]
+        if m != 0:
+            q[:, :, h0] *= 100.0 / m
     return q, k, v
 
 

@@ -33,8 +33,8 @@ ERROR_DEFINITION = (
 def generate(shape: Shape, seed: int) -> Arrays:
     """Seeded inputs with LLM-like activation statistics.
 
-    ``x`` is N(0, 1) times a log-normal per-row scale; about 10% of rows (tokens such as
-    BOS) are outliers scaled 5-20x, and a few fixed "massive activation" channels
+    ``x`` is N(0, 1) times a log-normal per-row scale; the first row and about 10% of the others
+    (tokens such as BOS) are outliers scaled 5-20x, and a few fixed "massive activation" channels
     (Sun et al. 2024, arXiv:2402.17762) carry magnitudes 20-50. ``w`` ~ N(1, 0.2).
 
     Returns:
@@ -45,6 +45,7 @@ def generate(shape: Shape, seed: int) -> Arrays:
     x = rng.standard_normal((rows, hidden), dtype=np.float32)
     x *= np.exp(rng.normal(0.0, 0.5, size=(rows, 1))).astype(np.float32)
     outlier_rows = rng.random(rows) < 0.1
+    outlier_rows[0] = True  # like BOS: every input set has at least one outlier row
     x[outlier_rows] *= rng.uniform(5.0, 20.0, size=(int(outlier_rows.sum()), 1)).astype(np.float32)
     n_massive = max(1, hidden // 1024)
     channels = rng.choice(hidden, size=n_massive, replace=False)

@@ -1,0 +1,136 @@
+"""``manage.py engine``: serve, validate, benchmark and register inference engines.
+
+    manage.py engine serve --engine minilm --port 8100 [--host 127.0.0.1] [--plan JSON]
+    manage.py engine validate --engine NAME [--config SIZE] [--json]
+    manage.py engine register --engine NAME [--config SIZE] [--target T] [--plan JSON] [--name NAME]
+    manage.py engine bench --record NAME [--reps N]      (store a validation + benchmark in the history)
+    manage.py engine guard --candidate ID [--json]       (run the promotion guard for a candidate)
+
+Engines run with the production kernels of the database (``swarm.Promotion``): the
+management command is the Django-side entry point; ``python -m engines`` is the
+framework-free one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from django.core.management.base import BaseCommand, CommandError
+
+
+class Command(BaseCommand):
+    help = "Inference engines: serve the MiniLM encoder (OpenAI-compatible /v1/embeddings), validate, benchmark, register."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True)
+        s = sub.add_parser("serve", help="serve the encoder behind /v1/embeddings")
+        s.add_argument("--engine", default="minilm", choices=["minilm"])
+        s.add_argument("--host", default="127.0.0.1")
+        s.add_argument("--port", type=int, default=8100)
+        s.add_argument("--plan", default="{}")
+        s.add_argument("--max-batch", type=int, default=64)
+        v = sub.add_parser("validate", help="end-to-end validation with the production kernels")
+        v.add_argument("--engine", required=True)
+        v.add_argument("--config")
+        v.add_argument("--plan", default="{}")
+        v.add_argument("--json", action="store_true")
+        r = sub.add_parser("register", help="make an engine a production engine (guarded by kernel promotions)")
+        r.add_argument("--engine", required=True)
+        r.add_argument("--config", default="")
+        r.add_argument("--target", default="cpu-x86_64")
+        r.add_argument("--plan", default="{}")
+        r.add_argument("--name")
+        b = sub.add_parser("bench", help="validate + benchmark a production engine and record it in its history")
+        b.add_argument("--record", required=True, metavar="NAME", help="production engine name, e.g. minilm/cpu-x86_64")
+        b.add_argument("--reps", type=int, default=7)
+        g = sub.add_parser("guard", help="run the engine guard for a candidate kernel")
+        g.add_argument("--candidate", type=int, required=True)
+        g.add_argument("--json", action="store_true")
+
+    def handle(self, *args, **opts):
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        try:
+            plan = json.loads(opts.get("plan") or "{}")
+        except ValueError as exc:
+            raise CommandError(f"--plan is not JSON: {exc}") from None
+        action = opts["action"]
+        if action == "serve":
+            return self._serve(opts, plan)
+        if action == "validate":
+            from engines._validate import validate  # noqa: PLC0415
+            from engines.web.registry import DbRegistry  # noqa: PLC0415
+
+            try:
+                res = validate(opts["engine"], config=opts.get("config"), plan=plan, registry=DbRegistry())
+            except (KeyError, ValueError) as exc:
+                raise CommandError(str(exc).strip("\"'")) from None
+            self.stdout.write(json.dumps(res, default=str) if opts["json"] else f"{res['engine']}: {res['status']}")
+            if res["status"] != "ok":
+                raise CommandError("validation failed")
+            return None
+        if action == "register":
+            return self._register(opts, plan)
+        if action == "bench":
+            from engines.web.models import ProductionEngine  # noqa: PLC0415
+            from engines.web.services import record_benchmark  # noqa: PLC0415
+
+            try:
+                pe = ProductionEngine.objects.get(name=opts["record"])
+            except ProductionEngine.DoesNotExist:
+                raise CommandError(f"no production engine {opts['record']!r} (manage.py engine register first)") from None
+            b = record_benchmark(pe, reps=opts["reps"])
+            self.stdout.write(json.dumps({"benchmark": b.pk, "status": b.status, "metrics": b.metrics}, default=str))
+            return None
+        if action == "guard":
+            from engines.web.guard import check_kernel_promotion  # noqa: PLC0415
+            from swarm.models import Candidate  # noqa: PLC0415
+
+            try:
+                cand = Candidate.objects.select_related("goal").get(pk=opts["candidate"])
+            except Candidate.DoesNotExist:
+                raise CommandError(f"no candidate {opts['candidate']}") from None
+            res = check_kernel_promotion(cand)
+            self.stdout.write(json.dumps({"ok": res.ok, "reason": res.reason, "check": res.check.pk}) if opts["json"]
+                              else ("passed: " if res.ok else "BLOCKED: ") + res.reason)
+            return None
+        raise CommandError(f"unknown action {action}")
+
+    def _serve(self, opts, plan):
+        from engines.minilm import MiniLM  # noqa: PLC0415
+        from engines.serve import Limits, make_app, serve  # noqa: PLC0415
+        from engines.web.registry import DbRegistry  # noqa: PLC0415
+
+        try:
+            app = make_app(MiniLM(registry=DbRegistry()), plan, Limits(max_batch=opts["max_batch"]))
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(f"serving all-MiniLM-L6-v2 on http://{opts['host']}:{opts['port']}/v1/embeddings")
+        self.stdout.flush()
+        serve(app, opts["host"], opts["port"])
+
+    def _register(self, opts, plan):
+        from django.utils import timezone  # noqa: PLC0415
+
+        from engines.registry import CONFIGS, engine_class  # noqa: PLC0415
+        from engines.web.models import ProductionEngine  # noqa: PLC0415
+
+        name, config = opts["engine"], opts["config"]
+        try:
+            cls = engine_class(name)
+        except KeyError as exc:
+            raise CommandError(str(exc).strip("\"'")) from None
+        if CONFIGS[name] and config and config not in CONFIGS[name]:
+            raise CommandError(f"engine {name} has no config {config!r} (known: {', '.join(CONFIGS[name])})")
+        from engines._plan import Plan  # noqa: PLC0415
+
+        mod = __import__(cls.__module__, fromlist=["PLAN_SPEC"])
+        try:
+            full = Plan.parse(mod.PLAN_SPEC, plan).to_dict()
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        label = opts.get("name") or f"{name}{'-' + config if config else ''}/{opts['target']}"
+        pe, created = ProductionEngine.objects.update_or_create(
+            name=label, defaults=dict(engine=name, config=config or (CONFIGS[name][0] if CONFIGS[name] else ""),
+                                      target=opts["target"], plan=full, active=True, updated_at=timezone.now()))
+        self.stdout.write(f"{'registered' if created else 'updated'} production engine {pe.name} (id {pe.pk})")
