@@ -66,10 +66,15 @@ def engine_space(engine: str):
 def _engine(name: str, config: str | None, registry):
     from engines.registry import make_engine  # noqa: PLC0415
 
-    key = (name, config, id(registry) if registry is not None else None)
+    key = (name, config)
     eng = _ENGINES.get(key)
     if eng is None:
         eng = _ENGINES[key] = make_engine(name, config=config, registry=registry)
+    # Weights are kept; bindings are redone, so a plan always runs today's production kernels.
+    from engines._binding import NoProduction  # noqa: PLC0415
+
+    eng.registry = registry if registry is not None else NoProduction()
+    eng._programs.clear()
     return eng
 
 

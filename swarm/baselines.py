@@ -88,7 +88,11 @@ def _request(workload: str, target: str, shape_set: str) -> Baseline | None:
 def _enqueue(b: Baseline) -> None:
     from swarm.tasks import measure_baseline  # noqa: PLC0415 - tasks import this module
 
-    pk, queue = b.pk, f"target.{b.target}"
+    from django.conf import settings  # noqa: PLC0415
+
+    from swarm.dispatch import EMBEDDED_QUEUE  # noqa: PLC0415
+
+    pk, queue = b.pk, EMBEDDED_QUEUE if settings.EMBEDDED else f"target.{b.target}"
     transaction.on_commit(lambda: measure_baseline.apply_async(args=[pk], queue=queue))
 
 

@@ -14,14 +14,14 @@ from swarm.models import PENDING_STATUSES, Candidate, Goal, Insight, Run
 
 MAX_ROWS = 5000  # newest evaluations used per update: keeps an update in milliseconds
 WARM_START_CONFIGS = 8
-IMPORTANCE_ROWS = 500
-LEARN_GROWTH = 1.25  # learn again once a run has a quarter more generations
+IMPORTANCE_ROWS = 200
+LEARN_GROWTH = 1.5  # learn again once a run has half as many generations again
 _learned_at: dict[str, int] = {}  # run identity -> generation last learned from (per process)
 
 
 def due(run: Run, generation: int) -> bool:
-    """Whether to learn after ``generation``: on a geometric schedule (1, 2, 3, 4, 5, 7, 9,
-    12, ...), so a run of G generations learns O(log G) times. A restarted process learns at
+    """Whether to learn after ``generation``: on a geometric schedule (1, 2, 3, 4, 6, 9, 13,
+    ...), so a run of G generations learns O(log G) times. A restarted process learns at
     its first boundary."""
     key = f"{run.pk}@{run.started_at.timestamp()}"
     last = _learned_at.get(key)

@@ -121,7 +121,9 @@ def request_promotion(candidate: Candidate, user, note: str = "", *, dispatch: b
         if dispatch:
             from swarm.tasks import validate_promotion  # noqa: PLC0415 - tasks import this module
 
-            pk, queue = req.pk, goal.queue
+            from swarm.dispatch import queue_for  # noqa: PLC0415
+
+            pk, queue = req.pk, queue_for(candidate)  # the target's worker (the in-process one when embedded)
             transaction.on_commit(lambda: validate_promotion.apply_async(args=[pk], queue=queue))
     return req
 
@@ -275,8 +277,10 @@ def speed_verdict(candidate_ms: dict[str, list[float]], incumbent_ms: dict[str, 
         wins = kernels.compare(candidate_ms[label], incumbent_ms[label], alpha=a / k, min_speedup=min_speedup())
         loses = kernels.compare(incumbent_ms[label], candidate_ms[label], alpha=a)
         shapes[label] = {**wins.to_dict(), "incumbent_faster": loses.faster, "incumbent_p_value": loses.p_value}
-        (faster_on if wins.faster else []).append(label)
-        (slower_on if loses.faster else []).append(label)
+        if wins.faster:
+            faster_on.append(label)
+        if loses.faster:
+            slower_on.append(label)
     total_c = sum(shapes[s]["median_a_ms"] for s in labels)
     total_i = sum(shapes[s]["median_b_ms"] for s in labels)
     speedup = total_i / total_c if total_c > 0 else None

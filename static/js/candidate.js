@@ -23,11 +23,11 @@
         "Arithmetic intensity = the workload's FLOP / compulsory DRAM bytes per shape."
       : `No ceilings: ${ceilings.source}`;
     const ai = points.map((p) => p.intensity);
-    const lo = Math.min(...ai, 0.05) / 4, hi = Math.max(...ai, 1) * 8;
+    const ridge = ceilings.gbps && ceilings.gflops ? ceilings.gflops / ceilings.gbps : 1;
+    const lo = Math.min(...ai, ridge, 0.05) / 4, hi = Math.max(...ai, ridge, 1) * 8;
     const traces = [];
     if (ceilings.gbps && ceilings.gflops) {
-      const ridge = ceilings.gflops / ceilings.gbps;
-      const xs = [lo, Math.min(Math.max(ridge, lo), hi), hi];
+      const xs = [lo, ridge, hi];
       traces.push({ type: "scatter", mode: "lines", name: "roof", x: xs, y: xs.map((x) => Math.min(ceilings.gflops, x * ceilings.gbps)),
         line: { color: "#1d2430", width: 2 }, hovertemplate: "roof at AI %{x:.3g}: %{y:.4g} GFLOP/s<extra></extra>" });
     }

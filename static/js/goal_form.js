@@ -49,15 +49,18 @@
   // shape sets of the chosen workload only
   const workload = $("select[name=workload]"), shapeSet = $("select[name=shape_set]");
   function filterShapeSets() {
-    let firstVisible = null, selectedVisible = false;
+    // shape set names repeat across workloads (test-small): keep the chosen name if this
+    // workload has it, else its first set
+    const want = shapeSet.value;
+    let keep = null, first = null;
     for (const o of shapeSet.options) {
       const show = o.dataset.workload === workload.value;
       o.hidden = !show;
       o.disabled = !show;
-      if (show && !firstVisible) firstVisible = o;
-      if (show && o.selected) selectedVisible = true;
+      if (show && !first) first = o;
+      if (show && o.value === want && !keep) keep = o;
     }
-    if (!selectedVisible && firstVisible) firstVisible.selected = true;
+    if (keep || first) (keep || first).selected = true;
   }
   workload.addEventListener("change", () => { filterShapeSets(); scheduleCheck(); });
   $("select[name=target]").addEventListener("change", scheduleCheck);

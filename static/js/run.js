@@ -265,6 +265,8 @@
         if (x < x0) x0 = x; if (x > x1) x1 = x; if (y < y0) y0 = y; if (y > y1) y1 = y;
       }
     }
+    if (!isFinite(x0) || !isFinite(x1)) { x0 = 0; x1 = 1; } // no point yet: the first ones rebuild the grid
+    if (!isFinite(y0) || !isFinite(y1)) { y0 = 0; y1 = 1; }
     if (!(x1 > x0)) { x0 -= 1; x1 += 1; }
     if (!(y1 > y0)) { y0 -= 1; y1 += 1; }
     const [w, h] = plotSize();
@@ -278,7 +280,7 @@
     const x = tf(C.metrics[axes.x][r], g.logX), y = tf(C.metrics[axes.y][r], g.logY);
     if (!isFinite(x) || !isFinite(y)) return;
     const fx = (x - g.x0) / (g.x1 - g.x0), fy = (y - g.y0) / (g.y1 - g.y0);
-    if (fx < 0 || fx > 1 || fy < 0 || fy > 1) { if (!view) g.outside = true; return; } // zoomed out of view, or a new extreme
+    if (!(fx >= 0 && fx <= 1 && fy >= 0 && fy <= 1)) { if (!view) g.outside = true; return; } // out of the zoomed view, or a new extreme
     const key = Math.min(g.nx - 1, Math.floor(fx * g.nx)) * 65536 + Math.min(g.ny - 1, Math.floor(fy * g.ny));
     const cell = map.get(key);
     if (!cell) { map.set(key, { r, n: 1 }); return; }

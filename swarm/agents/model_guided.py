@@ -70,7 +70,7 @@ class OptunaAgent(Agent):
         tries = 0
         # TPE concentrates on the best region and re-proposes evaluated points there; after a
         # few rejections the rest of the batch is filled at random (exploration).
-        while len(out) < n and tries < 5 * n:
+        while len(out) < n and tries < 2 * n:
             tries += 1
             trial = study.ask(dists)
             params = {k: trial.params[k] for k in view.space.names}

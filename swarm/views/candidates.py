@@ -52,7 +52,12 @@ def candidate_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "requests": PromotionRequest.objects.filter(candidate=candidate).select_related("requested_by")[:5],
         "incumbent": active_promotion(goal.workload, goal.target, goal.shape_set),
         "charts": charts,
+        "metrics": [(k, _fmt(v)) for k, v in (evidence.metrics.items() if evidence else [])],
     })
+
+
+def _fmt(v) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
 @login_required

@@ -126,8 +126,9 @@ def test_layernorm_inputs_defeat_a_one_pass_float32_variance():
     x = wl.generate({"rows": 64, "hidden": 384}, 3)
     xr = x["x"]
     assert np.abs(xr.mean(axis=1)).max() > 10  # rows far from zero mean
-    m = xr.mean(axis=1, keepdims=True, dtype=np.float32)
-    var = (xr * xr).mean(axis=1, keepdims=True, dtype=np.float32) - m * m
+    n = np.float32(xr.shape[1])  # sequential float32 sums, as a one-accumulator C loop does
+    m = np.cumsum(xr, axis=1, dtype=np.float32)[:, -1:] / n
+    var = np.cumsum(xr * xr, axis=1, dtype=np.float32)[:, -1:] / n - m * m
     naive = (xr - m) / np.sqrt(np.maximum(var, 0) + np.float32(1e-12)) * x["w"] + x["b"]
     assert wl.errors(naive, wl.reference(x, wl.attrs)["y"])[1] > wl.tolerance
 

@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 
 from swarm import baselines, orchestrator, promotion
-from swarm.models import AuditEvent, Baseline, Candidate, Direction, Goal, Insight, Promotion, PromotionRequest
+from swarm.models import AuditEvent, Baseline, Candidate, Direction, Goal, Insight, Promotion, PromotionRequest, Run
 
 GOAL_POST = {
     "name": "rmsnorm test",
@@ -403,3 +403,30 @@ def test_the_production_api_says_when_nothing_is_promoted(client, owner):
     client.force_login(owner)
     assert client.get(reverse("api-production-kernel", args=["rmsnorm", "cpu-x86_64", "x"])).status_code == 404
     assert client.get(reverse("api-production")).json() == {"kernels": []}
+
+
+@pytest.mark.django_db
+def test_a_cuda_candidate_shows_its_static_resources_and_ptx(client, owner):
+    import os
+    import shutil
+
+    import kernels
+
+    if not (shutil.which("nvcc") or os.environ.get("KERNELS_NVCC")):
+        pytest.skip("needs nvcc (static analysis only; no GPU)")
+    space = kernels.default_space("rmsnorm", "cuda")
+    goal = Goal.objects.create(name="cuda", workload="rmsnorm", target="cuda-sm90", shape_set="test-small",
+                               objectives=[{"metric": "latency_ms", "direction": "minimize"}],
+                               space=space.to_dict(), source=kernels.load_template("rmsnorm", "cuda"))
+    run = Run.objects.create(goal=goal, budget=1, seed=1, space=goal.space)
+    params = {"BLOCK_SIZE": 256, "THREADS_PER_ROW": 32, "VEC": 4, "UNROLL": 1, "USE_SMEM": 0}
+    c = Candidate.objects.create(goal=goal, run=run, generation=1, agent="random", content_hash="c" * 64,
+                                 params=params, source=goal.source)
+    client.force_login(owner)
+    page = client.get(reverse("candidate-detail", args=[c.pk])).content.decode()
+    assert "Static resources and PTX" in page and "rmsnorm_kernel" in page  # the launch plan
+    static = client.get(reverse("candidate-static", args=[c.pk])).json()
+    assert static["available"], static
+    assert static["summary"]["kernels"]["rmsnorm_kernel"]["registers"] > 0
+    assert static["summary"]["launches"] and 0 < static["summary"]["launches"][0]["occupancy"] <= 1
+    assert ".entry rmsnorm_kernel" in static["ptx"] or ".visible .entry" in static["ptx"]

@@ -1,0 +1,115 @@
+"""The cross-layer guard: promoting a kernel re-validates and re-benchmarks the production
+engines that use its workload; a wrong kernel is blocked with evidence; an approver may
+override only with a written reason, which is audited."""
+
+import pytest
+
+from engines.web import guard
+from engines.web.models import EngineBenchmark, GuardCheck, ProductionEngine
+from kernels import load_template
+from swarm.models import AuditEvent, Candidate, Evidence, Goal, Promotion, Run
+
+pytestmark = [pytest.mark.timeout(600), pytest.mark.django_db]
+
+# Correct on the sandbox's small shapes (N <= 64), wrong on wide outputs: only an engine
+# that uses the kernel at its real shapes shows it.
+WRONG_ON_WIDE = load_template("gemm").replace(
+    "void gemm(const float *restrict A", "static void gemm_impl(const float *restrict A"
+) + """
+void gemm(const float *A, const float *B, float *C, int M, int N, int K)
+{
+    gemm_impl(A, B, C, M, N, K);
+    if (N > 512)
+        for (int m = 0; m < M; ++m)
+            C[(long)m * N + N - 1] *= 0.5f;
+}
+"""
+
+
+def make_candidate(owner, source, params=None, workload="gemm"):
+    goal, _ = Goal.objects.get_or_create(
+        name=f"{workload} guard test", workload=workload, target="cpu-x86_64", shape_set="test-small",
+        defaults=dict(objectives=[{"metric": "latency_ms", "direction": "minimize"}], constraints=[],
+                      space={"parameters": [{"name": "MR", "values": [1, 4]}], "restrictions": []}, source=source))
+    run = Run.objects.create(goal=goal, budget=10, seed=1, space=goal.space)
+    n = Candidate.objects.count()
+    c = Candidate.objects.create(goal=goal, run=run, generation=1, agent="random", content_hash=f"h{n}",
+                                 params=params or {}, source=source, status="ok")
+    Evidence.objects.create(candidate=c, status="ok", metrics={"latency_ms": 0.01, "max_rel_error": 1e-7})
+    return c
+
+
+@pytest.fixture
+def llama_engine(db):
+    return ProductionEngine.objects.create(name="llama-layer-small/cpu-x86_64", engine="llama-layer", config="small",
+                                           target="cpu-x86_64", plan={})
+
+
+def test_a_wrong_kernel_is_blocked_with_the_evidence(owner, llama_engine):
+    cand = make_candidate(owner, WRONG_ON_WIDE)
+    res = guard.check_kernel_promotion(cand, reps=3)
+    assert not res.ok
+    assert "blocked" in res.reason and "wrong output" in res.reason and llama_engine.name in res.reason
+    ev = res.evidence["engines"][llama_engine.name]
+    assert ev["verdict"] == "wrong_result"
+    assert ev["result"]["challenger_validation"]["max_rel_error"] > 1e-3
+    assert ev["result"]["incumbent_validation"]["status"] == "ok"
+    check = GuardCheck.objects.get(candidate=cand)
+    assert not check.ok and not check.allows_promotion
+    assert guard.promotion_allowed(cand) == (False, check)
+    assert EngineBenchmark.objects.filter(engine=llama_engine, trigger="guard", status="wrong_result").exists()
+
+
+def test_a_correct_kernel_passes_and_replaces_nothing_it_should_not(owner, llama_engine):
+    incumbent = make_candidate(owner, load_template("gemm"))
+    Promotion.objects.create(candidate=incumbent, workload="gemm", target="cpu-x86_64", shape_set="test-small")
+    cand = make_candidate(owner, load_template("gemm"), params={"MR": 4})
+    res = guard.check_kernel_promotion(cand, reps=8)
+    assert res.ok, res.reason
+    ev = res.evidence["engines"][llama_engine.name]
+    assert ev["verdict"] == "ok" and set(ev["comparisons"]) == {"prefill", "decode"}
+    assert "production" in ev["result"]["incumbent_validation"]["kernels"]["gemm"]
+    assert "candidate" in ev["result"]["challenger_validation"]["kernels"]["gemm"]
+    assert guard.promotion_allowed(cand)[0]
+
+
+def test_engines_that_do_not_run_the_production_kernel_are_not_affected(owner, llama_engine):
+    llama_engine.plan = {"KERNEL_GEMM": 0}
+    llama_engine.save()
+    res = guard.check_kernel_promotion(make_candidate(owner, WRONG_ON_WIDE), runner=lambda req: pytest.fail("ran"))
+    assert res.ok and "no production engine runs" in res.reason
+
+
+def test_a_crashing_candidate_is_blocked(owner, llama_engine):
+    crash = "void gemm(const float *A, const float *B, float *C, int M, int N, int K) { *(volatile int *)0 = 1; }"
+    res = guard.check_kernel_promotion(make_candidate(owner, crash), reps=2)
+    assert not res.ok and res.evidence["engines"][llama_engine.name]["verdict"] == "error"
+
+
+def test_a_slowdown_beyond_noise_blocks(owner, llama_engine):
+    def slow_runner(req):
+        val = {"status": "ok", "max_rel_error": 1e-6, "kernels": {}}
+        return {"challenger_validation": val, "incumbent_validation": val,
+                "timing": {"decode": {"incumbent": [1.0, 1.01, 0.99, 1.02, 1.0, 0.98, 1.01, 1.0],
+                                      "challenger": [1.3, 1.31, 1.29, 1.32, 1.3, 1.28, 1.31, 1.3]}}}
+
+    res = guard.check_kernel_promotion(make_candidate(owner, load_template("gemm")), runner=slow_runner)
+    assert not res.ok and "slower beyond noise" in res.reason and "1.30x slower" in res.reason
+
+
+def test_an_override_needs_an_approver_and_a_written_reason_and_is_audited(owner, outsider, llama_engine):
+    cand = make_candidate(owner, WRONG_ON_WIDE)
+    res = guard.check_kernel_promotion(cand, runner=lambda req: {"error": "boom"})
+    check = res.check
+    with pytest.raises(guard.GuardOverrideRefused, match="only an approver"):
+        guard.override(check, outsider, "because I want it in production")
+    with pytest.raises(guard.GuardOverrideRefused, match="written reason"):
+        guard.override(check, owner, "  ok ")
+    guard.override(check, owner, "Known regression in the engine; fixed by the next layer kernel.")
+    check.refresh_from_db()
+    assert check.allows_promotion and check.overridden_by == owner
+    event = AuditEvent.objects.get(verb="engine_guard.override")
+    assert event.actor == owner and "next layer kernel" in event.data["reason"] and "boom" in event.data["blocked_because"]
+    assert guard.promotion_allowed(cand)[0]
+    with pytest.raises(guard.GuardOverrideRefused, match="already overridden"):
+        guard.override(check, owner, "once more, with feeling")

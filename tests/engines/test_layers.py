@@ -1,0 +1,153 @@
+"""The Llama-3-8B decoder layer and the Kimi Linear KDA layer validate end to end against
+float64 models (reduced dimensions on CPU), under every kind of plan."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from engines._graph import Profile
+from engines._reference import kda_layer64, shared_kda_reference
+from engines._validate import LAYER_TOLERANCE, validate
+from engines.kda_layer import KdaLayer, split_weights
+from engines.llama import CONFIGS, LlamaLayer, residual_stream
+
+pytestmark = pytest.mark.timeout(300)
+
+ALL_TEMPLATES = "templates"
+
+
+def plans(engine):
+    spec = engine.plan_spec
+    return {
+        "default": {},
+        "unfused": {**{f: 0 for f in spec.fusions}, "BUFFER_REUSE": 0},
+        ALL_TEMPLATES: {f"KERNEL_{w.upper()}": 1 for w in spec.workloads},
+    }
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return LlamaLayer("small")
+
+
+@pytest.fixture(scope="module")
+def kda():
+    return KdaLayer("small")
+
+
+@pytest.mark.parametrize("plan", ["default", "unfused", ALL_TEMPLATES])
+def test_the_llama_layer_validates_prefill_and_decode(llama, plan):
+    res = validate("llama-layer", engine=llama, plan=plans(llama)[plan], prompt=20, decode_steps=3)
+    assert res["status"] == "ok", res
+    assert res["max_rel_error"] <= LAYER_TOLERANCE and res["max_rel_error_decode"] <= LAYER_TOLERANCE
+    if plan == ALL_TEMPLATES:
+        assert set(res["kernels"].values()) == {"template"}
+
+
+@pytest.mark.parametrize("plan", ["default", "unfused", ALL_TEMPLATES])
+def test_the_kda_layer_validates_prefill_and_decode(kda, plan):
+    res = validate("kda-layer", engine=kda, plan=plans(kda)[plan], prompt=70, decode_steps=3)  # > one 64-chunk
+    assert res["status"] == "ok", res
+
+
+def test_a_batch_of_sequences_validates(llama, kda):
+    assert validate("llama-layer", engine=llama, prompt=9, decode_steps=2, batch=2)["status"] == "ok"
+    assert validate("kda-layer", engine=kda, prompt=9, decode_steps=2, batch=2)["status"] == "ok"
+
+
+def test_the_real_llama_dimensions_are_the_model_cards():
+    c = CONFIGS["llama3-8b"]
+    assert (c.hidden, c.heads, c.kv_heads, c.head_dim, c.inter, c.rope_theta) == (4096, 32, 8, 128, 14336, 500000.0)
+
+
+def test_the_layer_validation_catches_a_broken_kv_cache(llama, monkeypatch):
+    import engines.llama as L
+
+    monkeypatch.setattr(L, "_cache_append", lambda k, v, cache: ())  # decode forgets to store the new token
+    llama._programs.clear()
+    try:
+        res = validate("llama-layer", engine=llama, prompt=12, decode_steps=3)
+    finally:
+        llama._programs.clear()
+    assert res["status"] == "wrong_result" and res["max_rel_error_decode"] > 1e-2
+    assert res["max_rel_error_prefill"] <= LAYER_TOLERANCE
+
+
+def test_the_kda_core_matches_the_shared_reference_with_a_carried_state(kda):
+    ref = shared_kda_reference()
+    if ref is None:
+        pytest.skip("shared/reference/kda_reference.py not available")
+    c = kda.cfg
+    x = np.random.default_rng(4).standard_normal((50, c.hidden)).astype(np.float32)
+    w = split_weights(kda.weights, c)
+    own, shared = kda_layer64(x, w, c), kda_layer64(x, w, c, core="shared")
+    assert np.abs(own - shared).max() <= 1e-10 * np.abs(own).max()
+    # the engine's prefill state continues like the shared decode step
+    st = kda.new_state(1)
+    kda.prefill(x[None, :40], None, st)
+    ins = ref.make_inputs(B=1, T=1, H=c.heads, K=c.head_dim, V=c.head_dim, seed=1, dtype=np.float64)
+    S0 = st.S.astype(np.float64)[None]
+    o1, S1 = ref.kda_decode_step(ins["q"][:, 0], ins["k"][:, 0], ins["v"][:, 0], ins["g"][:, 0], ins["beta"][:, 0], S0)
+    from engines.kda_layer import _kda_step
+
+    class St:
+        S = st.S.copy()
+
+    q, k, v, g = (np.moveaxis(ins[n][0], 0, 1).astype(np.float32) for n in ("q", "k", "v", "g"))
+    o2 = _kda_step(q, k, v, g, ins["beta"][0].T.astype(np.float32), St)
+    assert np.abs(o2[:, 0] - o1[0]).max() <= 1e-4 * np.abs(o1).max()
+    assert np.abs(St.S - S1[0]).max() <= 1e-4 * np.abs(S1).max()
+
+
+def test_the_profile_breaks_the_time_down_per_operator(llama):
+    prof = Profile()
+    x = residual_stream(np.random.default_rng(0), 8, llama.cfg.hidden)
+    llama.prefill(x[None], None, profile=prof)
+    rows = prof.breakdown()
+    labels = {r["label"] for r in rows}
+    assert {"qkv_proj", "attention", "gate_up_proj", "down_proj", "swiglu", "rope"} <= labels
+    assert abs(sum(r["share"] for r in rows) - 1.0) < 1e-9 and all(r["ms"] >= 0 for r in rows)
+
+
+def test_reused_buffers_never_leak_into_returned_outputs(llama):
+    x = residual_stream(np.random.default_rng(1), 6, llama.cfg.hidden)[None]
+    a = llama.prefill(x, {"BUFFER_REUSE": 1})
+    b = llama.prefill(x * 2, {"BUFFER_REUSE": 1})
+    assert not np.shares_memory(a, b) and not np.allclose(a, b)
+    assert np.array_equal(a, llama.prefill(x, {"BUFFER_REUSE": 1}))
+
+
+def test_a_bad_plan_is_refused_with_the_allowed_values(llama):
+    with pytest.raises(ValueError, match="FUSE_QKV=3 must be one of"):
+        llama.plan({"FUSE_QKV": 3})
+    with pytest.raises(ValueError, match="unknown plan parameter 'FUSE_EVERYTHING'"):
+        llama.plan({"FUSE_EVERYTHING": 1})
+
+
+@pytest.mark.parametrize("engine", ["llama-layer", "kda-layer"])
+def test_the_cli_prints_one_json_object_with_the_agreement(engine):
+    out = subprocess.run([sys.executable, "-m", "engines", "validate", "--engine", engine, "--json"],
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["status"] == "ok" and res["max_rel_error"] <= LAYER_TOLERANCE
+
+
+def test_the_cli_bench_reports_latencies_against_numpy():
+    out = subprocess.run([sys.executable, "-m", "engines", "bench", "--engine", "llama-layer", "--config", "small",
+                          "--rounds", "1", "--prompt", "8", "--decode-steps", "2", "--threads", "1", "--json"],
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert set(res["latency"]) >= {"numpy", "default", "templates", "unfused"}
+    assert res["latency"]["default"]["prefill_ms"] > 0 and res["latency"]["numpy"]["decode_ms_per_token"] > 0
+    assert res["breakdown"]["decode"] and res["env"]["threads"] == 1
+
+
+def test_an_unknown_config_is_a_usage_error():
+    out = subprocess.run([sys.executable, "-m", "engines", "validate", "--engine", "kda-layer", "--config", "huge"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "has no config 'huge'" in out.stderr
