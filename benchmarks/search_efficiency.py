@@ -87,9 +87,10 @@ def load_dataset(path: Path, workdir: Path) -> Dataset:
     raw = gzip.open(path, "rt").read() if path.read_bytes()[:2] == b"\x1f\x8b" else path.read_text()
     data = _repair(raw)
     if "problem_size" not in data:  # Kernel Tuner's tune_cache needs one; it is not used in replay
-        data["problem_size"] = [1]
+        data = {"problem_size": [1], **data}  # first, so the file still ends with the cache
     json_path = workdir / f"{cache.name}.json"
-    json_path.write_text(json.dumps(data))
+    # Kernel Tuner's layout: it recognises a closed file by its last characters "}\n}".
+    json_path.write_text(json.dumps(data, indent=1))
     _, optimum = cache.optimum("time")
     energy = "nvml_energy" in cache.objectives_available
     front_hv = reference = None
@@ -455,8 +456,14 @@ def main(argv: list[str] | None = None) -> int:
     done = 0
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futures = [pool.submit(_task, *j) for j in jobs]
-        for f in futures:
-            kind, dataset, name, seed, budget, trace, seconds = f.result()
+        failed = []
+        for j, f in zip(jobs, futures):
+            try:
+                kind, dataset, name, seed, budget, trace, seconds = f.result()
+            except Exception as exc:  # noqa: BLE001 - one broken run must not sink the benchmark
+                failed.append(f"{j[2]} on {j[1].name}, seed {j[3]}, budget {j[4]}: {type(exc).__name__}: {exc}")
+                print(f"run failed: {failed[-1]}", file=sys.stderr)
+                continue
             traces[(dataset, name)][(budget if kind == "kt" else None, seed)] = trace
             cost[name] += seconds
             done += 1
@@ -474,10 +481,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.json:
         print(json.dumps({"results": rows, "targets": lines, "seconds": elapsed,
-                          "cpu_seconds_by_strategy": dict(cost)}, indent=1))
+                          "cpu_seconds_by_strategy": dict(cost), "failed_runs": failed}, indent=1))
     else:
         print(table)
         print("\n".join(lines))
+        if failed:
+            print(f"{len(failed)} runs failed:\n" + "\n".join(failed))
         print(f"{elapsed:.0f} s; figure: {html}" + (f", {png}" if png else ""))
     return 0
 

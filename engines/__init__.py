@@ -12,10 +12,24 @@ Command line: ``python -m engines validate|bench|describe --engine NAME``. Djang
 in :mod:`engines.web` (production engines, benchmark history, the promotion guard, pages).
 """
 
-from engines._binding import BASELINE, PRODUCTION, TEMPLATE, KernelSpec, NoProduction, StaticRegistry
-from engines._graph import Graph, Operator, Profile, Program, bind_graph
-from engines._plan import Plan, PlanSpec
-from engines.registry import ENGINES, make_engine
+# Public names are imported on first use: ``python -m engines`` must be able to set thread
+# counts before NumPy (and its BLAS) is loaded, and importing the package loads no model.
+_EXPORTS = {
+    "BASELINE": "engines._binding", "PRODUCTION": "engines._binding", "TEMPLATE": "engines._binding",
+    "KernelSpec": "engines._binding", "NoProduction": "engines._binding", "StaticRegistry": "engines._binding",
+    "Graph": "engines._graph", "Operator": "engines._graph", "Profile": "engines._graph", "Program": "engines._graph",
+    "bind_graph": "engines._graph", "Plan": "engines._plan", "PlanSpec": "engines._plan",
+    "ENGINES": "engines.registry", "make_engine": "engines.registry",
+}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib  # noqa: PLC0415
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'engines' has no attribute {name!r}")
+
 
 __all__ = [
     "BASELINE",

@@ -137,44 +137,13 @@ def swiglu(i, o, s, a):
     y *= x[:, n:]
 
 
-def kda_chunked32(q, k, v, g, beta, chunk: int = 64, initial_state: np.ndarray | None = None):
-    """Chunked (WY/UT) KDA in float32 with NumPy/BLAS, heads-first ``[BH, T, d]`` inputs
-    (the math of :func:`kernels.workloads.kda.chunked`, every exponent <= 0).
-
-    Returns:
-        ``(o [BH, T, dv], state [BH, dk, dv])`` float32.
-    """
-    from scipy.linalg import solve_triangular  # noqa: PLC0415
-
-    bh, t, dk = q.shape
-    dv = v.shape[-1]
-    scale = np.float32(dk**-0.5)
-    S = np.zeros((bh, dk, dv), np.float32) if initial_state is None else initial_state.astype(np.float32, copy=True)
-    o = np.empty((bh, t, dv), np.float32)
-    for t0 in range(0, t, chunk):
-        sl = slice(t0, min(t0 + chunk, t))
-        Q, K, V, Bt = q[:, sl] * scale, k[:, sl], v[:, sl], beta[:, sl]
-        c = K.shape[1]
-        G = np.cumsum(g[:, sl], axis=1, dtype=np.float32)
-        D = G[:, :, None, :] - G[:, None, :, :]  # [BH, c, c, dk]
-        lower = np.tril(np.ones((c, c), dtype=bool))
-        E = np.exp(np.where(lower[None, :, :, None], D, -np.inf))
-        Akk = np.einsum("bid,bjd,bijd->bij", K, K, E, optimize=True) * np.tril(np.ones((c, c), np.float32), -1)
-        Aqk = np.einsum("bid,bjd,bijd->bij", Q, K, E, optimize=True)
-        T = np.eye(c, dtype=np.float32) + Bt[:, :, None] * Akk
-        rhs = Bt[:, :, None] * np.concatenate([V, np.exp(G) * K], axis=-1)
-        X = np.stack([solve_triangular(T[b], rhs[b], lower=True, unit_diagonal=True, check_finite=False)
-                      for b in range(bh)]).astype(np.float32)
-        U, W = X[..., :dv], X[..., dv:]
-        Ut = U - W @ S
-        o[:, sl] = (Q * np.exp(G)) @ S + Aqk @ Ut
-        Gc = G[:, -1]
-        S = np.exp(Gc)[:, :, None] * S + np.swapaxes(np.exp(Gc[:, None, :] - G) * K, 1, 2) @ Ut
-    return o, S
-
-
 def kda(i, o, s, a):
-    out, state = kda_chunked32(i["q"], i["k"], i["v"], i["g"], i["beta"])
+    """Token-by-token KDA in float32, vectorised over heads (:func:`kernels.baselines.numpy_kda`):
+    measured faster in NumPy than the chunked form at Kimi Linear's sizes (128-token prompt, 32
+    heads of 128: 0.5 s vs 1.3 s), whose [heads, C, C, d] decay tensors dominate."""
+    from kernels.baselines import numpy_kda  # noqa: PLC0415
+
+    out, state = numpy_kda(i["q"], i["k"], i["v"], i["g"], i["beta"])
     o["o"][...] = out
     o["state"][...] = state
 

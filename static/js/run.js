@@ -35,7 +35,8 @@
   // zooming re-bins at the new scale, so every candidate can be reached.
   const CELL = 8;
   let view = null; // zoomed ranges {x: [lo, hi], y: [lo, hi]} in axis units (log10 on log axes)
-  let grid = null; // {x0, x1, y0, y1, nx, ny, logX, logY, feas: Map, bad: Map}
+  let grid = null; // {x0, x1, y0, y1, nx, ny, logX, logY, feas: Map, bad: Map, changed, outside}
+  let frontChanged = true;
 
   const axes = { x: null, y: null };
   const compareSet = new Set();
@@ -271,7 +272,7 @@
     if (!(y1 > y0)) { y0 -= 1; y1 += 1; }
     const [w, h] = plotSize();
     grid = { x0, x1, y0, y1, logX, logY, nx: Math.max(1, Math.ceil(w / CELL)), ny: Math.max(1, Math.ceil(h / CELL)),
-             feas: new Map(), bad: new Map(), outside: false };
+             feas: new Map(), bad: new Map(), outside: false, changed: true };
     for (const r of feasRows) place(grid.feas, r);
     for (const r of badRows) place(grid.bad, r);
   }
@@ -283,10 +284,11 @@
     if (!(fx >= 0 && fx <= 1 && fy >= 0 && fy <= 1)) { if (!view) g.outside = true; return; } // out of the zoomed view, or a new extreme
     const key = Math.min(g.nx - 1, Math.floor(fx * g.nx)) * 65536 + Math.min(g.ny - 1, Math.floor(fy * g.ny));
     const cell = map.get(key);
-    if (!cell) { map.set(key, { r, n: 1 }); return; }
+    if (!cell) { map.set(key, { r, n: 1 }); g.changed = true; return; }
     cell.n += 1;
+    if (cell.n === 2) g.changed = true; // its hover text now says it hides others
     const m = primary().metric, col = C.metrics[m], s = sgn(m);
-    if (col && col[r] !== null && (col[cell.r] === null || s * col[r] < s * col[cell.r])) cell.r = r;
+    if (col && col[r] !== null && (col[cell.r] === null || s * col[r] < s * col[cell.r])) { cell.r = r; g.changed = true; }
   }
   function rebuild() { // everything from the columns: after the snapshot, an axis or constraint change
     feasRows = []; badRows = []; grid = null;
@@ -302,6 +304,7 @@
     }
     const feas = addPoints(ok);
     front = frontierOf(pointsOf(feas)).map((p) => p.r);
+    frontChanged = true;
     addTop(feas);
     done.sort((a, b) => (C.t[a] === null ? Infinity : C.t[a]) - (C.t[b] === null ? Infinity : C.t[b]) || C.id[a] - C.id[b]);
     addConvergence(done);
@@ -311,7 +314,9 @@
     pendingOk = []; newlyDone = [];
     const feas = addPoints(ok);
     if (feas.length) {
+      const before = front;
       front = frontierOf(pointsOf(front.concat(feas))).map((p) => p.r);
+      if (front.length !== before.length || front.some((r, i) => r !== before[i])) frontChanged = true;
       addTop(feas);
     }
     addConvergence(done);
@@ -326,12 +331,18 @@
     const x = [], y = [], id = [], text = [];
     for (const { r, n } of map.values()) {
       x.push(xs[r]); y.push(ys[r]); id.push(C.id[r]);
-      text.push(n > 1 ? `${textOf(r)}<br>(best of ${n} in this spot: zoom in for the others)` : textOf(r));
+      text.push(n > 1 ? `${textOf(r)}<br>(the best of several candidates here: zoom in for the others)` : textOf(r));
     }
     return { x, y, id, text };
   }
   function drawFrontier() {
+    $("n-points").textContent = String(okCount);
+    $("n-feasible").textContent = String(feasRows.length);
+    $("n-front").textContent = String(front.length);
+    if (grid && !grid.outside && !grid.changed && !frontChanged) return null; // new points hidden under drawn ones
     if (!grid || grid.outside) makeGrid();
+    grid.changed = false;
+    frontChanged = false;
     const fr = front.slice().sort((a, b) => C.metrics[axes.x][a] - C.metrics[axes.x][b]);
     const logX = $("x-log").checked, logY = $("y-log").checked;
     const good = cellTraces(grid.feas), bad = cellTraces(grid.bad);
@@ -353,9 +364,6 @@
       yaxis: { title: { text: axes.y }, type: logY ? "log" : "linear" },
       legend: { orientation: "h", y: -0.18 }, hovermode: "closest",
     };
-    $("n-points").textContent = String(okCount);
-    $("n-feasible").textContent = String(feasRows.length);
-    $("n-front").textContent = String(front.length);
     $("n-shown").textContent = String(grid.feas.size + grid.bad.size);
     return Plotly.react("frontier-chart", traces, layout, plotConfig);
   }

@@ -151,3 +151,9 @@ def test_an_unknown_config_is_a_usage_error():
     out = subprocess.run([sys.executable, "-m", "engines", "validate", "--engine", "kda-layer", "--config", "huge"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "has no config 'huge'" in out.stderr
+
+
+def test_importing_the_package_loads_no_numpy_so_the_cli_can_set_threads_first():
+    out = subprocess.run([sys.executable, "-c", "import sys, engines; print('numpy' in sys.modules); "
+                          "from engines import Plan; print(Plan.__name__)"], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["False", "Plan"], out.stderr

@@ -103,6 +103,8 @@ def test_define_watch_compare_promote(stack, demo_user, browser):
     page.wait_for_function("Number(document.querySelector('#n-points').textContent) >= 1", timeout=240_000)
     page.wait_for_function("document.querySelector('#run-state').textContent === 'finished'", timeout=300_000)
     page.wait_for_function("window.runPage.count() === 8 && document.getElementById('frontier-chart').data[2].x.length >= 1")
+    drawn = page.evaluate("document.getElementById('frontier-chart').data[0].x.length + document.getElementById('frontier-chart').data[1].x.length")
+    assert drawn >= min(2, int(page.inner_text("#n-points")))  # 8 points hardly share an 8-pixel spot
     assert page.locator("#agents-table tbody tr").count() >= 1
     assert page.evaluate("document.getElementById('convergence-chart').data[0].x.length") >= 1
     assert page.locator("#event-log li").count() >= 1

@@ -86,6 +86,18 @@ def test_recent_candidates_are_not_cached(synthetic_run, monkeypatch):
 # --- the websocket -------------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def memory_layer(settings):
+    """The consumer's logic without Redis: channels_redis pools are bound to one event loop,
+    and each test here runs its own."""
+    from channels.layers import channel_layers
+
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
+
+
 async def _first_message(path: str, *, cookie: str | None, origin: str = "http://127.0.0.1:8000"):
     """Connect like a browser (channels' own communicator needs daphne); return
     ``(accepted, close code, first text message)``."""
@@ -109,7 +121,7 @@ async def _first_message(path: str, *, cookie: str | None, origin: str = "http:/
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_websocket_sends_the_columnar_snapshot_to_a_signed_in_user(synthetic_run, client, owner):
+def test_the_websocket_sends_the_columnar_snapshot_to_a_signed_in_user(synthetic_run, client, owner, memory_layer):
     client.force_login(owner)
     cookie = client.cookies["sessionid"].value
     connected, _, message = asyncio.run(_first_message(f"/ws/runs/{synthetic_run.pk}/?columns=1", cookie=cookie))
@@ -121,7 +133,7 @@ def test_the_websocket_sends_the_columnar_snapshot_to_a_signed_in_user(synthetic
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_websocket_refuses_anonymous_users_and_foreign_origins(synthetic_run, client, owner):
+def test_the_websocket_refuses_anonymous_users_and_foreign_origins(synthetic_run, client, owner, memory_layer):
     connected, code, _ = asyncio.run(_first_message(f"/ws/runs/{synthetic_run.pk}/?columns=1", cookie=None))
     assert not connected and code == 4401
     client.force_login(owner)
