@@ -51,7 +51,8 @@ class Engine:
         if prog is None:
             graph = self.build_graph(mode, plan)
             prog = self._programs[key] = bind_graph(graph, plan.choices(), target=self.target,
-                                                    registry=self.registry, buffer_reuse=plan.buffer_reuse)
+                                                    registry=self.registry, buffer_reuse=plan.buffer_reuse,
+                                                    blas_threads=plan.blas_threads)
         return prog
 
     def describe(self, plan: Plan, modes: tuple[str, ...] | None = None) -> dict[str, Any]:

@@ -159,8 +159,9 @@ class Program:
             faults after the first run); outputs are then copied out of the buffers.
     """
 
-    def __init__(self, graph: Graph, kernels: dict[str, BoundKernel], *, buffer_reuse: bool = True) -> None:
-        self.graph, self.kernels, self.buffer_reuse = graph, kernels, buffer_reuse
+    def __init__(self, graph: Graph, kernels: dict[str, BoundKernel], *, buffer_reuse: bool = True,
+                 blas_threads: int = 0) -> None:
+        self.graph, self.kernels, self.buffer_reuse, self.blas_threads = graph, kernels, buffer_reuse, blas_threads
         self._buffers: dict[str, np.ndarray] = {}
 
     def _alloc(self, tensor: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -182,6 +183,12 @@ class Program:
         Returns:
             The graph's outputs (owned by the caller: copies when buffers are reused).
         """
+        if self.blas_threads:
+            with _blas_controller().limit(limits=self.blas_threads, user_api="blas"):
+                return self._run(feeds, profile)
+        return self._run(feeds, profile)
+
+    def _run(self, feeds: Mapping[str, Any], profile: Profile | None) -> dict[str, np.ndarray]:
         env: dict[str, Any] = {**self.graph.constants, **feeds}
         clock = time.perf_counter
         for op in self.graph.ops:
@@ -233,8 +240,22 @@ class Program:
         return rows
 
 
+_CONTROLLER = None
+
+
+def _blas_controller():
+    """A cached ``threadpoolctl.ThreadpoolController`` (limiting through it costs ~20 us)."""
+    global _CONTROLLER
+    if _CONTROLLER is None:
+        from threadpoolctl import ThreadpoolController  # noqa: PLC0415
+
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER
+
+
 def bind_graph(graph: Graph, choices: Mapping[str, int], *, target: str = "cpu-x86_64",
-               registry: ProductionRegistry | None = None, buffer_reuse: bool = True) -> Program:
+               registry: ProductionRegistry | None = None, buffer_reuse: bool = True,
+               blas_threads: int = 0) -> Program:
     """Bind every workload operator of ``graph`` to a kernel.
 
     Args:
@@ -255,4 +276,4 @@ def bind_graph(graph: Graph, choices: Mapping[str, int], *, target: str = "cpu-x
         if key not in cache:
             cache[key] = bind(op.workload, choice, target=target, shape=op.shape_hint, registry=registry)
         kernels[op.name] = cache[key]
-    return Program(graph, kernels, buffer_reuse=buffer_reuse)
+    return Program(graph, kernels, buffer_reuse=buffer_reuse, blas_threads=blas_threads)

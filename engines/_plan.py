@@ -1,9 +1,9 @@
 """Engine plans: the engine-level choices as a point of a design space.
 
 A plan fixes, for one engine, which fusions are on (``FUSE_*``, 0/1), the batch size
-(``BATCH_SIZE``), whether operator buffers are kept across calls (``BUFFER_REUSE``, 0/1)
-and, per workload, which kernel runs its operators (``KERNEL_<WORKLOAD>``: 0 the NumPy/BLAS
-baseline, 1 the repository's C template, 2 the production kernel, falling back to the
+(``BATCH_SIZE``), whether operator buffers are kept across calls (``BUFFER_REUSE``, 0/1),
+the BLAS threads of the baselines (``BLAS_THREADS``: 0 default, 1 single) and, per
+workload, which kernel runs its operators (``KERNEL_<WORKLOAD>``: 0 the NumPy/BLAS baseline, 1 the repository's C template, 2 the production kernel, falling back to the
 baseline when there is none). Because it is a :class:`kernels.DesignSpace` point, the
 swarm's agents can search plans exactly as they search kernel parameters
 (:mod:`engines.goals`).
@@ -45,6 +45,7 @@ class PlanSpec:
         params = [Parameter(f, (0, 1)) for f in self.fusions]
         params.append(Parameter("BATCH_SIZE", tuple(self.batch_sizes)))
         params.append(Parameter("BUFFER_REUSE", (0, 1)))
+        params.append(Parameter("BLAS_THREADS", (0, 1)))
         params += [Parameter(kernel_param(w), (0, 1, 2)) for w in self.workloads]
         return DesignSpace(parameters=tuple(params), restrictions=())
 
@@ -88,6 +89,13 @@ class Plan:
     @property
     def batch_size(self) -> int:
         return int(self.params.get("BATCH_SIZE", 1))
+
+    @property
+    def blas_threads(self) -> int:
+        """Threads of the BLAS behind the baselines' matmuls during a run: 0 = the BLAS default
+        (every CPU), 1 = one thread (small GEMMs avoid thread hand-offs, which cost most on a
+        shared machine)."""
+        return int(self.params.get("BLAS_THREADS", 0))
 
     @property
     def buffer_reuse(self) -> bool:

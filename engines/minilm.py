@@ -38,7 +38,9 @@ PLAN_SPEC = PlanSpec(
     },
     batch_sizes=(1, 8, 32, 64),
     workloads=WORKLOADS,
-    defaults={"FUSE_QKV": 1, "FUSE_BIAS_GELU": 1, "BATCH_SIZE": 32, "BUFFER_REUSE": 1,
+    # One BLAS thread: the encoder's GEMMs are small (M = a batch's tokens, K <= 1536); measured
+    # on the 2-core host, two OpenBLAS threads made batch 1 6x slower, one template kernel did not.
+    defaults={"FUSE_QKV": 1, "FUSE_BIAS_GELU": 1, "BATCH_SIZE": 32, "BUFFER_REUSE": 1, "BLAS_THREADS": 1,
               **{f"KERNEL_{w.upper()}": PRODUCTION for w in WORKLOADS}},
 )
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
