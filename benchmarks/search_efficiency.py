@@ -136,6 +136,7 @@ def hypervolume(points: list[tuple[float, float]], reference: tuple[float, float
 
 
 _django_ready = False
+DEFAULT_MIX: tuple = ()
 
 
 def _setup_django() -> None:
@@ -152,6 +153,10 @@ def _setup_django() -> None:
 
     django.setup()
     call_command("migrate", verbosity=0)
+    from swarm.agents import DEFAULT_MIX as mix
+
+    global DEFAULT_MIX
+    DEFAULT_MIX = mix
     _django_ready = True
 
 
@@ -265,7 +270,8 @@ def run_optuna_tpe(ds: Dataset, seed: int, budget: int) -> Trace:
 def _task(kind: str, ds: Dataset, name: str, seed: int, budget: int, batch_size: int) -> tuple:
     start = time.perf_counter()
     if kind == "ours":
-        agents = OUR_AGENTS if name == "swarm" else (name.split(":", 1)[1],)
+        _setup_django()
+        agents = tuple(a["kind"] for a in DEFAULT_MIX) if name == "swarm" else (name.split(":", 1)[1],)
         trace = run_ours(ds, agents, seed, budget, batch_size)
     elif kind == "kt":
         trace = run_kt(ds, name.split(":", 1)[1], seed, budget)

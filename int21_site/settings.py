@@ -157,6 +157,7 @@ else:
 # --- evaluation -----------------------------------------------------------------------------
 EVAL_TIMEOUT_S = env_float("EVAL_TIMEOUT_S", 60.0)
 SWARM_SWEEP_EVERY_S = env_float("SWARM_SWEEP_EVERY_S", 60.0)  # recovery of lost work; 0 disables
+SWARM_UCB_EXPLORATION = env_float("SWARM_UCB_EXPLORATION", 0.3)  # UCB1 exploration weight of the agent bandit
 
 # --- LLM agents (OpenAI-compatible endpoint) --------------------------------------------------
 LLM_BASE_URL = env_str("LLM_BASE_URL", "https://api.openai.com/v1")

@@ -3,8 +3,8 @@
 Credit is frontier improvements per evaluation. Shares come from UCB1 (Auer, Cesa-Bianchi &
 Fischer, "Finite-time Analysis of the Multiarmed Bandit Problem", Machine Learning 47, 2002),
 allocated slot by slot with each slot counted as a pull, so one generation's batch spreads
-over agents instead of going all to the current leader; every unpaused agent gets at least one
-slot when the batch has room for all.
+over agents instead of going all to the current leader; an agent with fewer than
+:data:`COLD_START_EVALUATIONS` evaluations gets at least one slot when the batch has room.
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from swarm.pareto import pareto_front
+
+
+COLD_START_EVALUATIONS = 8
 
 
 @dataclass(frozen=True)
@@ -47,14 +50,15 @@ def allocate(arms: Sequence[Arm], n: int, exploration: float = 0.3) -> tuple[dic
     pulls = {a.name: a.evaluations for a in active}
     total = sum(pulls.values())
     scores = {a.name: ucb_score(a, pulls[a.name], total, exploration) for a in active}
-    if active and n >= len(active):
-        # A floor of one slot each: early credit is noise, and an agent starved in the first
-        # generations would never get the evaluations that could earn it credit.
-        for a in active:
+    cold = [a for a in active if a.evaluations < COLD_START_EVALUATIONS]
+    if cold and n >= len(cold):
+        # A floor of one slot for agents still starting: early credit is noise, and an agent
+        # starved in the first generations would never earn any.
+        for a in cold:
             shares[a.name] = 1
             pulls[a.name] += 1
             total += 1
-        n -= len(active)
+        n -= len(cold)
     for _ in range(n if active else 0):
         best = max(active, key=lambda a: (ucb_score(a, pulls[a.name], total, exploration), -shares[a.name]))
         shares[best.name] += 1

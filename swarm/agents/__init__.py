@@ -14,9 +14,10 @@ AGENTS: dict[str, type[Agent]] = {
     cls.kind: cls for cls in (RandomAgent, EvolutionaryAgent, OptunaAgent, LLMAgent)
 }
 
-#: The default swarm: one agent of each parameter-search kind. LLM agents join when asked for.
+#: The default swarm: evolutionary search and the model-guided agent, sharing each generation
+#: by credit (random sampling alone is what both start from; it is available as an agent).
+#: LLM agents join when asked for.
 DEFAULT_MIX: tuple[dict[str, Any], ...] = (
-    {"name": "random", "kind": "random", "settings": {}},
     {"name": "evolutionary", "kind": "evolutionary", "settings": {}},
     {"name": "optuna", "kind": "optuna", "settings": {}},
 )
