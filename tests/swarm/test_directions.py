@@ -55,10 +55,10 @@ def test_bad_directions_are_refused_with_a_reason_and_nothing_saved(run, owner, 
 
 
 def test_pausing_an_agent_gives_it_no_budget(run, owner):
-    directions.submit(run, "pause_agent", {"agent": "random"}, owner)
+    directions.submit(run, "pause_agent", {"agent": "evolutionary"}, owner)
     finish_generation(run)
     gen = run.generations.get(number=2)
-    assert gen.shares["random"] == 0 and sum(gen.shares.values()) == 5
+    assert gen.shares["evolutionary"] == 0 and sum(gen.shares.values()) == 5
 
 
 def test_a_changed_constraint_changes_feasibility(run, owner):
