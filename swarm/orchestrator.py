@@ -594,7 +594,7 @@ def evaluate_batch(candidate_ids: list[int], *, evaluate: EvaluateFn | None = No
     if not claimed:
         return []
     rows = Candidate.objects.select_related("goal").in_bulk(claimed)
-    records = {pk: _evaluate(rows[pk], evaluate or kernels.evaluate) for pk in claimed if pk in rows}
+    records = {pk: _evaluate(rows[pk], evaluate or evaluator_for(rows[pk].goal)) for pk in claimed if pk in rows}
     me, now = worker_identity(), timezone.now()
     with transaction.atomic():
         # A claim taken over meanwhile (we were presumed dead) belongs to the new holder.
@@ -632,6 +632,14 @@ def evaluate_batch(candidate_ids: list[int], *, evaluate: EvaluateFn | None = No
         else:
             events.publish(run_id, "candidates", {"items": items})
     return done
+
+
+def evaluator_for(goal: Goal) -> EvaluateFn:
+    """``engines.goals.evaluate_plan`` for engine goals (candidates are engine plans), else
+    ``kernels.evaluate``; both take the same arguments and return evidence."""
+    from engines.goals import evaluate_plan, is_engine_workload
+
+    return evaluate_plan if is_engine_workload(goal.workload) else kernels.evaluate
 
 
 def _evaluate(candidate: Candidate, evaluate: EvaluateFn) -> dict[str, Any]:

@@ -161,13 +161,21 @@ def validate_request(
     if not claimed:
         return req
     try:
-        verdict, reason, evidence = _extended_validation(req, evaluate or kernels.evaluate, bench or EXTENDED_BENCH)
+        from swarm.orchestrator import evaluator_for
+
+        verdict, reason, evidence = _extended_validation(req, evaluate or evaluator_for(req.candidate.goal),
+                                                         bench or EXTENDED_BENCH)
     except Exception as exc:  # noqa: BLE001 - an infrastructure failure is recorded, not raised
         log.exception("extended validation of promotion request %s failed", request_id)
         return _decide(req, PromotionRequest.State.FAILED, f"the extended validation could not run: "
                        f"{type(exc).__name__}: {exc}", {})
     if verdict != PromotionRequest.State.PROMOTED:
         return _decide(req, verdict, reason, evidence)
+    guard = _engine_guard(req.candidate)
+    if guard is not None:
+        evidence = {**evidence, "engines": {"ok": guard.ok, "reason": guard.reason, **(guard.evidence or {})}}
+        if not guard.ok:
+            return _decide(req, PromotionRequest.State.REFUSED, f"engine guard: {guard.reason}", evidence)
     try:
         with transaction.atomic():
             current = (Promotion.objects.select_for_update()
@@ -182,6 +190,17 @@ def validate_request(
             return _decide(req, PromotionRequest.State.PROMOTED, reason, evidence)
     except PromotionRefused as exc:
         return _decide(req, PromotionRequest.State.REFUSED, str(exc), evidence)
+
+
+def _engine_guard(candidate: Candidate):
+    """Cross-layer guard: re-validate and re-benchmark every production engine that uses the
+    candidate's workload on its target (``engines.web.guard``); None for engine-plan goals."""
+    from engines.goals import is_engine_workload
+    from engines.web.guard import guard_promotion
+
+    if is_engine_workload(candidate.goal.workload):
+        return None
+    return guard_promotion(candidate)
 
 
 def _decide(req: PromotionRequest, state: str, reason: str, evidence: dict) -> PromotionRequest:

@@ -160,6 +160,24 @@ def _record_benchmarks(eng, res: dict, candidate, model) -> None:
                              samples={s: v[side] for s, v in timing.items()}, kernels=val.get("kernels", {}))
 
 
+def guard_promotion(candidate, **kw) -> GuardResult:
+    """The call for the promotion flow: the latest check of ``candidate`` if an approver
+    overrode it (the promotion is then allowed, the override stays on record), else a fresh
+    :func:`check_kernel_promotion`.
+
+    Returns:
+        :class:`GuardResult`; ``ok`` True means the promotion may proceed.
+    """
+    from engines.web.models import GuardCheck  # noqa: PLC0415
+
+    latest = GuardCheck.objects.filter(candidate=candidate).order_by("-created_at", "-id").first()
+    if latest is not None and latest.overridden_at is not None:
+        who = latest.overridden_by.get_username() if latest.overridden_by else "an approver"
+        return GuardResult(True, f"guard check {latest.pk} overridden by {who}: {latest.override_reason}",
+                           latest.evidence, latest)
+    return check_kernel_promotion(candidate, **kw)
+
+
 def promotion_allowed(candidate) -> tuple[bool, Any]:
     """``(allowed, latest GuardCheck or None)``: allowed when the latest check passed or was
     overridden. Without any check: not allowed (run :func:`check_kernel_promotion` first)."""

@@ -111,5 +111,7 @@ def test_an_override_needs_an_approver_and_a_written_reason_and_is_audited(owner
     event = AuditEvent.objects.get(verb="engine_guard.override")
     assert event.actor == owner and "next layer kernel" in event.data["reason"] and "boom" in event.data["blocked_because"]
     assert guard.promotion_allowed(cand)[0]
+    again = guard.guard_promotion(cand, runner=lambda req: pytest.fail("an overridden check is not re-run"))
+    assert again.ok and "overridden by owner" in again.reason and again.check == check
     with pytest.raises(guard.GuardOverrideRefused, match="already overridden"):
         guard.override(check, owner, "once more, with feeling")
