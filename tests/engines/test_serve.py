@@ -122,7 +122,7 @@ def test_the_load_benchmark_reports_rates_and_percentiles(server):
         assert r["requests_per_s"] > 0 and 0 < r["p50_ms"] <= r["p99_ms"]
 
 
-def test_manage_py_engine_serve_serves_the_encoder(tmp_path):
+def test_manage_py_engine_serve_serves_the_encoder(tmp_path, minilm):
     port = free_port()
     env = {**os.environ, "INT21_VAR_DIR": str(tmp_path)}
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True,
