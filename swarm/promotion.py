@@ -186,10 +186,25 @@ def validate_request(
                     f"{current.pk if current else 'none'}); request the promotion again to compare with it")
             promotion = _install(req.candidate, req.requested_by, req.note, current,
                                  kind=Promotion.Kind.PROMOTE, evidence=_summary(evidence))
+            _adopt_engine_plan(req.candidate, req.target)
             req.promotion = promotion
             return _decide(req, PromotionRequest.State.PROMOTED, reason, evidence)
     except PromotionRefused as exc:
         return _decide(req, PromotionRequest.State.REFUSED, str(exc), evidence)
+
+
+def _adopt_engine_plan(candidate: Candidate, target: str) -> None:
+    """A promoted engine-plan candidate becomes the plan of the production engines it is for."""
+    from engines.goals import is_engine_workload, parse_goal_workload
+    from engines.web.models import ProductionEngine
+
+    if not is_engine_workload(candidate.goal.workload):
+        return
+    engine, config = parse_goal_workload(candidate.goal.workload)
+    engines = ProductionEngine.objects.filter(engine=engine, target=target, active=True)
+    if config:
+        engines = engines.filter(config=config)
+    engines.update(plan=candidate.params, plan_candidate=candidate, updated_at=timezone.now())
 
 
 def _engine_guard(candidate: Candidate):

@@ -106,3 +106,24 @@ def test_manage_py_engine_register_and_bench_record(owner):
     call_command("engine", "bench", "--record", pe.name, "--reps", "2", stdout=out)
     b = EngineBenchmark.objects.get(engine=pe)
     assert b.status == "ok" and b.metrics["decode_ms"] > 0 and b.graph["prefill"] and b.breakdown["decode"]
+
+
+@pytest.mark.django_db
+def test_a_promoted_engine_plan_becomes_the_production_engines_plan():
+    from engines.goals import create_engine_goal
+    from engines.web.models import ProductionEngine
+    from swarm.models import Candidate, Run
+    from swarm.promotion import _adopt_engine_plan
+
+    goal = create_engine_goal("llama-layer", config="small")
+    run = Run.objects.create(goal=goal, budget=1, seed=1, space=goal.space, constraints=goal.constraints)
+    params = {p["name"]: p["values"][-1] for p in goal.space["parameters"]}
+    candidate = Candidate.objects.create(goal=goal, run=run, generation=1, agent="random", content_hash="e" * 64,
+                                         params=params, source="", status="ok")
+    engine = ProductionEngine.objects.create(name="llama/cpu", engine="llama-layer", config="small", target=goal.target)
+    other = ProductionEngine.objects.create(name="kda/cpu", engine="kda-layer", config="small", target=goal.target)
+    _adopt_engine_plan(candidate, goal.target)
+    engine.refresh_from_db()
+    other.refresh_from_db()
+    assert engine.plan == params and engine.plan_candidate == candidate
+    assert other.plan == {}
