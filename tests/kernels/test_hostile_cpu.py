@@ -163,7 +163,7 @@ RACES = k(
     """
     for (int r = 0; r < rows; ++r) {
         const float *xr = x + (long)r * hidden; float *yr = y + (long)r * hidden;
-        float s = 0.0f;
+        volatile float s = 0.0f;  /* volatile: every update is a separate load and store */
         #pragma omp parallel for
         for (int i = 0; i < hidden; ++i) s += xr[i] * xr[i];  /* race: no reduction(+:s) */
         float inv = 1.0f / sqrtf(s / hidden + eps);
@@ -323,10 +323,19 @@ def run(source, quick_bench, params=None, shape_set="test-small", **kw):
     return evaluate("rmsnorm", source, params or {}, shape_set=shape_set, bench=quick_bench, seed=3, **kw)
 
 
+# A data race shows only when the threads really overlap; on a loaded 2-core host the OS may run
+# them one after the other, which makes the racy sum correct by luck. Such a kernel gets a few
+# fresh evaluations: it must be caught in at least one (every other kernel gets exactly one).
+ATTEMPTS = {"races (no OpenMP reduction)": 3}
+
+
 @pytest.mark.parametrize("name, source, params, shape_set, expected", HOSTILE, ids=[h[0] for h in HOSTILE])
 def test_each_hostile_kernel_gets_its_status(name, source, params, shape_set, expected, quick_bench):
     timeout = 3 if Outcome.timeout in expected else 30
-    ev = run(source, quick_bench, params, shape_set, timeout_s=timeout)
+    for _ in range(ATTEMPTS.get(name, 1)):
+        ev = run(source, quick_bench, params, shape_set, timeout_s=timeout)
+        if ev.status in expected:
+            break
     RESULTS[name] = str(ev.status)
     assert ev.status in expected, f"{name}: {ev.status}\n{ev.log[-3000:]}"
 
