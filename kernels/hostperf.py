@@ -223,7 +223,7 @@ def physical_limits() -> dict:
         hl = host_limits()
     except HostPerfError as exc:
         return {"gbps": fixed, "gflops": None, "margin": margin, "copy_gbps": None, "fma_gflops": None,
-                "source": f"KERNELS_CPU_PEAK_GBPS" if fixed else f"unavailable: {exc}"}
+                "source": "KERNELS_CPU_PEAK_GBPS" if fixed else f"unavailable: {exc}"}
     return {
         "gbps": fixed if fixed else margin * hl.copy_gbps,
         "gflops": margin * hl.fma_gflops,

@@ -23,7 +23,7 @@ def due(run: Run, generation: int) -> bool:
     """Whether to learn after ``generation``: on a geometric schedule (1, 2, 3, 4, 6, 9, 13,
     ...), so a run of G generations learns O(log G) times. A restarted process learns at
     its first boundary."""
-    key = f"{run.pk}@{run.started_at.timestamp()}"
+    key = run.identity
     last = _learned_at.get(key)
     if last is not None and generation < max(last + 1, LEARN_GROWTH * last):
         return False

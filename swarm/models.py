@@ -144,6 +144,11 @@ class Run(models.Model):
         """Channels group that receives this run's events."""
         return f"run.{self.pk}"
 
+    @property
+    def identity(self) -> str:
+        """Id and start time: unique in a process even when a database reuses ids (tests)."""
+        return f"{self.pk}@{self.started_at.timestamp()}"
+
     def design_space(self) -> DesignSpace:
         self.goal.ensure_dataset()
         return DesignSpace.from_dict(self.space)

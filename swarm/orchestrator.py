@@ -395,8 +395,8 @@ def run_view(run: Run, generation: int | None = None) -> RunView:
         seen=frozenset(seen), history=tuple(history),
     )
     # Sources and logs only for what an LLM prompt shows: the best few and recent failures.
-    detail_ids = {o.candidate for o in partial.ranked()[:3]} | {o.candidate for o in history if o.status != "ok"}
-    detail_ids = set(list(sorted(detail_ids))[-6:]) | {o.candidate for o in partial.ranked()[:3]}
+    recent_failures = [o.candidate for o in history if o.status != "ok"][-3:]
+    detail_ids = {o.candidate for o in partial.ranked()[:3]} | set(recent_failures)
     details = {
         c.pk: c for c in Candidate.objects.filter(pk__in=detail_ids).select_related("evidence").only(
             "id", "source", "params", "evidence__log")
@@ -418,7 +418,7 @@ def run_view(run: Run, generation: int | None = None) -> RunView:
         insights=tuple(learning.latest_insights(goal.workload, goal.target)),
         contract=_contract(goal.workload),
         template=goal.source,
-        run=f"{run.pk}@{run.started_at.timestamp()}",
+        run=run.identity,
     )
 
 

@@ -11,6 +11,21 @@ from kernels.space import DesignSpace, Parameter
 _DIR = Path(__file__).resolve().parent
 _SUFFIX = {"cpu": ".c", "cuda": ".cu"}
 
+# The register and cache tiling shared by gemm.c and gemm_bias.c (same blocking code).
+_GEMM_TILING = (
+    Parameter("MR", (1, 2, 4, 6, 8)),
+    Parameter("NR", (1, 2, 4, 8)),
+    Parameter("NV", (1, 2, 3, 4)),
+    Parameter("VEC", (4, 8, 16)),
+    Parameter("KC", (64, 128, 256, 512, 1024)),
+    Parameter("NC", (32, 64, 96, 128, 192, 256)),
+    Parameter("MC", (16, 32, 48, 64, 96, 128, 192, 256)),
+    Parameter("PACK_MIN_M", (1, 8, 32, 128, 1073741824)),
+    Parameter("LOOP_ORDER", (0, 1)),
+    Parameter("SCHEDULE", (0, 1)),
+)
+_GEMM_RESTRICTIONS = ("KC % VEC == 0", "MR * NR <= 24", "MR * NV <= 24", "MC % MR == 0", "NC % (NV * VEC) == 0")
+
 _DEFAULT_SPACES = {
     "rmsnorm": DesignSpace(
         parameters=(
@@ -26,26 +41,8 @@ _DEFAULT_SPACES = {
     # vector registers of AVX-512 (AVX2 has 16: larger tiles spill there and time slower);
     # blocks hold whole register tiles.
     "gemm": DesignSpace(
-        parameters=(
-            Parameter("MR", (1, 2, 4, 6, 8)),
-            Parameter("NR", (1, 2, 4, 8)),
-            Parameter("NV", (1, 2, 3, 4)),
-            Parameter("VEC", (4, 8, 16)),
-            Parameter("KC", (64, 128, 256, 512, 1024)),
-            Parameter("NC", (32, 64, 96, 128, 192, 256)),
-            Parameter("MC", (16, 32, 48, 64, 96, 128, 192, 256)),
-            Parameter("PACK_MIN_M", (1, 8, 32, 128, 1073741824)),
-            Parameter("LOOP_ORDER", (0, 1)),
-            Parameter("SCHEDULE", (0, 1)),
-            Parameter("REG_PIN", (0, 1)),
-        ),
-        restrictions=(
-            "KC % VEC == 0",
-            "MR * NR <= 24",
-            "MR * NV <= 24",
-            "MC % MR == 0",
-            "NC % (NV * VEC) == 0",
-        ),
+        parameters=(*_GEMM_TILING, Parameter("REG_PIN", (0, 1))),
+        restrictions=_GEMM_RESTRICTIONS,
     ),
     # softmax.c: EXP_DEGREE only matters with the polynomial exp, BLOCK only for ALGO 1.
     "softmax": DesignSpace(
@@ -110,26 +107,8 @@ _DEFAULT_SPACES = {
     ),
     # gemm_bias.c: gemm.c's space plus the erf of the GELU epilogue.
     "gemm_bias": DesignSpace(
-        parameters=(
-            Parameter("MR", (1, 2, 4, 6, 8)),
-            Parameter("NR", (1, 2, 4, 8)),
-            Parameter("NV", (1, 2, 3, 4)),
-            Parameter("VEC", (4, 8, 16)),
-            Parameter("KC", (64, 128, 256, 512, 1024)),
-            Parameter("NC", (32, 64, 96, 128, 192, 256)),
-            Parameter("MC", (16, 32, 48, 64, 96, 128, 192, 256)),
-            Parameter("PACK_MIN_M", (1, 8, 32, 128, 1073741824)),
-            Parameter("LOOP_ORDER", (0, 1)),
-            Parameter("SCHEDULE", (0, 1)),
-            Parameter("ERF_IMPL", (0, 1)),
-        ),
-        restrictions=(
-            "KC % VEC == 0",
-            "MR * NR <= 24",
-            "MR * NV <= 24",
-            "MC % MR == 0",
-            "NC % (NV * VEC) == 0",
-        ),
+        parameters=(*_GEMM_TILING, Parameter("ERF_IMPL", (0, 1))),
+        restrictions=_GEMM_RESTRICTIONS,
     ),
     "attention": DesignSpace(
         parameters=(
