@@ -143,7 +143,7 @@ def prepare(req: dict):
         fresh = workload.generate(shape, item["fresh_seed"])
         timed.append((item, sets, fresh))
     settings = BenchSettings(**req["bench"])
-    flush = make_l2_flush(cp, info.get("l2_bytes") or 0, settings.flush_bytes) if settings.flush_bytes else None
+    flush = make_l2_flush(cp, info.get("l2_bytes") or 0, settings.flush_bytes) if settings.flush_bytes and settings.flush != "none" else None
     cp.cuda.runtime.deviceSynchronize()
 
     # argument tuples built once per buffer set: a timed call only enqueues its launches

@@ -124,7 +124,7 @@ def _bind(lib: ctypes.CDLL, workload):
 
 def _prepare_cpu(req: dict):
     """Trusted phase of the CPU backend; returns the candidate phase as a callable."""
-    from kernels.timing import BenchSettings, bench, make_flush
+    from kernels.timing import BenchSettings, bench
     from kernels.workloads import get_workload
 
     workload = get_workload(req["workload"])
@@ -144,7 +144,7 @@ def _prepare_cpu(req: dict):
         fresh = workload.generate(item["shape"], item["fresh_seed"])
         timed.append((item, sets, fresh))
     settings = BenchSettings(**req["bench"])
-    flush = make_flush(settings.flush_bytes)
+    flush_method, evictor, rewrite = _flush_for(req, settings, bool(timed))
     np.save(io.BytesIO(), np.zeros(2, np.float32))  # import numpy's lazy modules now
     traceback.format_exc()
 
@@ -174,7 +174,13 @@ def _prepare_cpu(req: dict):
             def call() -> None:
                 fn(*sets[cur[0]].args)
 
-            samples = bench(call, settings, prepare=prepare, flush=flush)
+            # Evict exactly the buffers (guards included) that the next call touches.
+            plans = [evictor.plan([*s.inputs.values(), *s.outputs.values()]) for s in sets] if evictor else []
+
+            def evict() -> None:
+                plans[cur[0]]()
+
+            samples = bench(call, settings, prepare=prepare, flush=evict if plans else rewrite)
             late.snapshot(sets[cur[0]].outputs, f"{tid}_last")
             late.check(wait=True)
             slot = (cur[0] + 1) % len(sets)
@@ -187,9 +193,36 @@ def _prepare_cpu(req: dict):
                     np.save(f"{tid}_after{j}_{k}.npy", buf)
             out[tid] = {"samples_ms": samples, "last_set": cur[0], "fresh_slot": slot}
         late.check(wait=True)
-        return {"ok": True, "timed": out}
+        return {"ok": True, "timed": out, "flush": flush_method}
 
     return run
+
+
+def _flush_for(req: dict, settings, timing: bool):
+    """(method actually used, Evictor or None, rewrite flush or None) of the timing phase.
+
+    ``"evict"`` needs the helper library the parent compiled (``req["evict_library"]``);
+    without it, or where it cannot evict, the ``"rewrite"`` flush stands in and the method
+    says so.
+    """
+    from kernels.timing import Evictor, make_flush
+
+    if not timing or settings.flush == "none":
+        return "none", None, None
+    why = ""
+    if settings.flush == "evict":
+        lib = req.get("evict_library")
+        if lib:
+            try:
+                evictor = Evictor(lib)
+                return f"evict ({evictor.method})", evictor, None
+            except (OSError, RuntimeError) as exc:
+                why = f": {exc}"
+        else:
+            why = ": helper not compiled"
+    rewrite = make_flush(settings.flush_bytes)
+    method = f"rewrite {settings.flush_bytes} bytes"
+    return (method if settings.flush == "rewrite" else f"{method} (evict unavailable{why})"), None, rewrite
 
 
 def _prepare(req: dict):

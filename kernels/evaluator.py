@@ -17,12 +17,13 @@ Protocol (DESIGN.md, "Evaluation protocol"):
      (not a multiple of any tile) with two seeds, and the workload's stored failure cases
      (:mod:`kernels.validation_store`, the latest ``KERNELS_VALIDATION_STORE_LIMIT``);
    - timing: the timing loop rotates between two input sets, caches flushed before every
-     rep; then one more call with *fresh contents written into the same buffers* (same
+     rep (the call's own buffers evicted from every cache level, :class:`~kernels.timing.Evictor`);
+     then one more call with *fresh contents written into the same buffers* (same
      pointers), which a kernel that caches results by pointer or by call count gets wrong.
    Every output is copied right after the call returns and compared with the buffer again
    later: a change means work continued after the return (e.g. a thread outliving the call).
 4. This process regenerates every input from (shape, seed), computes the float64 reference
-   and classifies in one place, :func:`_judge`: guards intact, inputs unchanged, no late
+   (ahead, while the compiler and the validation child run: :class:`Expected`) and classifies in one place, :func:`_judge`: guards intact, inputs unchanged, no late
    writes (else ``invalid``); finite, within tolerance, repeated calls agreeing, timed and
    fresh-contents outputs correct (else ``wrong_result``); measured bandwidth and FLOP rate
    within ``roofline_margin`` times this host's measured copy bandwidth and FMA throughput
@@ -40,6 +41,7 @@ import shutil
 import signal
 import stat
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,6 +166,75 @@ def _plan(wl: Workload, shape_set: str, base_seed: int, stored: list[StoredCase]
     return cases, timed
 
 
+class Expected:
+    """Inputs and float64 references of a plan, computed ahead of the judge in a thread.
+
+    The parent regenerates every input from (shape, seed) and computes its reference; that
+    work depends only on the plan, so :meth:`start` runs it while the compiler and the
+    validation child run (the evaluator joins before the timing child starts, so nothing
+    competes with timing). Entries beyond ``budget_bytes`` (inputs + references) are not
+    kept and :meth:`get` computes them when asked, as the judge did before.
+
+    Args:
+        wl: the workload (with the shape set's attributes).
+        cases: validation cases of :func:`_plan`.
+        timed: timed items of :func:`_plan` (every input set and the fresh contents).
+        budget_bytes: most bytes kept ahead (default 512 MiB).
+    """
+
+    def __init__(self, wl: Workload, cases: list[dict] = (), timed: list[dict] = (),
+                 budget_bytes: int = 512 * 2**20) -> None:
+        self.wl = wl
+        self.budget = budget_bytes
+        self.keys = [(c["shape"], c["seed"]) for c in cases]
+        for t in timed:
+            self.keys += [(t["shape"], s) for s in (*t["seeds"], t["fresh_seed"])]
+        self.done: dict[tuple, tuple[dict, dict]] = {}
+        self.thread: threading.Thread | None = None
+        self.stop = False
+
+    @staticmethod
+    def _key(shape: dict, seed: int) -> tuple:
+        return tuple(sorted(shape.items())), int(seed)
+
+    def _compute(self, shape: dict, seed: int) -> tuple[dict, dict]:
+        inputs = self.wl.generate(shape, seed)
+        return inputs, self.wl.reference(inputs, self.wl.attrs)
+
+    def _fill(self) -> None:
+        used = 0
+        for shape, seed in self.keys:
+            if self.stop or self._key(shape, seed) in self.done:
+                continue
+            inputs, ref = self._compute(shape, seed)
+            used += sum(a.nbytes for a in (*inputs.values(), *ref.values()))
+            if used > self.budget:
+                return
+            self.done[self._key(shape, seed)] = (inputs, ref)
+
+    def start(self) -> Expected:
+        """Start computing in a daemon thread (numpy releases the GIL in its kernels)."""
+        self.thread = threading.Thread(target=self._fill, name="expected", daemon=True)
+        self.thread.start()
+        return self
+
+    def join(self) -> None:
+        """Wait for the thread (errors surface later, from :meth:`get`)."""
+        if self.thread is not None:
+            self.thread.join()
+
+    def cancel(self) -> None:
+        """Stop after the entry being computed (e.g. nothing left to judge)."""
+        self.stop = True
+        self.join()
+
+    def get(self, shape: dict, seed: int) -> tuple[dict, dict]:
+        """``(inputs, reference)`` of (shape, seed): kept ahead, or computed now."""
+        self.join()
+        hit = self.done.get(self._key(shape, seed))
+        return hit if hit is not None else self._compute(shape, seed)
+
+
 # -- classification --------------------------------------------------------------------------
 
 
@@ -271,10 +342,9 @@ def _record(kind: str, shape: dict, seed: int) -> dict:
             "max_abs_error": None, "max_rel_error": None, "passed": False, "reason": "", "verdict": None}
 
 
-def _validate_case(wl: Workload, case: dict, workdir: Path) -> dict:
+def _validate_case(wl: Workload, case: dict, workdir: Path, expected: Expected) -> dict:
     shape, cid = case["shape"], case["id"]
-    inputs = wl.generate(shape, case["seed"])
-    ref = wl.reference(inputs, wl.attrs)
+    inputs, ref = expected.get(shape, case["seed"])
     record = _record(case.get("kind", "validation"), shape, case["seed"])
     why = _check_inputs(inputs, workdir, f"{cid}_after_{{inp}}.npy")
     if why:
@@ -301,11 +371,12 @@ def _validate_case(wl: Workload, case: dict, workdir: Path) -> dict:
     return record
 
 
-def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, workdir: Path) -> list[dict]:
+def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, workdir: Path,
+                    expected: Expected) -> list[dict]:
     """Records of the last timed call and of the fresh-contents call after timing."""
     shape, tid = item["shape"], item["id"]
-    sets = [wl.generate(shape, s) for s in item["seeds"]]
-    fresh = wl.generate(shape, item["fresh_seed"])
+    sets = [expected.get(shape, s)[0] for s in item["seeds"]]
+    fresh = expected.get(shape, item["fresh_seed"])[0]
     last = _record("timed", shape, item["seeds"][last_set])
     again = _record("fresh", shape, item["fresh_seed"])
     for j, inputs in enumerate(sets):
@@ -317,7 +388,8 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
         (last, f"{tid}_last", sets[last_set], "last timed call"),
         (again, f"{tid}_fresh", fresh, "call on fresh contents in the timed buffers"),
     ):
-        verdict, why, _, a, r = _check_outputs(wl, shape, prefix, workdir, wl.reference(inputs, wl.attrs))
+        seed = item["seeds"][last_set] if inputs is sets[last_set] else item["fresh_seed"]
+        verdict, why, _, a, r = _check_outputs(wl, shape, prefix, workdir, expected.get(shape, seed)[1])
         rec.update(max_abs_error=a, max_rel_error=r)
         if verdict:
             rec.update(reason=f"{what}: {why}", verdict=verdict)
@@ -355,6 +427,16 @@ def _parse_result(run: ChildRun, timed: list[dict]) -> dict[str, dict]:
         if not ok:
             raise _Broken(f"timing data for {shape_label(item['shape'])} is missing or malformed")
     return out
+
+
+def _reported_flush(run: ChildRun) -> str | None:
+    """The cache flush the timing child says it used (fingerprint only; never trusted for
+    a verdict), or None."""
+    try:
+        flush = json.loads(run.result.decode("utf-8")).get("flush")
+    except (UnicodeDecodeError, ValueError, AttributeError):
+        return None
+    return flush[:200] if isinstance(flush, str) else None
 
 
 def _signal_name(rc: int) -> str:
@@ -431,17 +513,20 @@ def _run_failure(run: ChildRun, timeout_s: float) -> tuple[Outcome, str] | None:
 
 
 def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRun | list[ChildRun], workdir: Path,
-           timeout_s: float, limits: dict | None = None):
+           timeout_s: float, limits: dict | None = None, expected: Expected | None = None):
     """The one place that maps child runs to an Outcome.
 
     Args:
         run: one child run that did everything, or the runs of the phases in order
             (validation, then timing); the first run that failed as a process decides, and
             the timing results come from the last run.
+        expected: inputs and references computed ahead (:class:`Expected`); default: computed
+            here.
 
     Returns (status, reason, cases, metrics, samples_ms).
     """
     limits = limits or {}
+    expected = expected or Expected(wl)
     runs = list(run) if isinstance(run, (list, tuple)) else [run]
     for r in runs:
         failure = _run_failure(r, timeout_s)
@@ -451,9 +536,10 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
         result: dict[str, dict] = {}
         for i, r in enumerate(runs):
             result.update(_parse_result(r, timed if i == len(runs) - 1 else []))
-        cases = [_validate_case(wl, c, workdir) for c in cases_plan]
+        cases = [_validate_case(wl, c, workdir, expected) for c in cases_plan]
         for t in timed:
-            cases += _validate_timed(wl, t, result[t["id"]]["last_set"], result[t["id"]]["fresh_slot"], workdir)
+            cases += _validate_timed(wl, t, result[t["id"]]["last_set"], result[t["id"]]["fresh_slot"], workdir,
+                                     expected)
     except _Broken as exc:
         return Outcome.runtime_error, str(exc), [], {}, {}
     metrics, samples = _metrics(wl, timed, result, cases, limits)
@@ -472,6 +558,24 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
                     f"({limits.get('source', '')}; margin x{limits.get('margin', 1):g}): timing cannot be trusted"
                 ), cases, metrics, samples
     return Outcome.ok, "all validation cases passed", cases, metrics, samples
+
+
+def _evict_library(be: Any, bench: BenchSettings, sections: list[str]) -> Path | None:
+    """The compiled cache-eviction helper for the ``"evict"`` flush (CPU backend), or None.
+
+    Compiled like a candidate (same compiler, flags and cache) from trusted source; a
+    failure is logged and the timing child falls back to the ``"rewrite"`` flush.
+    """
+    if bench.flush != "evict" or getattr(be, "name", "") != "cpu":
+        return None
+    from kernels.backends.cpu import CompileError  # noqa: PLC0415
+    from kernels.timing import EVICT_SOURCE  # noqa: PLC0415
+
+    try:
+        return Path(be.compile(EVICT_SOURCE.read_text(), "").path)
+    except (CompileError, OSError) as exc:
+        sections.append(f"== cache-eviction helper ==\nnot available, rewrite flush instead: {exc}")
+        return None
 
 
 def _limits(be: Any) -> dict:
@@ -576,20 +680,27 @@ def evaluate(
         return finish(Outcome.invalid, f"bad parameters: {exc}")
     from kernels.backends.cpu import CompileError  # noqa: PLC0415  (backend-specific error)
 
-    try:
-        artifact = be.compile(source, defines)
-    except CompileError as exc:
-        sections.append(f"== compile ==\n{exc.log}")
-        return finish(Outcome.compile_error, str(exc))
-    sections.append(f"== compile ==\n{'(cached)' if artifact.cached else artifact.log or '(no output)'}")
-
-    limits = _limits(be)  # measured once per host (before the child, so nothing competes)
+    limits = _limits(be)  # measured once per host (before anything else runs, so nothing competes)
     fingerprint["limits"] = limits
     store_limit = config.validation_store_limit()
     store = validation_store or ValidationStore()
     stored = store.cases(wl.name, store_limit) if store_limit else []
     cases_plan, timed = _plan(wl, shape_set, base_seed, stored)
-    workdir = make_workdir(policy, {"candidate.so": Path(artifact.path)})
+    # Inputs and references depend only on the plan: computed while the compiler and the
+    # validation child run, joined before the timing child starts.
+    expected = Expected(wl, cases_plan, timed).start()
+    try:
+        artifact = be.compile(source, defines)
+    except CompileError as exc:
+        expected.cancel()
+        sections.append(f"== compile ==\n{exc.log}")
+        return finish(Outcome.compile_error, str(exc))
+    sections.append(f"== compile ==\n{'(cached)' if artifact.cached else artifact.log or '(no output)'}")
+    files = {"candidate.so": Path(artifact.path)}
+    evict_lib = _evict_library(be, bench, sections)
+    if evict_lib is not None:
+        files["evict.so"] = evict_lib
+    workdir = make_workdir(policy, files)
     request = {
         "library": str(workdir / "candidate.so"),
         "backend": getattr(be, "name", backend),
@@ -599,6 +710,7 @@ def evaluate(
         "cases": cases_plan,
         "timed": timed,
         "bench": bench.to_dict(),
+        "evict_library": str(workdir / "evict.so") if evict_lib is not None else None,
     }
     logdir = Path(tempfile.mkdtemp(prefix="int21-log-"))
     try:
@@ -614,6 +726,9 @@ def evaluate(
                     runs.append(ChildRun(None, True, "", "", b""))  # budget spent by validation
                 break
             (logdir / phase).mkdir()
+            if phase == "timing":
+                expected.join()  # nothing of ours competes with the timed calls
+                left = deadline - time.monotonic()
             run = run_child(req, workdir, logdir / phase, left, policy=policy, env=env)
             runs.append(run)
             if run.stdout:
@@ -622,8 +737,11 @@ def evaluate(
                 sections.append(f"== {phase} child stderr (tail) ==\n{run.stderr}")
         fingerprint["sandbox"] = runs[0].sandbox or {"error": "the child exited before reporting its sandbox"}
         fingerprint["child_wall_s"] = {p: round(r.wall_s, 4) for p, r in zip(("validation", "timing"), runs)}
-        status, reason, cases, metrics, samples = _judge(wl, cases_plan, timed, runs, workdir, timeout_s, limits)
+        fingerprint["flush"] = _reported_flush(runs[-1])
+        status, reason, cases, metrics, samples = _judge(wl, cases_plan, timed, runs, workdir, timeout_s, limits,
+                                                         expected)
     finally:
+        expected.cancel()
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(logdir, ignore_errors=True)
     wrong = [c for c in cases if c["verdict"] == Outcome.wrong_result]

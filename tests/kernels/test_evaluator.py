@@ -190,3 +190,31 @@ def test_unknown_names_raise_key_error(quick_bench):
         evaluate("nope", RMSNORM_CORRECT, {})
     with pytest.raises(KeyError, match="llama3-8b"):
         evaluate("rmsnorm", RMSNORM_CORRECT, {}, shape_set="nope")
+
+
+def test_expected_values_kept_ahead_equal_those_computed_on_demand():
+    import numpy as np
+
+    from kernels.evaluator import Expected, _plan
+    from kernels.workloads import get_workload
+
+    wl = get_workload("rmsnorm").for_shape_set("test-small")
+    cases, timed = _plan(wl, "test-small", 11)
+    ahead = Expected(wl, cases, timed).start()
+    ahead.join()
+    assert len(ahead.done) == len(cases) + sum(len(t["seeds"]) + 1 for t in timed)
+    lazy = Expected(wl, cases, timed, budget_bytes=0).start()
+    lazy.join()
+    assert lazy.done == {}  # over budget: nothing kept, everything computed when asked
+    for c in cases:
+        (xa, ra), (xl, rl) = ahead.get(c["shape"], c["seed"]), lazy.get(c["shape"], c["seed"])
+        assert all(np.array_equal(xa[k], xl[k]) for k in xa) and all(np.array_equal(ra[k], rl[k]) for k in ra)
+
+
+def test_a_compile_error_stops_the_expected_values_thread():
+    import threading
+
+    ev = evaluate("rmsnorm", "this is not C", {"ROWS_PER_CHUNK": 1, "UNROLL": 1, "VEC": 1, "ACC_DOUBLE": 1},
+                  shape_set="test-small", seed=1)
+    assert ev.status == Outcome.compile_error
+    assert not [t for t in threading.enumerate() if t.name == "expected" and t.is_alive()]

@@ -147,3 +147,21 @@ def test_the_compile_cache_is_out_of_reach_and_unchanged(quick_bench):
     after = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
     assert not (cache / "probe").exists()
     assert {n: t for n, t in after.items() if n in before} == before  # nothing touched
+
+
+def test_waiting_for_a_child_returns_on_exit_and_on_timeout():
+    import subprocess
+    import sys
+
+    from kernels.sandbox import _wait_exit
+
+    quick = subprocess.Popen([sys.executable, "-c", "pass"])
+    assert _wait_exit(quick, 30.0) is True
+    assert quick.wait(timeout=5) == 0
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert _wait_exit(slow, 0.2) is False
+        assert slow.poll() is None
+    finally:
+        slow.kill()
+        slow.wait()

@@ -73,3 +73,58 @@ def test_evidence_reports_roofline_and_the_limits_used(quick_bench):
     label = "rows=8,hidden=256"
     assert ev.metrics[f"roofline_pct[{label}]"] == pytest.approx(100 * ev.metrics[f"gbps[{label}]"] / lim["copy_gbps"])
     assert 0 < ev.metrics["roofline_pct"] < 100 * lim["gbps"] / lim["copy_gbps"]
+
+
+def _evictor():
+    import platform
+
+    from kernels.backends.cpu import CpuBackend
+    from kernels.timing import EVICT_SOURCE, Evictor
+
+    if platform.machine() not in ("x86_64", "aarch64"):
+        pytest.skip("no cache-line eviction instruction on this architecture")
+    return Evictor(CpuBackend().compile(EVICT_SOURCE.read_text(), "").path)
+
+
+def test_the_evict_flush_clears_lines_without_changing_the_buffers():
+    evictor = _evictor()
+    assert evictor.method in ("clflushopt", "clflush", "dc civac")
+    a = np.arange(100_003, dtype=np.float32)
+    b = np.full(17, 3.0, dtype=np.float32)[1:]  # an unaligned start
+    before = a.copy(), b.copy()
+    plan = evictor.plan([a, b])
+    for _ in range(3):
+        plan()
+    assert np.array_equal(a, before[0]) and np.array_equal(b, before[1])
+
+
+def test_bench_settings_reject_an_unknown_flush():
+    from kernels.timing import BenchSettings
+
+    with pytest.raises(ValueError, match="flush must be one of evict, rewrite, none"):
+        BenchSettings(flush="clflush")
+
+
+@pytest.mark.parametrize("mode, reported", [("evict", "evict ("), ("rewrite", "rewrite 1048576 bytes"), ("none", "none")])
+def test_evidence_records_the_flush_the_timing_child_used(mode, reported, quick_bench):
+    import dataclasses
+    import platform
+
+    if mode == "evict" and platform.machine() not in ("x86_64", "aarch64"):
+        reported = "rewrite 1048576 bytes (evict unavailable"
+    bench = dataclasses.replace(quick_bench, flush=mode)
+    ev = evaluate("rmsnorm", load_template("rmsnorm"), {"ROWS_PER_CHUNK": 2, "UNROLL": 1, "VEC": 4, "ACC_DOUBLE": 1},
+                  shape_set="test-small", bench=bench, seed=3)
+    assert ev.status == Outcome.ok, ev.log
+    assert ev.fingerprint["flush"].startswith(reported)
+    assert ev.fingerprint["bench"]["flush"] == mode
+
+
+def test_a_missing_eviction_helper_falls_back_to_the_rewrite_flush(monkeypatch, quick_bench):
+    from kernels import evaluator
+
+    monkeypatch.setattr(evaluator, "_evict_library", lambda be, bench, sections: None)
+    ev = evaluate("rmsnorm", load_template("rmsnorm"), {"ROWS_PER_CHUNK": 2, "UNROLL": 1, "VEC": 4, "ACC_DOUBLE": 1},
+                  shape_set="test-small", bench=quick_bench, seed=3)
+    assert ev.status == Outcome.ok, ev.log
+    assert ev.fingerprint["flush"] == "rewrite 1048576 bytes (evict unavailable: helper not compiled)"
