@@ -253,7 +253,11 @@ def main(result_fd: int) -> None:
     candidate is loaded), then the result. A failed lockdown writes ``{"error": ...}`` as
     the first line and exits with code 70 without loading the candidate.
     """
-    req = json.loads(sys.stdin.read())
+    serve(json.loads(sys.stdin.read()), result_fd)
+
+
+def serve(req: dict, result_fd: int) -> None:
+    """:func:`main` on a request already read (the fork server's children start here)."""
     try:
         run = _prepare(req)
     except BaseException as exc:  # the parent classifies; no candidate code has run

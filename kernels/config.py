@@ -74,6 +74,20 @@ def validation_store_limit() -> int:
     return max(0, int(_env_float("KERNELS_VALIDATION_STORE_LIMIT", 16)))
 
 
+def sandbox_spawn() -> str:
+    """How sandbox children start: ``"fork"`` (default: forked by a pre-imported fork server,
+    :mod:`kernels.forkserver`) or ``"exec"`` (a fresh ``python -I`` each);
+    ``KERNELS_SANDBOX_SPAWN``.
+
+    Raises:
+        ValueError: another value.
+    """
+    mode = os.environ.get("KERNELS_SANDBOX_SPAWN", "fork").strip() or "fork"
+    if mode not in ("fork", "exec"):
+        raise ValueError(f"KERNELS_SANDBOX_SPAWN={mode!r}: expected 'fork' or 'exec'")
+    return mode
+
+
 def sandbox_memory_bytes() -> int:
     """Address-space limit of the sandbox child (``$KERNELS_SANDBOX_MEMORY_BYTES``, 8 GiB)."""
     return int(_env_float("KERNELS_SANDBOX_MEMORY_BYTES", 8 * 2**30))
@@ -82,11 +96,18 @@ def sandbox_memory_bytes() -> int:
 def shared_dataset_dir(name: str) -> Path | None:
     """``shared/datasets/<name>`` found by walking up from this package (covers a checkout
     with ``shared/`` inside it and one with ``shared/`` beside it); None if absent."""
+    known = _shared_found.get(name)
+    if known is not None and os.path.isdir(known):
+        return known
     for base in Path(__file__).resolve().parents:
         candidate = base / "shared" / "datasets" / name
         if candidate.is_dir():
+            _shared_found[name] = candidate
             return candidate
     return None
+
+
+_shared_found: dict[str, Path] = {}  # name -> folder found (one stat re-checks it, not a walk)
 
 
 def _env_dirs(name: str, default: str) -> tuple[Path, ...]:

@@ -1,18 +1,22 @@
 """The sandbox: run the candidate-calling child in its own session, confined and limited.
 
-Every evaluation runs :mod:`kernels._sandbox_child` in fresh ``python -I`` processes (the
-evaluator starts one for validation and one for timing):
+Every evaluation runs :mod:`kernels._sandbox_child` in fresh processes (the evaluator starts
+one for validation and one for timing), forked by this process's fork server
+(:mod:`kernels.forkserver`: a pre-imported process that never loads candidate code; a child
+in 0.05-0.1 s instead of 0.2 s) or, with ``KERNELS_SANDBOX_SPAWN=exec``, started as
+``python -I``; either way (the same report, ``"spawn"`` says which):
 
 - its own session and process group; after ``timeout_s`` of wall clock (or when it exits)
   the whole group gets SIGKILL;
 - resource limits set before anything is imported: address space
   (``KERNELS_SANDBOX_MEMORY_BYTES``, default 8 GiB), CPU seconds (``timeout_s * cpus + 10``),
   file size (256 MiB), no core dumps;
+- no descriptors but the standard streams and the result pipe;
 - an empty environment: only ``PATH=/usr/bin:/bin``, ``OMP_NUM_THREADS`` (= CPU count),
   ``OPENBLAS_NUM_THREADS=1`` and the OpenMP wait settings of
   :func:`kernels.timing.omp_environment` (no secrets, no ``HOME``);
 - a private temporary directory as its cwd, holding a copy of the candidate library;
-- request on stdin, results on a dedicated pipe (the candidate's prints cannot forge it), its
+- request on stdin (exec) or in the fork request, results on a dedicated pipe (the candidate's prints cannot forge it), its
   stdout/stderr in files whose tails go to the evidence log;
 - confinement applied inside the child before the candidate is loaded
   (:mod:`kernels._isolation`, see there for the details and the sources):
@@ -264,6 +268,98 @@ def _wait_exit(proc: subprocess.Popen, timeout_s: float) -> bool:
         os.close(fd)
 
 
+def _collect(rfd: int, reader) -> threading.Thread:
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    return thread
+
+
+def _finish_reader(thread: threading.Thread, rfd: int) -> None:
+    thread.join(timeout=5)
+    if not thread.is_alive():
+        os.close(rfd)
+
+
+def _run_exec(request, workdir, env, code, wfd, out_path, err_path, timeout_s, rfd, reader) -> tuple[int | None, bool]:
+    """A fresh ``python -I`` child; returns (returncode, timed_out)."""
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-c", code, str(wfd)],
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=err,
+                cwd=workdir,
+                env=child_env(env),
+                pass_fds=(wfd,),
+                start_new_session=True,
+                close_fds=True,
+            )
+        except BaseException:
+            os.close(rfd)
+            raise
+        finally:
+            os.close(wfd)  # only the child holds the write end: EOF when it is gone
+    thread = _collect(rfd, reader)
+    timed_out = False
+    try:
+        try:
+            proc.stdin.write(json.dumps(request).encode())
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        timed_out = not _wait_exit(proc, timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        # Kill the whole group: also threads' helpers or grandchildren the candidate made.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+        _finish_reader(thread, rfd)
+    return proc.returncode, timed_out
+
+
+def _run_forked(request, workdir, env, limits, wfd, out_path, err_path, timeout_s, rfd, reader) -> tuple[int | None, bool]:
+    """A child forked by this process's fork server; returns (returncode, timed_out).
+
+    Raises:
+        SandboxError: the fork server failed (not the candidate's doing).
+    """
+    from kernels import forkserver  # noqa: PLC0415
+
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        try:
+            pid, status = forkserver.server(child_env()).spawn(
+                request, cwd=str(workdir), env=child_env(env), limits=limits,
+                result_fd=wfd, stdout_fd=out.fileno(), stderr_fd=err.fileno())
+        except forkserver.ForkServerError as exc:
+            os.close(rfd)
+            raise SandboxError(str(exc)) from exc
+        finally:
+            os.close(wfd)  # only the child holds the write end: EOF when it is gone
+    thread = _collect(rfd, reader)
+    returncode = None
+    try:
+        returncode = forkserver.wait_status(status, timeout_s)
+        timed_out = returncode is None
+    finally:
+        try:
+            os.killpg(pid, signal.SIGKILL)  # the whole group, as in the exec path
+        except (ProcessLookupError, PermissionError):
+            pass
+        if returncode is None:
+            try:
+                returncode = forkserver.wait_status(status, 30)
+            except forkserver.ForkServerError:
+                returncode = None
+        status.close()
+        _finish_reader(thread, rfd)
+    return returncode, timed_out
+
+
 def run_child(
     request: dict,
     workdir: Path,
@@ -315,47 +411,14 @@ def run_child(
                 chunks.append(data)
 
     start = time.monotonic()
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-c", code, str(wfd)],
-                stdin=subprocess.PIPE,
-                stdout=out,
-                stderr=err,
-                cwd=workdir,
-                env=child_env(env),
-                pass_fds=(wfd,),
-                start_new_session=True,
-                close_fds=True,
-            )
-        except BaseException:
-            os.close(rfd)
-            raise
-        finally:
-            os.close(wfd)  # only the child holds the write end: EOF when it is gone
-    thread = threading.Thread(target=reader, daemon=True)
-    thread.start()
-    timed_out = False
-    try:
-        try:
-            proc.stdin.write(json.dumps(request).encode())
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        timed_out = not _wait_exit(proc, timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    finally:
-        # Kill the whole group: also threads' helpers or grandchildren the candidate made.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait()
-        wall_s = time.monotonic() - start
-        thread.join(timeout=5)
-        if not thread.is_alive():
-            os.close(rfd)
+    mode = config.sandbox_spawn()
+    if mode == "fork":
+        returncode, timed_out = _run_forked(request, workdir, env, limits, wfd, out_path, err_path, timeout_s,
+                                            rfd, reader)
+    else:
+        returncode, timed_out = _run_exec(request, workdir, env, code, wfd, out_path, err_path, timeout_s,
+                                          rfd, reader)
+    wall_s = time.monotonic() - start
     raw = b"".join(chunks)
     head, sep, rest = raw.partition(b"\n")
     report = None
@@ -366,9 +429,11 @@ def run_child(
             report = None
         if not isinstance(report, dict):
             report = None
-    if report is not None and "error" in report and proc.returncode == 70:
+    if report is not None:
+        report["spawn"] = mode
+    if report is not None and "error" in report and returncode == 70:
         raise SandboxError(f"the sandbox child could not confine itself: {report['error']}")
     return ChildRun(
-        proc.returncode, timed_out, _tail(out_path), _tail(err_path),
+        returncode, timed_out, _tail(out_path), _tail(err_path),
         rest if sep else raw, report or None, wall_s,
     )

@@ -165,3 +165,41 @@ def test_waiting_for_a_child_returns_on_exit_and_on_timeout():
     finally:
         slow.kill()
         slow.wait()
+
+
+# Counts open descriptors above stderr; correct only when exactly one is open (the result pipe).
+ONLY_THE_RESULT_PIPE = k(
+    "int open_fds = 0; for (int fd = 3; fd < 4096; fd++) if (fcntl(fd, F_GETFD) != -1) open_fds++;"
+    "if (open_fds == 1) rms_rows(x, w, y, rows, hidden, eps);",
+    prelude="#include <fcntl.h>\n",
+)
+
+
+@pytest.mark.parametrize("spawn", ["fork", "exec"])
+def test_both_ways_of_starting_a_child_confine_it_alike(spawn, monkeypatch, quick_bench):
+    monkeypatch.setenv("KERNELS_SANDBOX_SPAWN", spawn)
+    ev = run(ONLY_THE_RESULT_PIPE, quick_bench)
+    assert ev.status == Outcome.ok, ev.log  # no descriptor of the fork server or the evaluator leaked
+    sb = ev.fingerprint["sandbox"]
+    assert sb["spawn"] == spawn and sb["threads_at_lockdown"] == 1
+    if ROOT:
+        assert sb["network"] == "namespace" and sb["user"]["dropped"] is True
+
+
+def test_a_killed_fork_server_is_replaced(quick_bench):
+    from kernels import forkserver
+
+    assert run(CORRECT, quick_bench).status == Outcome.ok
+    server = forkserver.server(child_env())
+    old = server._proc
+    old.kill()
+    old.wait()
+    ev = run(CORRECT, quick_bench)
+    assert ev.status == Outcome.ok, ev.log
+    assert server._proc is not old and server._proc.poll() is None
+
+
+def test_an_unknown_spawn_mode_is_refused(monkeypatch, quick_bench):
+    monkeypatch.setenv("KERNELS_SANDBOX_SPAWN", "vfork")
+    with pytest.raises(ValueError, match="KERNELS_SANDBOX_SPAWN='vfork': expected 'fork' or 'exec'"):
+        run(CORRECT, quick_bench)

@@ -1,0 +1,312 @@
+"""Fork server: sandbox children forked from a pre-imported template process.
+
+Starting ``python -I`` and importing numpy and :mod:`kernels` costs 0.15-0.25 s per child on
+the 2-core development host, twice per evaluation (validation and timing child). The fork
+server is one such process, started once per evaluating process, that has imported
+everything and never loads candidate code; each child is an ``os.fork()`` of it (a few
+milliseconds) that then does exactly what a freshly started child does: resource limits first,
+its own session, the request's environment, cwd and standard streams, then
+:func:`kernels._sandbox_child.serve` (lockdown, candidate). Nothing else changes: the same
+confinement, the same result pipe, the same wall-clock kill of the process group by the
+evaluating process.
+
+Protocol (``AF_UNIX`` ``SOCK_SEQPACKET``, one message per request): a JSON header
+``{request, cwd, env, limits}`` with four file descriptors: the result pipe's write end,
+stdout and stderr files, and one end of a status socket pair. On the status socket the server
+writes ``{"pid": N}`` once the child leads its own session, and ``{"returncode": R}`` when it
+has reaped it (``R`` as :attr:`subprocess.Popen.returncode`: negative for a signal).
+
+``KERNELS_SANDBOX_SPAWN=exec`` turns it off (every child a fresh ``python -I``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+_ROOT = str(Path(__file__).resolve().parent.parent)
+_MAX_MESSAGE = 8 * 2**20
+
+_BOOTSTRAP = f"""\
+import sys
+sys.dont_write_bytecode = True
+sys.path.insert(0, {_ROOT!r})
+from kernels.forkserver import serve_forever
+serve_forever(int(sys.argv[1]))
+"""
+
+
+class ForkServerError(OSError):
+    """The fork server could not start a child (an infrastructure failure)."""
+
+
+class ForkServer:
+    """Client side: starts the server process on first use (again after a fork of this
+    process or a death of the server) and asks it for children.
+
+    Args:
+        env: the server's own environment (the children replace it with the request's).
+    """
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = dict(env)
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._sock: socket.socket | None = None
+        self._owner = -1
+
+    def _start(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-c", _BOOTSTRAP, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), env=self.env, cwd="/", stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+            )
+        finally:
+            theirs.close()
+        ours.settimeout(60)
+        try:
+            ready = ours.recv(64)
+        except OSError as exc:
+            ready = repr(exc).encode()
+        if ready != b"ready":
+            self._stop()
+            raise ForkServerError(f"the fork server did not start (got {ready[:60]!r})")
+        ours.settimeout(None)
+        self._sock, self._owner = ours, os.getpid()
+
+    def _stop(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+        self._sock = self._proc = None
+
+    def spawn(self, request: dict, *, cwd: str, env: dict[str, str], limits: list[tuple[int, int]],
+              result_fd: int, stdout_fd: int, stderr_fd: int) -> tuple[int, socket.socket]:
+        """Fork a sandbox child; returns (pid, status socket).
+
+        The child leads its own session (process group ``pid``) before this returns. Read
+        its exit with :func:`wait_status`.
+
+        Raises:
+            ForkServerError: the server could not be started or did not answer.
+        """
+        status, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        header = json.dumps({"request": request, "cwd": cwd, "env": env, "limits": limits}).encode()
+        if len(header) > _MAX_MESSAGE:
+            raise ForkServerError(f"request of {len(header)} bytes is larger than {_MAX_MESSAGE}")
+        try:
+            with self._lock:
+                for attempt in (1, 2):  # a dead server (or one inherited through fork) is replaced once
+                    if self._sock is None or self._owner != os.getpid() or self._proc.poll() is not None:
+                        if self._owner != os.getpid():
+                            self._sock = self._proc = None  # the parent's: leave it alone
+                        self._stop()
+                        self._start()
+                    try:
+                        socket.send_fds(self._sock, [header], [result_fd, stdout_fd, stderr_fd, theirs.fileno()])
+                        break
+                    except OSError:
+                        self._stop()
+                        if attempt == 2:
+                            raise
+        except OSError as exc:
+            status.close()
+            raise ForkServerError(f"could not reach the fork server: {exc}") from exc
+        finally:
+            theirs.close()
+        status.settimeout(60)
+        try:
+            first = _read_line(status)
+            pid = int(json.loads(first)["pid"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            status.close()
+            raise ForkServerError(f"the fork server did not start the child: {exc}") from None
+        status.settimeout(None)
+        return pid, status
+
+
+def _read_line(sock: socket.socket) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise ConnectionError("status socket closed")
+        data += chunk
+    return data
+
+
+def wait_status(status: socket.socket, timeout_s: float | None) -> int | None:
+    """The child's return code, or None if ``timeout_s`` passed first.
+
+    Raises:
+        ForkServerError: the server went away before reporting (the child is then unknown).
+    """
+    status.settimeout(timeout_s)
+    try:
+        return int(json.loads(_read_line(status))["returncode"])
+    except TimeoutError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ForkServerError(f"the fork server stopped before reporting the child's exit: {exc}") from None
+
+
+_servers: dict[int, ForkServer] = {}
+_servers_lock = threading.Lock()
+
+
+def server(env: dict[str, str]) -> ForkServer:
+    """This process's fork server (one per process; started on first :meth:`ForkServer.spawn`)."""
+    with _servers_lock:
+        key = os.getpid()
+        if key not in _servers:
+            _servers.clear()  # entries of a parent process (we were forked): not ours
+            _servers[key] = ForkServer(env)
+        return _servers[key]
+
+
+# -- server side (runs in the server process) --------------------------------------------------
+
+
+def serve_forever(sock_fd: int) -> None:
+    """Import what children need, then fork one child per request until the client leaves."""
+    import selectors
+
+    import numpy  # noqa: F401  (what makes a fresh child slow)
+
+    import kernels._sandbox_child  # noqa: F401
+    import kernels.timing  # noqa: F401
+    from kernels.workloads import get_workload  # noqa: F401  (registry, every workload module)
+
+    sock = socket.socket(fileno=sock_fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    children: dict[int, socket.socket] = {}
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ, "request")
+    sel.register(wake_r, selectors.EVENT_READ, "child")
+    sock.send(b"ready")
+    while True:
+        for key, _ in sel.select():
+            if key.data == "child":
+                while os.read(wake_r, 4096) == 4096:
+                    pass
+                _reap(children)
+                continue
+            try:
+                msg, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 4)
+            except InterruptedError:
+                continue
+            if not msg:  # the client is gone
+                for pid in children:
+                    _kill_group(pid)
+                os._exit(0)
+            _fork_child(msg, fds, children)
+        _reap(children)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _reap(children: dict[int, socket.socket]) -> None:
+    while children:
+        try:
+            pid, wstatus = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        status = children.pop(pid, None)
+        if status is not None:
+            try:
+                status.sendall(json.dumps({"returncode": os.waitstatus_to_exitcode(wstatus)}).encode() + b"\n")
+            except OSError:
+                pass
+            status.close()
+
+
+def _fork_child(msg: bytes, fds: list[int], children: dict) -> None:
+    if len(fds) != 4:
+        for fd in fds:
+            os.close(fd)
+        return
+    result_fd, out_fd, err_fd, status_fd = fds
+    status = socket.socket(fileno=status_fd)
+    try:
+        job = json.loads(msg)
+    except ValueError:
+        job = None
+    if not isinstance(job, dict):
+        for fd in (result_fd, out_fd, err_fd):
+            os.close(fd)
+        status.close()
+        return
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the sandbox child
+        try:
+            os.close(ready_r)
+            _become_child(job, result_fd, out_fd, err_fd, ready_w)
+        except BaseException:  # infrastructure, before any candidate code: say so on stderr
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            os._exit(70)
+    os.close(ready_w)
+    os.read(ready_r, 1)  # the child leads its own session now: killpg(pid) reaches it
+    os.close(ready_r)
+    for fd in (result_fd, out_fd, err_fd):
+        os.close(fd)
+    children[pid] = status
+    try:
+        status.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+    except OSError:
+        pass
+
+
+def _become_child(job: dict, result_fd: int, out_fd: int, err_fd: int, ready_w: int) -> None:
+    """In the forked child: the same set-up as a fresh ``python -I`` child, then serve."""
+    import resource
+
+    for res, val in job["limits"]:  # before anything else, as in the exec path's bootstrap
+        resource.setrlimit(res, (val, val))
+    os.setsid()
+    os.write(ready_w, b"x")
+    os.close(ready_w)
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    # Keep only the standard streams and the result pipe, as the exec path's close_fds does:
+    # the server's sockets and other children's status sockets must not reach the candidate.
+    keep = os.dup(result_fd) if result_fd < 3 else result_fd
+    os.closerange(3, keep)
+    os.closerange(keep + 1, 1 << 20)
+    result_fd = keep
+    os.chdir(job["cwd"])
+    os.environ.clear()  # putenv: libraries loaded from now on (libgomp) see only this
+    os.environ.update(job["env"])
+    from kernels._sandbox_child import serve
+
+    serve(job["request"], result_fd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
