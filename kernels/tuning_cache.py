@@ -420,9 +420,14 @@ def load_cache(path: str | os.PathLike[str]) -> TuningCache:
         TuningCacheError: not gzip/JSON, unrepairable, or missing ``cache`` /
             ``tune_params_keys`` and ``tune_params``.
     """
-    p = Path(path).expanduser().resolve()
-    st = p.stat()
-    return _load(p, st.st_mtime_ns, st.st_size)
+    return load_resolved(Path(path).expanduser().resolve())
+
+
+def load_resolved(path: Path) -> TuningCache:
+    """:func:`load_cache` of a path that is already absolute and resolved (no symlinks):
+    one ``stat`` checks that the memoised parse is current."""
+    st = path.stat()
+    return _load(path, st.st_mtime_ns, st.st_size)
 
 
 def _canonical(rec: Mapping[str, Any], keys: tuple[str, ...], formats: tuple[Mapping[Any, str], ...], fallback: str) -> str:

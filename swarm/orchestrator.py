@@ -347,6 +347,9 @@ def _store(run: Run, goal: Goal, view: RunView, number: int, proposed: list[tupl
             evaluated_at=now if twin else None,
         )))
     created = Candidate.objects.bulk_create([c for _, c in rows])
+    for c in created:
+        if c.reused_from is None:  # no evidence yet: to_dict() must not query for it
+            Candidate.evidence.related.set_cached_value(c, None)
     if any(p.parents for p, _ in rows):
         parent_ids = set(Candidate.objects.filter(goal=goal, pk__in={i for p, _ in rows for i in p.parents}).values_list("pk", flat=True))
         Candidate.parents.through.objects.bulk_create(
@@ -603,26 +606,27 @@ def evaluate_batch(candidate_ids: list[int], *, evaluate: EvaluateFn | None = No
             .filter(pk__in=list(records), status=CandidateStatus.RUNNING, claimed_by=me)
             .values_list("pk", flat=True)
         )
-        Evidence.objects.bulk_create(
+        done = [rows[pk] for pk in sorted(owned)]
+        stored = Evidence.objects.bulk_create(
             Evidence(
-                candidate_id=pk,
-                status=str(r["status"]),
-                metrics=r.get("metrics") or {},
-                samples_ms=r.get("samples_ms") or {},
-                cases=r.get("cases") or [],
-                log=r.get("log") or "",
-                fingerprint=r.get("fingerprint") or {},
-                static=r.get("static") or {},
-                duration_s=r.get("duration_s") or 0.0,
+                candidate=c,
+                status=str(records[c.pk]["status"]),
+                metrics=records[c.pk].get("metrics") or {},
+                samples_ms=records[c.pk].get("samples_ms") or {},
+                cases=records[c.pk].get("cases") or [],
+                log=records[c.pk].get("log") or "",
+                fingerprint=records[c.pk].get("fingerprint") or {},
+                static=records[c.pk].get("static") or {},
+                duration_s=records[c.pk].get("duration_s") or 0.0,
             )
-            for pk, r in records.items() if pk in owned
+            for c in done
         )
         by_status: dict[str, list[int]] = {}
-        for pk in owned:
-            by_status.setdefault(str(records[pk]["status"]), []).append(pk)
+        for ev in stored:  # the in-memory candidates now match their rows (no re-read)
+            ev.candidate.status, ev.candidate.evaluated_at = ev.status, now
+            by_status.setdefault(ev.status, []).append(ev.candidate_id)
         for status, pks in by_status.items():
             Candidate.objects.filter(pk__in=pks).update(status=status, evaluated_at=now)
-    done = list(Candidate.objects.filter(pk__in=owned).select_related("evidence").order_by("id"))
     by_run: dict[int, list[dict]] = {}
     for c in done:
         by_run.setdefault(c.run_id, []).append(c.to_dict())

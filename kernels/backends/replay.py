@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernels import config
 from kernels.evaluator import Evidence
-from kernels.tuning_cache import TuningCache, dataset_name, load_cache
+from kernels.tuning_cache import TuningCache, dataset_name, load_cache, load_resolved
 
 if TYPE_CHECKING:
     from kernels.space import DesignSpace
@@ -73,7 +73,8 @@ def register_dataset(path: str | os.PathLike[str], name: str | None = None) -> s
 
 @functools.lru_cache(maxsize=32)
 def _listing(folder: Path, mtime_ns: int) -> tuple[tuple[str, Path], ...]:  # noqa: ARG001 - cache key
-    return tuple((dataset_name(p), p) for p in sorted(folder.iterdir())
+    folder = folder.resolve()
+    return tuple((dataset_name(p), p.resolve()) for p in sorted(folder.iterdir())
                  if p.name.endswith(_SUFFIXES) and p.is_file())
 
 
@@ -84,7 +85,7 @@ def _scan() -> dict[str, Path]:
             mtime_ns = folder.stat().st_mtime_ns  # a new or removed file changes it
         except OSError:
             continue
-        for name, p in _listing(folder.resolve(), mtime_ns):
+        for name, p in _listing(folder, mtime_ns):
             found.setdefault(name, p)  # first folder wins; .json before .json.gz
     with _lock:
         found.update(_registered)
@@ -123,7 +124,7 @@ def get_dataset(name: str) -> TuningCache:
         KeyError: unknown data set.
         TuningCacheError: the file is not a readable cache.
     """
-    return load_cache(dataset_path(name))
+    return load_resolved(dataset_path(name))  # registered and listed paths are resolved
 
 
 def _dataset_of(target: str) -> str:
