@@ -31,6 +31,12 @@ RULE_PRECISION = 0.9
 _PER_SHAPE = re.compile(r"^latency_ms\[(.+)\]$")
 
 
+def import_dependencies() -> None:
+    """Import the libraries the computations below load lazily (done once per worker)."""
+    import optuna.importance  # noqa: F401
+    import sklearn.tree  # noqa: F401
+
+
 def parameter_importance(space: DesignSpace, rows: list[tuple[dict, float]]) -> dict[str, float] | None:
     """Importance of each parameter for the (minimised) objective, summing to 1.
 

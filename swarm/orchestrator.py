@@ -17,7 +17,8 @@ import os
 import secrets
 import socket
 import zlib
-from datetime import timedelta
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from typing import Any, Callable
 
 from django.conf import settings
@@ -33,6 +34,7 @@ from kernels.space import format_defines
 from swarm import directions, events, learning
 from swarm.agents import DEFAULT_MIX, Observation, Proposal, RunView, make_agent
 from swarm.credit import Arm, allocate, frontier_improvements
+from swarm.history import goal_rows as history_rows
 from swarm.models import (
     PENDING_STATUSES,
     AgentRecord,
@@ -49,6 +51,7 @@ from swarm.pareto import pareto_front
 log = logging.getLogger(__name__)
 
 EvaluateFn = Callable[..., Any]
+_EPOCH = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
 MAX_REUSE_ROUNDS = 100
 
 
@@ -381,17 +384,13 @@ def run_view(run: Run, generation: int | None = None) -> RunView:
     """Frozen snapshot of what agents may know about ``run`` and its goal's evidence."""
     goal = run.goal
     space = run.design_space()
-    rows = (
-        Candidate.objects.filter(goal=goal)
-        .order_by("id")
-        .values_list("id", "params", "status", "agent", "evidence__metrics")
-    )
+    names = set(space.names)
     seen, history = set(), []
-    for cid, params, status, agent, metrics in rows:
-        seen.add(space.point_key(params) if set(params) == set(space.names) else f"#{cid}")
-        if status not in PENDING_STATUSES:
-            metrics = metrics or {}
-            history.append(Observation(cid, params, status, metrics, status == "ok" and run.is_feasible(metrics), agent))
+    for r in history_rows(goal):
+        seen.add(space.point_key(r.params) if r.params.keys() == names else f"#{r.id}")
+        if r.status not in PENDING_STATUSES:
+            metrics = r.metrics or {}
+            history.append(Observation(r.id, r.params, r.status, metrics, r.status == "ok" and run.is_feasible(metrics), r.agent))
     partial = RunView(
         workload=goal.workload, target=goal.target, space=space, objectives=tuple(goal.objectives),
         constraints=tuple(run.constraints), generation=generation or run.generation + 1,
@@ -449,13 +448,12 @@ def _close_generation(run: Run) -> Generation | None:
         except (KeyError, TypeError, ValueError):
             return None
 
-    rows = list(
-        run.candidates.exclude(status__in=PENDING_STATUSES)
-        .order_by("evaluated_at", "id")
-        .values_list("generation", "agent", "status", "evidence__metrics")
+    rows = sorted(
+        (r for r in history_rows(goal) if r.run_id == run.pk and r.status not in PENDING_STATUSES),
+        key=lambda r: (r.evaluated_at is None, r.evaluated_at or _EPOCH, r.id),  # nulls last, as SQL sorts
     )
     before, new, evaluated = [], [], {}
-    for generation, agent, status, metrics in rows:
+    for _, _, generation, agent, status, _, metrics, _ in rows:
         v = vector(metrics or {}) if status == "ok" and run.is_feasible(metrics or {}) else None
         if generation < gen.number:
             if v is not None:
@@ -559,9 +557,11 @@ def claim_many(candidate_ids: list[int]) -> list[int]:
     """:func:`claim` for several candidates: one UPDATE for the queued ones, then the
     take-over check only for those another worker holds. Returns the claimed ids in order."""
     now, me = timezone.now(), worker_identity()
-    Candidate.objects.filter(pk__in=candidate_ids, status=CandidateStatus.QUEUED).update(
+    claimed = Candidate.objects.filter(pk__in=candidate_ids, status=CandidateStatus.QUEUED).update(
         status=CandidateStatus.RUNNING, claimed_at=now, claimed_by=me, attempts=F("attempts") + 1
     )
+    if claimed == len(set(candidate_ids)):  # every one was queued: all are ours
+        return list(candidate_ids)
     mine = set(Candidate.objects.filter(pk__in=candidate_ids, status=CandidateStatus.RUNNING, claimed_by=me,
                                         claimed_at=now).values_list("pk", flat=True))
     mine |= {pk for pk in candidate_ids if pk not in mine and claim(pk)}
