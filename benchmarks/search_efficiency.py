@@ -51,7 +51,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 KT_STRATEGIES = ("random_sample", "genetic_algorithm", "simulated_annealing", "bayes_opt", "pso", "greedy_ils")
-OUR_AGENTS = ("random", "evolutionary", "optuna")
+OUR_AGENTS = ("random", "evolutionary", "optuna", "local", "forest")
 Trace = list[tuple[bool, float | None, float | None]]  # (ok, time ms, energy J) per evaluation
 
 
@@ -160,8 +160,11 @@ def _setup_django() -> None:
     _django_ready = True
 
 
-def run_ours(ds: Dataset, agents: tuple[str, ...], seed: int, budget: int, batch_size: int) -> Trace:
-    """One run of our orchestrator on a fresh replay goal; the trace in evaluation order."""
+def run_ours(ds: Dataset, agents: tuple[str, ...] | list[dict], seed: int, budget: int, batch_size: int) -> Trace:
+    """One run of our orchestrator on a fresh replay goal; the trace in evaluation order.
+
+    ``agents``: agent kinds (each with default settings), or agent dicts as in ``DEFAULT_MIX``.
+    """
     _setup_django()
     from swarm import orchestrator
     from swarm.models import Candidate, Goal, Insight, Run
@@ -172,7 +175,7 @@ def run_ours(ds: Dataset, agents: tuple[str, ...], seed: int, budget: int, batch
     Insight.objects.all().delete()
     Goal.objects.all().delete()
     goal, _ = import_cache(ds.path)
-    mix = [{"name": a, "kind": a, "settings": {}} for a in agents]
+    mix = [a if isinstance(a, dict) else {"name": a, "kind": a, "settings": {}} for a in agents]
     run, pending = orchestrator.start_run(goal, budget=budget, seed=seed, batch_size=batch_size, agents=mix)
     while pending:  # what the Celery batch task does (swarm.tasks.evaluate_batch), in-process
         orchestrator.evaluate_batch([c.pk for c in pending])
@@ -271,7 +274,7 @@ def _task(kind: str, ds: Dataset, name: str, seed: int, budget: int, batch_size:
     start = time.perf_counter()
     if kind == "ours":
         _setup_django()
-        agents = tuple(a["kind"] for a in DEFAULT_MIX) if name == "swarm" else (name.split(":", 1)[1],)
+        agents = list(DEFAULT_MIX) if name == "swarm" else (name.split(":", 1)[1],)
         trace = run_ours(ds, agents, seed, budget, batch_size)
     elif kind == "kt":
         trace = run_kt(ds, name.split(":", 1)[1], seed, budget)

@@ -40,8 +40,49 @@ class TestOptunaAgent(AgentContract):
         assert len(proposals) == 6
 
 
+class TestForestAgent(AgentContract):
+    agent_kind = "forest"
+
+    def test_it_beats_random_search_on_the_landscape(self):
+        assert median_best("forest") < median_best("random")
+
+    def test_it_predicts_with_the_model_after_the_startup_evaluations(self):
+        history = search("random", {}, 20, 20, seed=3)
+        proposals = make_agent("forest", 4).propose(view(history, 2), 4)
+        assert len(proposals) == 4
+        assert all(p.rationale.startswith("forest predicts") for p in proposals)
+        early = make_agent("forest", 4).propose(view(history[:5], 2), 4)  # below startup: random
+        assert not any(p.rationale for p in early)
+
+    def test_failed_points_are_fitted_as_worse_than_every_feasible_one(self):
+        from swarm.agents.surrogate import ForestAgent
+
+        history = [Observation(i, p, *landscape(p), landscape(p)[0] == "ok")
+                   for i, p in enumerate(SPACE.sample(__import__("numpy").random.default_rng(0), 30))]
+        agent = ForestAgent(1)
+        y = agent._targets(view(history, 2), history)
+        ok = [i for i, o in enumerate(history) if o.status == "ok"]
+        failed = [i for i, o in enumerate(history) if o.status != "ok"]
+        assert failed and min(y[failed]) > max(y[ok])
+
+
+class TestLocalSearchAgent(AgentContract):
+    agent_kind = "local"
+
+    def test_it_beats_random_search_on_the_landscape(self):
+        assert median_best("local") < median_best("random")
+
+    def test_it_climbs_from_the_best_candidate_first(self):
+        history = search("random", {}, 20, 20, seed=3)
+        best = min((o for o in history if o.status == "ok"), key=lambda o: o.metrics["latency_ms"])
+        proposals = make_agent("local", 4).propose(view(history, 2), 3)
+        for p in proposals:
+            assert p.parents == (best.candidate,)
+            assert sum(p.params[k] != best.params[k] for k in p.params) == 1  # one parameter moved
+
+
 def test_unknown_agent_kinds_are_named():
     import pytest
 
-    with pytest.raises(KeyError, match="known: evolutionary, llm, optuna, random"):
+    with pytest.raises(KeyError, match="known: evolutionary, forest, llm, local, optuna, random"):
         make_agent("annealing", 1)
