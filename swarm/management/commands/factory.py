@@ -29,7 +29,7 @@ class Command(BaseCommand):
         run.add_argument("--seed", type=int, default=None)
         run.add_argument("--no-baseline", action="store_true", help="skip timing the NumPy baseline")
         run.add_argument("--agents", default=None,
-                         help="comma-separated agent kinds (default: the swarm mix random,evolutionary,optuna)")
+                         help="comma-separated agent kinds, e.g. forest,evolutionary,optuna (default: the swarm mix, swarm.agents.DEFAULT_MIX)")
         run.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
         sw = sub.add_parser("sweep", help="recover work left by dead workers and re-dispatch it (production: run periodically)")
         sw.add_argument("--every", type=float, default=0, help="repeat every N seconds (0: once)")
