@@ -1,7 +1,7 @@
 """Trusted in-process baselines to compare candidates against (same bench protocol).
 
-Two kinds, both timed like candidates (warm-up, cache flush before every timed call, two
-rotating input sets) and summed over a shape set as the sum of per-shape medians, so they
+Two kinds, both timed like candidates (warm-up, cache flush before every timed call: the
+call's own arrays evicted, as for candidates; two rotating input sets) and summed over a shape set as the sum of per-shape medians, so they
 compare directly with ``Evidence.metrics["latency_ms"]``:
 
 - :func:`baseline_latency_ms`: the workload in plain NumPy float32 (what a user would write
@@ -96,15 +96,36 @@ NUMPY_BASELINES: Mapping[str, Callable[[dict, Mapping[str, float], dict], object
 }
 
 
+def _evictor() -> timing.Evictor | None:
+    """The cache-eviction helper compiled for this host, or None where it cannot be."""
+    global _EVICTOR
+    if _EVICTOR is None:
+        from kernels.backends.cpu import CompileError, CpuBackend  # noqa: PLC0415
+
+        try:
+            _EVICTOR = timing.Evictor(CpuBackend().compile(timing.EVICT_SOURCE.read_text(), "").path)
+        except (CompileError, OSError, RuntimeError):
+            _EVICTOR = False
+    return _EVICTOR or None
+
+
+_EVICTOR: timing.Evictor | None | bool = None
+
+
 def _time_shape_set(workload: str, shape_set: str, bench: BenchSettings | None,
-                    make_call: Callable[[dict, int], Callable[[], object]]) -> float:
+                    make_call: Callable[[dict, int], tuple[Callable[[], object], list[np.ndarray]]]) -> float:
+    """Sum over ``shape_set`` of per-shape median latencies (ms); ``make_call`` returns the
+    call and the arrays it touches (evicted before every timed call, as for candidates)."""
     settings = bench or BenchSettings()
     wl = get_workload(workload)
     shapes = wl.shapes(shape_set)
-    flush = timing.make_flush(settings.flush_bytes)
+    evictor = _evictor() if settings.flush == "evict" else None
+    rewrite = timing.make_flush(settings.flush_bytes) if settings.flush != "none" and evictor is None else None
     total = 0.0
     for i, shape in enumerate(shapes):
-        calls = [make_call(dict(shape), _BASE_SEED + 2 * i + j) for j in range(2)]
+        made = [make_call(dict(shape), _BASE_SEED + 2 * i + j) for j in range(2)]
+        calls = [c for c, _ in made]
+        plans = [evictor.plan(arrays) for _, arrays in made] if evictor else []
         cur = [0]
 
         def prepare() -> None:
@@ -113,7 +134,11 @@ def _time_shape_set(workload: str, shape_set: str, bench: BenchSettings | None,
         def call() -> None:
             calls[cur[0]]()
 
-        total += stats.summarize(timing.bench(call, settings, prepare=prepare, flush=flush))["median"]
+        def evict() -> None:
+            plans[cur[0]]()
+
+        samples = timing.bench(call, settings, prepare=prepare, flush=evict if plans else rewrite)
+        total += stats.summarize(samples)["median"]
     return total
 
 
@@ -133,9 +158,10 @@ def baseline_latency_ms(workload: str, shape_set: str, bench: BenchSettings | No
         raise KeyError(f"no NumPy baseline for '{workload}' (known: {', '.join(sorted(NUMPY_BASELINES))})") from None
     attrs = wl.attrs_for(shape_set)
 
-    def make_call(shape: dict, seed: int) -> Callable[[], object]:
+    def make_call(shape: dict, seed: int):
         inputs, out = wl.generate(shape, seed), {}
-        return lambda: fn(inputs, attrs, out)
+        fn(inputs, attrs, out)  # allocates preallocated outputs, so they are evicted too
+        return (lambda: fn(inputs, attrs, out)), [*inputs.values(), *out.values()]
 
     return _time_shape_set(workload, shape_set, bench, make_call)
 
@@ -151,11 +177,11 @@ def copy_latency_ms(workload: str, shape_set: str, bench: BenchSettings | None =
     """
     wl = get_workload(workload)
 
-    def make_call(shape: dict, seed: int) -> Callable[[], object]:
+    def make_call(shape: dict, seed: int):
         n = max(1, int(wl.bytes(shape) // 8))  # float32 elements per side
         src = np.random.default_rng(seed).random(n, dtype=np.float32)
         dst = np.empty_like(src)
-        return lambda: np.copyto(dst, src)
+        return (lambda: np.copyto(dst, src)), [src, dst]
 
     return _time_shape_set(workload, shape_set, bench, make_call)
 
