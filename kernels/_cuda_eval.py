@@ -25,7 +25,6 @@ import json
 import os
 import resource
 import secrets
-import shutil
 import tempfile
 import time
 from collections.abc import Mapping
@@ -38,7 +37,7 @@ from kernels.launch_plan import LaunchPlan, LaunchPlanError, plan_env, plan_name
 from kernels.evaluator import GUARD_ELEMS, Evidence, _judge, _plan
 from kernels.hashing import candidate_hash
 from kernels.outcome import Outcome
-from kernels.sandbox import ChildRun, SandboxPolicy, make_workdir, run_child
+from kernels.sandbox import ChildRun, SandboxPolicy, make_workdir, remove_tree, run_child
 from kernels.space import SpaceError, format_defines
 from kernels.timing import BenchSettings
 from kernels.validation_store import ValidationStore
@@ -349,5 +348,5 @@ def evaluate_cuda(
         run = run_child(ev.request(workdir), workdir, logdir, ev.timeout_s, policy=policy, env=child_env())
         return ev.judge(run, workdir)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-        shutil.rmtree(logdir, ignore_errors=True)
+        remove_tree(workdir)
+        remove_tree(logdir)

@@ -81,12 +81,12 @@ _ARCH = {
     "x86_64": (0xC000003E, 317, {
         "socket": 41, "clone": 56, "fork": 57, "vfork": 58, "ptrace": 101, "mount": 165,
         "unshare": 272, "setns": 308, "bpf": 321, "io_uring_setup": 425,
-        "io_uring_enter": 426, "io_uring_register": 427, "clone3": 435,
+        "io_uring_enter": 426, "io_uring_register": 427, "clone3": 435, "memfd_create": 319,
     }),
     "aarch64": (0xC00000B7, 277, {
         "mount": 40, "unshare": 97, "ptrace": 117, "socket": 198, "clone": 220,
         "setns": 268, "bpf": 280, "io_uring_setup": 425, "io_uring_enter": 426,
-        "io_uring_register": 427, "clone3": 435,
+        "io_uring_register": 427, "clone3": 435, "memfd_create": 279,
     }),
 }
 
@@ -274,6 +274,8 @@ def _seccomp_program(machine: str) -> tuple[bytes, int, list[str]]:
         "socket": eacces, "fork": eperm, "vfork": eperm, "clone3": enosys,
         "io_uring_setup": enosys, "io_uring_enter": enosys, "io_uring_register": enosys,
         "unshare": eperm, "setns": eperm, "mount": eperm, "ptrace": eperm, "bpf": eperm,
+        # anonymous files are memory outside RLIMIT_AS (and outside the OOM killer's view)
+        "memfd_create": eperm,
     }
     names = []
     for name, action in denied.items():

@@ -37,7 +37,6 @@ import json
 import math
 import os
 import secrets
-import shutil
 import signal
 import stat
 import tempfile
@@ -53,7 +52,7 @@ from kernels import config, hostperf, stats
 from kernels.backends import get_backend
 from kernels.hashing import candidate_hash
 from kernels.outcome import Outcome
-from kernels.sandbox import ChildRun, SandboxPolicy, make_workdir, run_child
+from kernels.sandbox import ChildRun, SandboxPolicy, make_workdir, remove_tree, run_child
 from kernels.space import SpaceError, format_defines
 from kernels.timing import BenchSettings, omp_environment
 from kernels.validation_store import StoredCase, ValidationStore
@@ -512,14 +511,16 @@ def _run_failure(run: ChildRun, timeout_s: float) -> tuple[Outcome, str] | None:
     return None
 
 
-def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRun | list[ChildRun], workdir: Path,
-           timeout_s: float, limits: dict | None = None, expected: Expected | None = None):
+def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRun | list[ChildRun],
+           workdir: Path | tuple[Path, Path], timeout_s: float, limits: dict | None = None,
+           expected: Expected | None = None):
     """The one place that maps child runs to an Outcome.
 
     Args:
         run: one child run that did everything, or the runs of the phases in order
             (validation, then timing); the first run that failed as a process decides, and
             the timing results come from the last run.
+        workdir: the child's private directory, or (validation child's, timing child's).
         expected: inputs and references computed ahead (:class:`Expected`); default: computed
             here.
 
@@ -536,9 +537,10 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
         result: dict[str, dict] = {}
         for i, r in enumerate(runs):
             result.update(_parse_result(r, timed if i == len(runs) - 1 else []))
-        cases = [_validate_case(wl, c, workdir, expected) for c in cases_plan]
+        vdir, tdir = workdir if isinstance(workdir, tuple) else (workdir, workdir)
+        cases = [_validate_case(wl, c, vdir, expected) for c in cases_plan]
         for t in timed:
-            cases += _validate_timed(wl, t, result[t["id"]]["last_set"], result[t["id"]]["fresh_slot"], workdir,
+            cases += _validate_timed(wl, t, result[t["id"]]["last_set"], result[t["id"]]["fresh_slot"], tdir,
                                      expected)
     except _Broken as exc:
         return Outcome.runtime_error, str(exc), [], {}, {}
@@ -639,10 +641,13 @@ def evaluate(
 
     Raises:
         KeyError: unknown workload, shape set or backend.
+        ValueError: ``timeout_s`` not a positive finite number of seconds.
         ImportError: ``backend="cuda"`` on a host without cupy.
         OSError: the sandbox cannot be started (infrastructure failure, not the candidate's);
             :class:`kernels.sandbox.SandboxError` when the child could not confine itself.
     """
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < 1e6:
+        raise ValueError(f"evaluate: timeout_s must be a number of seconds in (0, 1e6), not {timeout_s!r}")
     if backend == "replay" or (target or "").startswith("replay:"):
         from kernels.backends.replay import evaluate_replay  # noqa: PLC0415  (recorded data, trusted)
 
@@ -696,13 +701,13 @@ def evaluate(
         sections.append(f"== compile ==\n{exc.log}")
         return finish(Outcome.compile_error, str(exc))
     sections.append(f"== compile ==\n{'(cached)' if artifact.cached else artifact.log or '(no output)'}")
-    files = {"candidate.so": Path(artifact.path)}
     evict_lib = _evict_library(be, bench, sections)
-    if evict_lib is not None:
-        files["evict.so"] = evict_lib
-    workdir = make_workdir(policy, files)
+    # One private directory per child, each with its own copy of the library: nothing the
+    # validation child writes (it could replace the library) reaches the timing child. The
+    # eviction helper is loaded before the lockdown, so it is read from the compile cache,
+    # never from a directory the candidate can write.
+    workdirs = {phase: make_workdir(policy, {"candidate.so": Path(artifact.path)}) for phase in ("validation", "timing")}
     request = {
-        "library": str(workdir / "candidate.so"),
         "backend": getattr(be, "name", backend),
         "workload": wl.name,
         "shape_set": shape_set,
@@ -710,7 +715,7 @@ def evaluate(
         "cases": cases_plan,
         "timed": timed,
         "bench": bench.to_dict(),
-        "evict_library": str(workdir / "evict.so") if evict_lib is not None else None,
+        "evict_library": str(evict_lib) if evict_lib is not None else None,
     }
     logdir = Path(tempfile.mkdtemp(prefix="int21-log-"))
     try:
@@ -720,6 +725,7 @@ def evaluate(
         deadline = time.monotonic() + timeout_s
         for phase, req, env in (("validation", {**request, "timed": []}, omp_validation),
                                 ("timing", {**request, "cases": []}, omp)):
+            req["library"] = str(workdirs[phase] / "candidate.so")
             left = deadline - time.monotonic()
             if runs and (_run_failure(runs[-1], timeout_s) or left <= 0):
                 if left <= 0 and not _run_failure(runs[-1], timeout_s):
@@ -729,7 +735,7 @@ def evaluate(
             if phase == "timing":
                 expected.join()  # nothing of ours competes with the timed calls
                 left = deadline - time.monotonic()
-            run = run_child(req, workdir, logdir / phase, left, policy=policy, env=env)
+            run = run_child(req, workdirs[phase], logdir / phase, left, policy=policy, env=env)
             runs.append(run)
             if run.stdout:
                 sections.append(f"== {phase} child stdout (tail) ==\n{run.stdout}")
@@ -738,12 +744,13 @@ def evaluate(
         fingerprint["sandbox"] = runs[0].sandbox or {"error": "the child exited before reporting its sandbox"}
         fingerprint["child_wall_s"] = {p: round(r.wall_s, 4) for p, r in zip(("validation", "timing"), runs)}
         fingerprint["flush"] = _reported_flush(runs[-1])
-        status, reason, cases, metrics, samples = _judge(wl, cases_plan, timed, runs, workdir, timeout_s, limits,
+        status, reason, cases, metrics, samples = _judge(wl, cases_plan, timed, runs,
+                                                         (workdirs["validation"], workdirs["timing"]), timeout_s, limits,
                                                          expected)
     finally:
         expected.cancel()
-        shutil.rmtree(workdir, ignore_errors=True)
-        shutil.rmtree(logdir, ignore_errors=True)
+        for d in (*workdirs.values(), logdir):
+            remove_tree(d)
     wrong = [c for c in cases if c["verdict"] == Outcome.wrong_result]
     if wrong and store_limit:
         try:

@@ -11,8 +11,8 @@ confinement, the same result pipe, the same wall-clock kill of the process group
 evaluating process.
 
 Protocol (``AF_UNIX`` ``SOCK_SEQPACKET``, one message per request): a JSON header
-``{request, cwd, env, limits}`` with four file descriptors: the result pipe's write end,
-stdout and stderr files, and one end of a status socket pair. On the status socket the server
+``{cwd, env, limits}`` with five file descriptors: the result pipe's write end, stdout and
+stderr files, one end of a status socket pair, and an unlinked file holding the request. On the status socket the server
 writes ``{"pid": N}`` once the child leads its own session, and ``{"returncode": R}`` when it
 has reaped it (``R`` as :attr:`subprocess.Popen.returncode`: negative for a signal).
 
@@ -27,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -91,20 +92,23 @@ class ForkServer:
         self._sock = self._proc = None
 
     def spawn(self, request: dict, *, cwd: str, env: dict[str, str], limits: list[tuple[int, int]],
-              result_fd: int, stdout_fd: int, stderr_fd: int) -> tuple[int, socket.socket]:
+              result_fd: int, stdout_fd: int, stderr_fd: int, answer_s: float = 30.0) -> tuple[int, socket.socket]:
         """Fork a sandbox child; returns (pid, status socket).
 
         The child leads its own session (process group ``pid``) before this returns. Read
-        its exit with :func:`wait_status`.
+        its exit with :func:`wait_status`. The request travels in an unlinked temporary file
+        (any size); a server that does not answer within ``answer_s`` seconds is replaced.
 
         Raises:
             ForkServerError: the server could not be started or did not answer.
         """
         status, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        header = json.dumps({"request": request, "cwd": cwd, "env": env, "limits": limits}).encode()
-        if len(header) > _MAX_MESSAGE:
-            raise ForkServerError(f"request of {len(header)} bytes is larger than {_MAX_MESSAGE}")
+        header = json.dumps({"cwd": cwd, "env": env, "limits": limits}).encode()
+        body = tempfile.TemporaryFile()
         try:
+            body.write(json.dumps(request).encode())
+            body.flush()
+            body.seek(0)
             with self._lock:
                 for attempt in (1, 2):  # a dead server (or one inherited through fork) is replaced once
                     if self._sock is None or self._owner != os.getpid() or self._proc.poll() is not None:
@@ -113,7 +117,8 @@ class ForkServer:
                         self._stop()
                         self._start()
                     try:
-                        socket.send_fds(self._sock, [header], [result_fd, stdout_fd, stderr_fd, theirs.fileno()])
+                        socket.send_fds(self._sock, [header],
+                                        [result_fd, stdout_fd, stderr_fd, theirs.fileno(), body.fileno()])
                         break
                     except OSError:
                         self._stop()
@@ -124,12 +129,15 @@ class ForkServer:
             raise ForkServerError(f"could not reach the fork server: {exc}") from exc
         finally:
             theirs.close()
-        status.settimeout(60)
+            body.close()
+        status.settimeout(max(answer_s, 0.001))
         try:
             first = _read_line(status)
             pid = int(json.loads(first)["pid"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             status.close()
+            with self._lock:
+                self._stop()  # wedged or broken: the next request gets a fresh server
             raise ForkServerError(f"the fork server did not start the child: {exc}") from None
         status.settimeout(None)
         return pid, status
@@ -151,10 +159,10 @@ def wait_status(status: socket.socket, timeout_s: float | None) -> int | None:
     Raises:
         ForkServerError: the server went away before reporting (the child is then unknown).
     """
-    status.settimeout(timeout_s)
+    status.settimeout(None if timeout_s is None else max(timeout_s, 0.001))  # <= 0: look once
     try:
         return int(json.loads(_read_line(status))["returncode"])
-    except TimeoutError:
+    except (TimeoutError, BlockingIOError):
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ForkServerError(f"the fork server stopped before reporting the child's exit: {exc}") from None
@@ -205,7 +213,7 @@ def serve_forever(sock_fd: int) -> None:
                 _reap(children)
                 continue
             try:
-                msg, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 4)
+                msg, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 5)
             except InterruptedError:
                 continue
             if not msg:  # the client is gone
@@ -241,18 +249,18 @@ def _reap(children: dict[int, socket.socket]) -> None:
 
 
 def _fork_child(msg: bytes, fds: list[int], children: dict) -> None:
-    if len(fds) != 4:
+    if len(fds) != 5:
         for fd in fds:
             os.close(fd)
         return
-    result_fd, out_fd, err_fd, status_fd = fds
+    result_fd, out_fd, err_fd, status_fd, body_fd = fds
     status = socket.socket(fileno=status_fd)
     try:
         job = json.loads(msg)
     except ValueError:
         job = None
     if not isinstance(job, dict):
-        for fd in (result_fd, out_fd, err_fd):
+        for fd in (result_fd, out_fd, err_fd, body_fd):
             os.close(fd)
         status.close()
         return
@@ -261,17 +269,15 @@ def _fork_child(msg: bytes, fds: list[int], children: dict) -> None:
     if pid == 0:  # the sandbox child
         try:
             os.close(ready_r)
-            _become_child(job, result_fd, out_fd, err_fd, ready_w)
-        except BaseException:  # infrastructure, before any candidate code: say so on stderr
-            import traceback
-
-            traceback.print_exc()
+            _become_child(job, result_fd, out_fd, err_fd, body_fd, ready_w)
+        except BaseException as exc:  # set-up failed before any candidate code ran
+            _setup_failed(result_fd, exc)
         finally:
             os._exit(70)
     os.close(ready_w)
     os.read(ready_r, 1)  # the child leads its own session now: killpg(pid) reaches it
     os.close(ready_r)
-    for fd in (result_fd, out_fd, err_fd):
+    for fd in (result_fd, out_fd, err_fd, body_fd):
         os.close(fd)
     children[pid] = status
     try:
@@ -280,21 +286,34 @@ def _fork_child(msg: bytes, fds: list[int], children: dict) -> None:
         pass
 
 
-def _become_child(job: dict, result_fd: int, out_fd: int, err_fd: int, ready_w: int) -> None:
+def _setup_failed(result_fd: int, exc: BaseException) -> None:
+    """Report a set-up failure as the sandbox's (exit 70 + ``{"error"}``), not the candidate's."""
+    import traceback
+
+    traceback.print_exc()  # stderr is the child's log file once it is redirected
+    try:
+        os.write(result_fd, json.dumps({"error": f"fork server child set-up: {type(exc).__name__}: {exc}"}).encode() + b"\n")
+    except OSError:
+        pass
+
+
+def _become_child(job: dict, result_fd: int, out_fd: int, err_fd: int, body_fd: int, ready_w: int) -> None:
     """In the forked child: the same set-up as a fresh ``python -I`` child, then serve."""
     import resource
 
-    for res, val in job["limits"]:  # before anything else, as in the exec path's bootstrap
-        resource.setrlimit(res, (val, val))
-    os.setsid()
+    os.setsid()  # first: the client may kill the group from now on
     os.write(ready_w, b"x")
     os.close(ready_w)
+    os.dup2(err_fd, 2)  # then the log, so that a failure below is visible
+    for res, val in job["limits"]:  # before anything reads the request or loads code
+        resource.setrlimit(res, (val, val))
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    with os.fdopen(body_fd, "rb") as body:
+        request = json.loads(body.read())
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(out_fd, 1)
-    os.dup2(err_fd, 2)
     # Keep only the standard streams and the result pipe, as the exec path's close_fds does:
     # the server's sockets and other children's status sockets must not reach the candidate.
     keep = os.dup(result_fd) if result_fd < 3 else result_fd
@@ -306,7 +325,7 @@ def _become_child(job: dict, result_fd: int, out_fd: int, err_fd: int, ready_w: 
     os.environ.update(job["env"])
     from kernels._sandbox_child import serve
 
-    serve(job["request"], result_fd)
+    serve(request, result_fd)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

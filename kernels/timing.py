@@ -52,8 +52,14 @@ class BenchSettings:
     flush_bytes: int = 64 * 2**20
 
     def __post_init__(self) -> None:
-        if self.warmup_ms < 0 or self.rep_ms < 0 or self.flush_bytes < 0:
-            raise ValueError("BenchSettings: warmup_ms, rep_ms and flush_bytes must be >= 0")
+        for name in ("warmup_ms", "rep_ms"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 60_000:
+                raise ValueError(f"BenchSettings: {name} must be a number of ms in [0, 60000], not {v!r}")
+        for name, top in (("min_reps", 100_000), ("max_reps", 100_000), ("flush_bytes", 2**34)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= top:
+                raise ValueError(f"BenchSettings: {name} must be an integer in [0, {top}], not {v!r}")
         if self.flush not in FLUSH_MODES:
             raise ValueError(f"BenchSettings: flush must be one of {', '.join(FLUSH_MODES)}, not {self.flush!r}")
         if not 1 <= self.min_reps <= self.max_reps:

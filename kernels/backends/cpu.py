@@ -65,6 +65,14 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _compiler_ids() -> tuple[int, int] | None:
+    """(uid, gid) the compiler runs as: the sandbox user when this process is root, else None
+    (the compiler runs as this process's user)."""
+    from kernels.sandbox import SandboxPolicy  # noqa: PLC0415  (sandbox imports config only)
+
+    return SandboxPolicy.from_env().ids()
+
+
 class CpuBackend:
     """Compiles C sources with ``$CC`` (default ``cc``) and OpenMP for this host's CPU."""
 
@@ -118,14 +126,23 @@ class CpuBackend:
         if target.is_file():
             return Artifact(target, "", key, True)
         cc = config.compiler()
-        with tempfile.TemporaryDirectory(prefix="build-", dir=cache) as tmp:
+        ids = _compiler_ids()
+        # Built outside the cache: the compiler may run as the sandbox user, who can neither
+        # reach nor write the cache (nor any file only root may read: #include and .incbin
+        # see what that user sees).
+        with tempfile.TemporaryDirectory(prefix="int21-build-") as tmp:
             src = Path(tmp) / "candidate.c"
             src.write_text(defines + source)
             out = Path(tmp) / "candidate.so"
             cmd = [cc, *FLAGS, "-o", str(out), str(src), *LINK_FLAGS]
+            run_as = {}
+            if ids:
+                os.chown(tmp, *ids)
+                run_as = {"user": ids[0], "group": ids[1], "extra_groups": []}
             try:
                 proc = subprocess.run(
-                    cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, cwd=tmp
+                    cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, cwd=tmp,
+                    env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C", "TMPDIR": tmp}, **run_as,
                 )
             except subprocess.TimeoutExpired as exc:
                 log = f"$ {' '.join(cmd)}\n{exc.stderr or ''}\ncompiler timed out after {COMPILE_TIMEOUT_S:g} s"
@@ -133,10 +150,20 @@ class CpuBackend:
             except OSError as exc:
                 raise CompileError(f"cannot run compiler {cc!r}", f"$ {' '.join(cmd)}\n{exc}") from None
             log = (proc.stdout + proc.stderr).replace(tmp + "/", "")
-            if proc.returncode != 0 or not out.is_file():
+            if proc.returncode != 0 or not out.is_file() or out.is_symlink():
                 raise CompileError(
                     f"compiler exited with code {proc.returncode}",
                     f"$ {' '.join(cmd)}\n{log}".replace(tmp + "/", ""),
                 )
-            os.replace(out, target)  # atomic: concurrent workers never see a partial .so
+            # Into the cache as a file of ours: copied (never a link the compiler's user made),
+            # then renamed atomically, so concurrent workers never see a partial .so.
+            fd, staged = tempfile.mkstemp(prefix=".staged-", suffix=".so", dir=cache)
+            os.close(fd)
+            try:
+                shutil.copyfile(out, staged, follow_symlinks=False)
+                os.chmod(staged, 0o755)
+                os.replace(staged, target)
+            except BaseException:
+                Path(staged).unlink(missing_ok=True)
+                raise
         return Artifact(target, log, key, False)
