@@ -203,3 +203,93 @@ def test_an_unknown_spawn_mode_is_refused(monkeypatch, quick_bench):
     monkeypatch.setenv("KERNELS_SANDBOX_SPAWN", "vfork")
     with pytest.raises(ValueError, match="KERNELS_SANDBOX_SPAWN='vfork': expected 'fork' or 'exec'"):
         run(CORRECT, quick_bench)
+
+
+# Replaces both libraries of its private directory with a copy of itself whose constructor
+# leaves a mark when it runs as root (i.e. before any lockdown).
+SWAPS_LIBRARIES = k(
+    "static int done; if (!done) { done = 1; copy_self(\"evict.so\"); copy_self(\"candidate.so\"); }"
+    "rms_rows(x, w, y, rows, hidden, eps);",
+    prelude=r"""
+#include <fcntl.h>
+__attribute__((constructor)) static void mark(void) {
+    if (getuid() == 0) { FILE *f = fopen(getenv("INT21_MARK") ? getenv("INT21_MARK") : "/tmp/int21-pwned", "w"); if (f) fclose(f); }
+}
+static void copy_self(const char *to) {
+    int in = open("candidate.so", O_RDONLY); if (in < 0) return;
+    unlink(to);
+    int out = open(to, O_CREAT | O_WRONLY | O_TRUNC, 0755);
+    char buf[65536]; ssize_t n;
+    while (out >= 0 && (n = read(in, buf, sizeof buf)) > 0) (void)!write(out, buf, n);
+    close(in); if (out >= 0) close(out);
+}
+""",
+)
+
+
+@root_only
+def test_nothing_the_validation_child_writes_is_loaded_before_the_lockdown(quick_bench):
+    mark = Path("/tmp/int21-pwned")
+    mark.unlink(missing_ok=True)
+    ev = run(SWAPS_LIBRARIES, quick_bench)
+    assert ev.status == Outcome.ok, ev.log
+    assert not mark.exists()  # the constructor never ran as root
+    assert ev.fingerprint["flush"].startswith(("evict (", "rewrite"))
+
+
+@root_only
+def test_the_compiler_cannot_read_what_the_sandbox_user_cannot(tmp_path, quick_bench):
+    secret = tmp_path / "secret.h"
+    secret.write_text("#error TOPSECRET-4242\n")
+    secret.chmod(0o600)
+    ev = run(f'#include "{secret}"\n' + CORRECT, quick_bench)
+    assert ev.status == Outcome.compile_error
+    assert "TOPSECRET" not in ev.log and "Permission denied" in ev.log
+
+
+def test_a_deep_directory_tree_left_by_a_candidate_is_removed(quick_bench):
+    import glob
+
+    before = set(glob.glob("/tmp/int21-eval-*"))
+    deep = k('static int done; if (!done) { done = 1; char cwd[4096]; if (getcwd(cwd, sizeof cwd)) {'
+             ' for (int i = 0; i < 3000; i++) { if (mkdir("d", 0700) || chdir("d")) break; } (void)!chdir(cwd); } }'
+             "rms_rows(x, w, y, rows, hidden, eps);", prelude="#include <sys/stat.h>\n")
+    ev = run(deep, quick_bench)
+    assert ev.status == Outcome.ok, ev.log
+    assert set(glob.glob("/tmp/int21-eval-*")) <= before
+
+
+@root_only
+def test_anonymous_memory_files_are_refused(quick_bench):
+    src = k("int fd = memfd_create(\"x\", 0); if (fd < 0) rms_rows(x, w, y, rows, hidden, eps);",
+            prelude="#define _GNU_SOURCE\n#include <sys/mman.h>\n")
+    ev = run("#define _GNU_SOURCE\n" + src, quick_bench)
+    assert ev.status == Outcome.ok, ev.log
+    assert "memfd_create" in ev.fingerprint["sandbox"]["seccomp"]
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf"), True])
+def test_a_timeout_that_is_not_a_positive_number_is_refused(timeout, quick_bench):
+    with pytest.raises(ValueError, match="timeout_s must be a number of seconds"):
+        run(CORRECT, quick_bench, timeout_s=timeout)
+
+
+def test_a_request_larger_than_a_socket_buffer_reaches_a_forked_child(monkeypatch, quick_bench):
+    from kernels import sandbox
+
+    monkeypatch.setenv("KERNELS_SANDBOX_SPAWN", "fork")
+    real = sandbox.run_child
+
+    def padded(request, *a, **kw):
+        return real({**request, "padding": "x" * (4 << 20)}, *a, **kw)
+
+    monkeypatch.setattr("kernels.evaluator.run_child", padded)
+    ev = run(CORRECT, quick_bench)
+    assert ev.status == Outcome.ok, ev.log
+
+
+def test_a_failed_child_set_up_is_the_sandboxs_error_not_the_candidates(monkeypatch, quick_bench):
+    monkeypatch.setenv("KERNELS_SANDBOX_SPAWN", "fork")
+    monkeypatch.setenv("KERNELS_SANDBOX_MEMORY_BYTES", str(2**64))  # above any hard limit
+    with pytest.raises(SandboxError, match="set-up"):
+        run(CORRECT, quick_bench)

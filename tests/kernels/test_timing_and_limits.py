@@ -128,3 +128,14 @@ def test_a_missing_eviction_helper_falls_back_to_the_rewrite_flush(monkeypatch, 
                   shape_set="test-small", bench=quick_bench, seed=3)
     assert ev.status == Outcome.ok, ev.log
     assert ev.fingerprint["flush"] == "rewrite 1048576 bytes (evict unavailable: helper not compiled)"
+
+
+@pytest.mark.parametrize("field, value", [
+    ("rep_ms", float("nan")), ("warmup_ms", float("inf")), ("rep_ms", -1.0), ("min_reps", 2.5),
+    ("max_reps", True), ("flush_bytes", 2**40), ("flush_bytes", 1.0),
+])
+def test_bench_settings_reject_values_that_would_fail_in_the_child(field, value):
+    from kernels.timing import BenchSettings
+
+    with pytest.raises(ValueError, match=f"BenchSettings: {field} must be"):
+        BenchSettings(**{field: value})
