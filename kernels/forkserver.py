@@ -144,9 +144,11 @@ class ForkServer:
 
 
 def _read_line(sock: socket.socket) -> bytes:
+    """One line, read byte by byte: the pid and the exit status may arrive together, and the
+    second must stay in the socket for the next read (lines are a few dozen bytes)."""
     data = b""
     while not data.endswith(b"\n"):
-        chunk = sock.recv(4096)
+        chunk = sock.recv(1)
         if not chunk:
             raise ConnectionError("status socket closed")
         data += chunk
