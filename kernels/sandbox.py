@@ -15,9 +15,11 @@ in 0.05-0.1 s instead of 0.2 s) or, with ``KERNELS_SANDBOX_SPAWN=exec``, started
 - an empty environment: only ``PATH=/usr/bin:/bin``, ``OMP_NUM_THREADS`` (= CPU count),
   ``OPENBLAS_NUM_THREADS=1`` and the OpenMP wait settings of
   :func:`kernels.timing.omp_environment` (no secrets, no ``HOME``);
-- a private temporary directory as its cwd, holding a copy of the candidate library;
-- request on stdin (exec) or in the fork request, results on a dedicated pipe (the candidate's prints cannot forge it), its
-  stdout/stderr in files whose tails go to the evidence log;
+- a private temporary directory of its own as its cwd, holding a copy of the candidate
+  library (the evaluator gives each child a new one);
+- request on stdin (exec) or in a file passed with the fork request, results on a dedicated
+  pipe (the candidate's prints cannot forge it), its stdout/stderr in files whose tails go to
+  the evidence log;
 - confinement applied inside the child before the candidate is loaded
   (:mod:`kernels._isolation`, see there for the details and the sources):
 
