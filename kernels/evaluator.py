@@ -719,8 +719,8 @@ def evaluate(
     }
     logdir = Path(tempfile.mkdtemp(prefix="int21-log-"))
     try:
-        # Two children in the same private directory, within one wall-clock budget: validation
-        # with spinning OpenMP threads (races show), then timing with sleeping ones (stable).
+        # Two children, each in its own private directory, within one wall-clock budget:
+        # validation with spinning OpenMP threads (races show), then timing with sleeping ones.
         runs: list[ChildRun] = []
         deadline = time.monotonic() + timeout_s
         for phase, req, env in (("validation", {**request, "timed": []}, omp_validation),
@@ -733,7 +733,9 @@ def evaluate(
                 break
             (logdir / phase).mkdir()
             if phase == "timing":
+                waited = time.monotonic()
                 expected.join()  # nothing of ours competes with the timed calls
+                deadline += time.monotonic() - waited  # our wait is not the candidate's time
                 left = deadline - time.monotonic()
             run = run_child(req, workdirs[phase], logdir / phase, left, policy=policy, env=env)
             runs.append(run)
