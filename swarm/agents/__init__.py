@@ -26,6 +26,9 @@ AGENTS: dict[str, type[Agent]] = {
 #:   forest + local search:                1.560/1.542/1.165/1.074, 1.273/1.018/1.018/1.0, 1.076/1.0/1.0/1.0
 #:   forest + optuna:                      1.351/1.260/1.112/1.074, 1.154/1.0/1.0/1.0,     1.024/1.0/1.0/1.0
 #:   forest + forest (fine) + evolutionary: 1.348/1.208/1.074/1.0,  1.049/1.0/1.0/1.0,     1.0/1.0/1.0/1.0
+#: and at 10 seeds: forest + evolutionary 1.453/1.147/1.037/1.0, 1.196/1.091/1.0/1.0, 1.106/1.0/1.0/1.0;
+#: the default mix 1.340/1.187/1.101/1.0, 1.187/1.0/1.0/1.0, 1.0/1.0/1.0/1.0, and with crossovers
+#: of the best in the forests' candidate pools 1.272/1.147/1.037/1.0, 1.183/1.0/1.0/1.0, 1.0/1.0/1.0/1.0.
 #: Random sampling, Optuna, local search and LLM agents are available as agents.
 DEFAULT_MIX: tuple[dict[str, Any], ...] = (
     {"name": "forest", "kind": "forest", "settings": {}},

@@ -10,7 +10,9 @@ pairwise products of numeric parameters are offered to them as features too.
 
 Candidates scored per generation: every unseen point of the space when it has at most
 ``pool`` points, else a random sample of that size, plus every unseen neighbour of the best
-evaluation (one or two parameters changed) and of the next two (one parameter changed).
+evaluation (one or two parameters changed) and of the next two (one parameter changed), and
+uniform crossovers of the best eight (what an evolutionary agent would try, screened by the
+model).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class ForestAgent(Agent):
         leaf: minimum samples per leaf (default 3: smoother predictions from few evaluations).
         max_features: share of features tried per split (default 1.0).
         pairs: offer pairwise products of numeric parameters as features (default True).
+        crossovers: uniform crossovers per pair of the best eight added to the pool (default 4).
         failure_quantile: failed and infeasible points are fitted at the worst feasible
             log-objective plus this multiple of the feasible spread (default 1.0).
     """
@@ -126,9 +129,20 @@ class ForestAgent(Agent):
         names = view.space.names
         have = {tuple(p[k] for k in names) for p in points}  # cheaper than point keys
         # The surroundings of the best, which a random sample rarely covers: two parameters
-        # changed around the best, one around the next ones.
+        # changed around the best, one around the next ones, and crossovers of the best few.
         for rank, o in enumerate(best):
             for params in _neighbours(view, o.params, 2 if rank == 0 else 1):
+                t = tuple(params[k] for k in names)
+                if t in have:
+                    continue
+                have.add(t)
+                if view.space.point_key(params) not in view.seen and view.space.contains(params):
+                    points.append(params)
+        elite = [o.params for o in sorted((o for o in view.history if set(o.params) == set(names)
+                                           and math.isfinite(view.score(o))), key=view.score)[:8]]
+        for a, b in itertools.combinations(elite, 2):
+            for _ in range(int(self.settings.get("crossovers", 4))):
+                params = {k: (a[k] if self.rng.random() < 0.5 else b[k]) for k in names}
                 t = tuple(params[k] for k in names)
                 if t in have:
                     continue
