@@ -38,7 +38,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before libgomp loads (fir
 
 import argparse
 import ctypes
-import json
 import statistics
 import sys
 import tempfile
@@ -52,7 +51,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import kernels  # noqa: E402
+from benchmarks._report import emit  # noqa: E402
 from kernels import hostperf  # noqa: E402
+from kernels._sandbox_child import bind  # noqa: E402  (the child's own binding)
 from kernels.backends.cpu import CpuBackend  # noqa: E402
 from kernels.space import format_defines  # noqa: E402
 from kernels.workloads import get_workload, shape_label  # noqa: E402
@@ -88,14 +89,6 @@ class _cache_dir:
         self.tmp.cleanup()
 
 
-def _bind(lib: ctypes.CDLL, wl):
-    fn = getattr(lib, wl.entry_point)
-    types = {"in": ctypes.c_void_p, "out": ctypes.c_void_p, "int": ctypes.c_int, "float": ctypes.c_float}
-    fn.argtypes = [types[a.kind] for a in wl.args]
-    fn.restype = None
-    return fn
-
-
 def bare_run(workload: str, shape_set: str, source: str, params: dict, reps: dict[str, int], seed: int) -> dict:
     """Compile (cold cache) + load + ``reps[label]`` calls per timed shape; seconds per part."""
     wl = get_workload(workload)
@@ -105,7 +98,7 @@ def bare_run(workload: str, shape_set: str, source: str, params: dict, reps: dic
         art = CpuBackend().compile(source, format_defines(params))
         t1 = time.perf_counter()
         lib = ctypes.CDLL(str(art.path))
-        fn = _bind(lib, wl)
+        fn = bind(lib, wl)
         t2 = time.perf_counter()
         gen_s = run_s = 0.0
         calls = 0
@@ -219,17 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                f"(kernel latency >= {JUDGED_FROM_MS:g} ms) within {TARGET_PCT:g}% overhead")
     payload = {"results": results, "target": verdict, "seconds": elapsed, "cpus": os.cpu_count(),
                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "limits": limits}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "evaluator_overhead.json").write_text(json.dumps(payload, indent=1, default=str))
-    (args.out / "evaluator_overhead.md").write_text(
-        f"# Evaluator overhead\n\n`python -m benchmarks.evaluator_overhead {' '.join(argv or sys.argv[1:])}`: "
-        f"{elapsed:.0f} s on {os.cpu_count()} CPUs.\n\n{table}\n\n{verdict}\n")
-    if args.json:
-        print(json.dumps(payload, indent=1, default=str))
-    else:
-        print(table)
-        print(verdict)
-        print(f"{elapsed:.0f} s")
+    emit(args.out, "evaluator_overhead", "Evaluator overhead", argv, f"{elapsed:.0f} s on {os.cpu_count()} CPUs.",
+         payload, table, verdict, as_json=args.json)
     return 0
 
 

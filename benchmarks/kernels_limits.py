@@ -31,7 +31,6 @@ JSON object on stdout instead.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -44,6 +43,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import kernels  # noqa: E402
+from benchmarks._report import emit  # noqa: E402
 from kernels import hostperf  # noqa: E402
 from kernels.baselines import baseline_latency_ms, copy_latency_ms  # noqa: E402
 from kernels.workloads import get_workload  # noqa: E402
@@ -159,18 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     verdict = f"{sum(r['pass'] for r in rows)} of {len(rows)} rows meet their target"
     payload = {"results": rows, "target": verdict, "seconds": elapsed, "cpus": os.cpu_count(),
                "blas_threads": _blas_threads(), "seed": args.seed, "limits": limits}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "kernels_limits.json").write_text(json.dumps(payload, indent=1, default=str))
-    (args.out / "kernels_limits.md").write_text(
-        f"# Best found against the physical limit\n\n`python -m benchmarks.kernels_limits "
-        f"{' '.join(argv or sys.argv[1:])}`: {elapsed:.0f} s on {os.cpu_count()} CPUs, BLAS threads "
-        f"{payload['blas_threads']}.\n\n{table}\n\n{verdict}\n")
-    if args.json:
-        print(json.dumps(payload, indent=1, default=str))
-    else:
-        print(table)
-        print(verdict)
-        print(f"{elapsed:.0f} s")
+    emit(args.out, "kernels_limits", "Best found against the physical limit", argv,
+         f"{elapsed:.0f} s on {os.cpu_count()} CPUs, BLAS threads {payload['blas_threads']}.",
+         payload, table, verdict, as_json=args.json)
     return 0
 
 

@@ -114,7 +114,8 @@ class _Late:
         self.pending.clear()
 
 
-def _bind(lib: ctypes.CDLL, workload):
+def bind(lib: ctypes.CDLL, workload):
+    """The workload's entry point in ``lib`` with its C signature (pointers, ints, floats)."""
     fn = getattr(lib, workload.entry_point)
     types = {"in": ctypes.c_void_p, "out": ctypes.c_void_p, "int": ctypes.c_int, "float": ctypes.c_float}
     fn.argtypes = [types[a.kind] for a in workload.args]
@@ -150,7 +151,7 @@ def _prepare_cpu(req: dict):
 
     def run() -> dict:
         lib = ctypes.CDLL(req["library"])  # candidate constructors run here
-        fn = _bind(lib, workload)
+        fn = bind(lib, workload)
         late = _Late()
         for cid, io_ in cases:
             for call in (1, 2):

@@ -13,6 +13,7 @@ compare directly with ``Evidence.metrics["latency_ms"]``:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -96,20 +97,15 @@ NUMPY_BASELINES: Mapping[str, Callable[[dict, Mapping[str, float], dict], object
 }
 
 
+@functools.cache
 def _evictor() -> timing.Evictor | None:
     """The cache-eviction helper compiled for this host, or None where it cannot be."""
-    global _EVICTOR
-    if _EVICTOR is None:
-        from kernels.backends.cpu import CompileError, CpuBackend  # noqa: PLC0415
+    from kernels.backends.cpu import CompileError  # noqa: PLC0415
 
-        try:
-            _EVICTOR = timing.Evictor(CpuBackend().compile(timing.EVICT_SOURCE.read_text(), "").path)
-        except (CompileError, OSError, RuntimeError):
-            _EVICTOR = False
-    return _EVICTOR or None
-
-
-_EVICTOR: timing.Evictor | None | bool = None
+    try:
+        return timing.Evictor(timing.evict_library())
+    except (CompileError, OSError, RuntimeError):
+        return None
 
 
 def _time_shape_set(workload: str, shape_set: str, bench: BenchSettings | None,

@@ -54,7 +54,7 @@ from kernels.hashing import candidate_hash
 from kernels.outcome import Outcome
 from kernels.sandbox import ChildRun, SandboxPolicy, make_workdir, remove_tree, run_child
 from kernels.space import SpaceError, format_defines
-from kernels.timing import BenchSettings, omp_environment
+from kernels.timing import BenchSettings, evict_library, omp_environment
 from kernels.validation_store import StoredCase, ValidationStore
 from kernels.workloads import Workload, get_workload, shape_label
 
@@ -571,10 +571,9 @@ def _evict_library(be: Any, bench: BenchSettings, sections: list[str]) -> Path |
     if bench.flush != "evict" or getattr(be, "name", "") != "cpu":
         return None
     from kernels.backends.cpu import CompileError  # noqa: PLC0415
-    from kernels.timing import EVICT_SOURCE  # noqa: PLC0415
 
     try:
-        return Path(be.compile(EVICT_SOURCE.read_text(), "").path)
+        return evict_library()
     except (CompileError, OSError) as exc:
         sections.append(f"== cache-eviction helper ==\nnot available, rewrite flush instead: {exc}")
         return None

@@ -181,6 +181,17 @@ class _Flusher:
             ev.clear()
 
 
+def evict_library() -> Path:
+    """Path of :data:`EVICT_SOURCE` compiled for this host, from the CPU backend's compile cache.
+
+    Raises:
+        kernels.backends.cpu.CompileError: the compiler rejected it or is missing.
+    """
+    from kernels.backends.cpu import CpuBackend  # noqa: PLC0415  (the backend imports nothing of ours)
+
+    return Path(CpuBackend().compile(EVICT_SOURCE.read_text(), "").path)
+
+
 class Evictor:
     """Evicts numpy buffers from every level of the data caches (:data:`EVICT_SOURCE`).
 
@@ -193,7 +204,7 @@ class Evictor:
     1.92 ms rewrite, 0.95-1.12 ms hot).
 
     Args:
-        library: path of the compiled helper (``CpuBackend().compile(EVICT_SOURCE text, "")``).
+        library: path of the compiled helper (:func:`evict_library`).
 
     Raises:
         OSError: the library cannot be loaded or lacks the helper's symbols.

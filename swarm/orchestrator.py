@@ -453,15 +453,16 @@ def _close_generation(run: Run) -> Generation | None:
         key=lambda r: (r.evaluated_at is None, r.evaluated_at or _EPOCH, r.id),  # nulls last, as SQL sorts
     )
     before, new, evaluated = [], [], {}
-    for _, _, generation, agent, status, _, metrics, _ in rows:
-        v = vector(metrics or {}) if status == "ok" and run.is_feasible(metrics or {}) else None
-        if generation < gen.number:
+    for r in rows:
+        metrics = r.metrics or {}
+        v = vector(metrics) if r.status == "ok" and run.is_feasible(metrics) else None
+        if r.generation < gen.number:
             if v is not None:
                 before.append(v)
         else:
-            evaluated[agent] = evaluated.get(agent, 0) + 1
+            evaluated[r.agent] = evaluated.get(r.agent, 0) + 1
             if v is not None:
-                new.append((agent, v))
+                new.append((r.agent, v))
     improvements = frontier_improvements(before, new)
     for record in run.agents.all():
         AgentRecord.objects.filter(pk=record.pk).update(
@@ -607,20 +608,7 @@ def evaluate_batch(candidate_ids: list[int], *, evaluate: EvaluateFn | None = No
             .values_list("pk", flat=True)
         )
         done = [rows[pk] for pk in sorted(owned)]
-        stored = Evidence.objects.bulk_create(
-            Evidence(
-                candidate=c,
-                status=str(records[c.pk]["status"]),
-                metrics=records[c.pk].get("metrics") or {},
-                samples_ms=records[c.pk].get("samples_ms") or {},
-                cases=records[c.pk].get("cases") or [],
-                log=records[c.pk].get("log") or "",
-                fingerprint=records[c.pk].get("fingerprint") or {},
-                static=records[c.pk].get("static") or {},
-                duration_s=records[c.pk].get("duration_s") or 0.0,
-            )
-            for c in done
-        )
+        stored = Evidence.objects.bulk_create(_evidence(c, records[c.pk]) for c in done)
         by_status: dict[str, list[int]] = {}
         for ev in stored:  # the in-memory candidates now match their rows (no re-read)
             ev.candidate.status, ev.candidate.evaluated_at = ev.status, now
@@ -636,6 +624,21 @@ def evaluate_batch(candidate_ids: list[int], *, evaluate: EvaluateFn | None = No
         else:
             events.publish(run_id, "candidates", {"items": items})
     return done
+
+
+def _evidence(candidate: Candidate, r: dict[str, Any]) -> Evidence:
+    """The evidence row of ``candidate`` from an evaluator's ``Evidence.to_dict()``."""
+    return Evidence(
+        candidate=candidate,
+        status=str(r["status"]),
+        metrics=r.get("metrics") or {},
+        samples_ms=r.get("samples_ms") or {},
+        cases=r.get("cases") or [],
+        log=r.get("log") or "",
+        fingerprint=r.get("fingerprint") or {},
+        static=r.get("static") or {},
+        duration_s=r.get("duration_s") or 0.0,
+    )
 
 
 def evaluator_for(goal: Goal) -> EvaluateFn:

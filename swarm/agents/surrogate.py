@@ -128,28 +128,26 @@ class ForestAgent(Agent):
         points = view.space.sample(self.rng, size, exclude=view.seen)
         names = view.space.names
         have = {tuple(p[k] for k in names) for p in points}  # cheaper than point keys
-        # The surroundings of the best, which a random sample rarely covers: two parameters
-        # changed around the best, one around the next ones, and crossovers of the best few.
+        for params in self._around_the_best(view, best):
+            t = tuple(params[k] for k in names)
+            if t in have:
+                continue
+            have.add(t)
+            if view.space.point_key(params) not in view.seen and view.space.contains(params):
+                points.append(params)
+        return points
+
+    def _around_the_best(self, view: RunView, best):
+        """What a random sample rarely covers: two parameters changed around the best, one
+        around the next ones, and uniform crossovers of the best eight."""
         for rank, o in enumerate(best):
-            for params in _neighbours(view, o.params, 2 if rank == 0 else 1):
-                t = tuple(params[k] for k in names)
-                if t in have:
-                    continue
-                have.add(t)
-                if view.space.point_key(params) not in view.seen and view.space.contains(params):
-                    points.append(params)
+            yield from _neighbours(view, o.params, 2 if rank == 0 else 1)
+        names = view.space.names
         elite = [o.params for o in sorted((o for o in view.history if set(o.params) == set(names)
                                            and math.isfinite(view.score(o))), key=view.score)[:8]]
         for a, b in itertools.combinations(elite, 2):
             for _ in range(int(self.settings.get("crossovers", 4))):
-                params = {k: (a[k] if self.rng.random() < 0.5 else b[k]) for k in names}
-                t = tuple(params[k] for k in names)
-                if t in have:
-                    continue
-                have.add(t)
-                if view.space.point_key(params) not in view.seen and view.space.contains(params):
-                    points.append(params)
-        return points
+                yield {k: (a[k] if self.rng.random() < 0.5 else b[k]) for k in names}
 
 
 def _neighbours(view: RunView, params: dict[str, Any], distance: int):

@@ -78,12 +78,11 @@ def test_evidence_reports_roofline_and_the_limits_used(quick_bench):
 def _evictor():
     import platform
 
-    from kernels.backends.cpu import CpuBackend
-    from kernels.timing import EVICT_SOURCE, Evictor
+    from kernels.timing import Evictor, evict_library
 
     if platform.machine() not in ("x86_64", "aarch64"):
         pytest.skip("no cache-line eviction instruction on this architecture")
-    return Evictor(CpuBackend().compile(EVICT_SOURCE.read_text(), "").path)
+    return Evictor(evict_library())
 
 
 def test_the_evict_flush_clears_lines_without_changing_the_buffers():

@@ -1,0 +1,37 @@
+"""Where a benchmark's results go: ``<out>/<name>.json`` (the payload), ``<out>/<name>.md``
+(a heading, the command, the table and the verdict), and stdout (the table and verdict, or
+with ``--json`` the payload as one JSON object)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def emit(out: Path, name: str, heading: str, argv: list[str] | None, note: str, payload: dict[str, Any],
+         table: str, verdict: str, *, as_json: bool) -> None:
+    """Write and print one benchmark's results.
+
+    Args:
+        out: results folder (created if missing).
+        name: module name of the benchmark, e.g. ``"kernels_limits"``.
+        heading: the markdown file's title.
+        argv: the command's arguments (default ``sys.argv[1:]``).
+        note: what follows the command in the markdown, e.g. ``"40 s on 2 CPUs."``.
+        payload: JSON-serialisable results (``default=str`` for the rest).
+        table: markdown table; verdict: the target's outcome in one line.
+        as_json: print the payload instead of the table.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(payload, indent=1, default=str))
+    command = " ".join(argv or sys.argv[1:])
+    (out / f"{name}.md").write_text(
+        f"# {heading}\n\n`python -m benchmarks.{name} {command}`: {note}\n\n{table}\n\n{verdict}\n")
+    if as_json:
+        print(json.dumps(payload, indent=1, default=str))
+    else:
+        print(table)
+        print(verdict)
+        print(f"{payload['seconds']:.0f} s")
