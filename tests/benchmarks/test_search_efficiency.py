@@ -1,10 +1,15 @@
 """The statistics of the search-efficiency benchmark, on traces whose answers are known."""
 
 import math
+from pathlib import Path
 
 import pytest
 
-from benchmarks.search_efficiency import Dataset, best_ratio, evals_to, hypervolume, summarise, verdict
+from benchmarks.search_efficiency import (
+    KT_BUDGET_FREE, Dataset, best_ratio, evals_to, hypervolume, load_dataset, run_kt, summarise, verdict,
+)
+
+ENERGY_FILE = Path(__file__).resolve().parents[2].parent / "shared/datasets/tuning-cache/gemm-xgemm-energy_A100-PCIE-40GB_partial.json.gz"
 
 
 def test_hypervolume_of_a_staircase():
@@ -37,3 +42,21 @@ def test_summary_and_targets():
     assert cell[("kt:random_sample", 2)]["evals_to_5pct"] is None
     lines = verdict(rows)
     assert any("d @ 1: swarm" in line and "met" in line for line in lines)
+
+
+@pytest.mark.skipif(not ENERGY_FILE.exists(), reason="needs ../shared/datasets/tuning-cache")
+@pytest.mark.parametrize("strategy", sorted(KT_BUDGET_FREE - {"bayes_opt"}))
+def test_kernel_tuner_runs_at_a_small_budget_are_prefixes_of_the_run_at_the_largest(strategy, tmp_path):
+    # What lets the benchmark run these strategies once, at the largest budget.
+    ds = load_dataset(ENERGY_FILE, tmp_path)
+    for seed in (0, 1):
+        full = run_kt(ds, strategy, seed, 120)
+        assert len(full) >= 60
+        assert run_kt(ds, strategy, seed, 40) == full[:40]
+
+
+@pytest.mark.skipif(not ENERGY_FILE.exists(), reason="needs ../shared/datasets/tuning-cache")
+def test_simulated_annealing_depends_on_the_budget_so_it_runs_once_per_budget(tmp_path):
+    ds = load_dataset(ENERGY_FILE, tmp_path)
+    assert "simulated_annealing" not in KT_BUDGET_FREE
+    assert run_kt(ds, "simulated_annealing", 0, 40) != run_kt(ds, "simulated_annealing", 0, 120)[:40]

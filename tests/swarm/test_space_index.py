@@ -1,0 +1,66 @@
+"""The enumerated index of a design space that model-based agents score points from."""
+
+import numpy as np
+
+from kernels import DesignSpace
+from swarm.agents import Observation, make_agent
+from swarm.agents.space_index import index_of
+from tests.contracts.agent_contract import SPACE, search, view
+
+
+def test_the_index_holds_exactly_the_valid_points_in_order():
+    index = index_of(SPACE)
+    valid = list(SPACE.iter_valid())
+    assert len(index) == len(valid) == sum(1 for p in valid if p["BX"] * p["BY"] <= 1024)
+    assert [index.point(i) for i in range(len(index))] == valid
+    assert index.values.shape == (len(valid), 4) and index.values.dtype == np.float64
+    assert index.values[3].tolist() == [float(valid[3][k]) for k in SPACE.names]
+    assert index.row(valid[7]) == 7
+    assert index.row({"BX": 256, "BY": 16, "TILE": 1, "UNROLL": 0}) is None  # restricted away
+    assert index.row({"BX": 16}) is None  # not a full point
+
+
+def test_seen_points_are_masked_by_their_keys():
+    index = index_of(SPACE)
+    valid = list(SPACE.iter_valid())
+    mask = index.seen_mask([SPACE.point_key(valid[0]), SPACE.point_key(valid[5]), "#42"])
+    assert mask.dtype == bool and np.flatnonzero(mask).tolist() == [0, 5]
+
+
+def test_the_index_is_built_once_per_space():
+    assert index_of(SPACE) is index_of(DesignSpace.from_dict(SPACE.to_dict()))
+
+
+def test_a_space_too_large_to_enumerate_has_no_index():
+    big = DesignSpace.from_dict({"parameters": [{"name": f"P{i}", "values": list(range(8))} for i in range(7)]})
+    assert big.cartesian_size() == 8**7
+    assert index_of(big) is None
+
+
+def test_the_forest_agent_also_searches_a_space_too_large_to_enumerate():
+    big = DesignSpace.from_dict({
+        "parameters": [{"name": f"P{i}", "values": list(range(8))} for i in range(7)],
+        "restrictions": ["P0 + P1 <= 12"],
+    })
+
+    def latency(p):
+        return 1.0 + sum((p[f"P{i}"] - 3) ** 2 for i in range(7))
+
+    rng = np.random.default_rng(0)
+    history = [Observation(i, p, "ok", {"latency_ms": latency(p)}, True) for i, p in enumerate(big.sample(rng, 30))]
+    v = view([], 2)
+    v = type(v)(**{**v.__dict__, "space": big, "history": tuple(history),
+                   "seen": frozenset(big.point_key(o.params) for o in history)})
+    proposals = make_agent("forest", 3).propose(v, 6)
+    keys = [big.point_key(p.params) for p in proposals]
+    assert len(proposals) == 6 and len(set(keys)) == 6
+    assert not set(keys) & v.seen
+    assert all(big.contains(p.params) and p.rationale.startswith("forest predicts") for p in proposals)
+
+
+def test_the_forest_agent_finds_the_optimum_of_the_contract_landscape():
+    # 60 of the space's 176 valid points, for five seeds
+    for seed in range(5):
+        history = search("forest", {}, 60, 8, seed=seed)
+        best = min((o for o in history if o.status == "ok"), key=lambda o: o.metrics["latency_ms"])
+        assert best.params == {"BX": 128, "BY": 4, "TILE": 4, "UNROLL": 1}, seed
