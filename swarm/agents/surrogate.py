@@ -116,7 +116,6 @@ class ForestAgent(Agent):
         return np.column_stack([base, *pairs]) if pairs else base
 
     def _fit(self, X: np.ndarray, y: np.ndarray):
-        import sklearn
         from sklearn.ensemble import RandomForestRegressor
 
         forest = RandomForestRegressor(
@@ -124,9 +123,7 @@ class ForestAgent(Agent):
             max_features=float(self.settings.get("max_features", 1.0)),
             bootstrap=True, random_state=int(self.rng.integers(2**31)), n_jobs=1,
         )
-        # The inputs are ours and finite: skip sklearn's per-tree parameter and input checks.
-        with sklearn.config_context(skip_parameter_validation=True, assume_finite=True):
-            forest.fit(X, y)
+        forest.fit(X, y)
         return forest
 
     @staticmethod
