@@ -377,24 +377,39 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def _run_nvcc(args: list[str], source_text: str, suffix: str, out_name: str) -> tuple[bytes, str]:
-    """Run nvcc on ``source_text`` in a private temp dir; returns (output bytes, log)."""
+    """Run nvcc on ``source_text`` in a private temp dir; returns (output bytes, log).
+
+    As the C compiler does (:meth:`kernels.backends.cpu.CpuBackend.compile`), nvcc runs as
+    the sandbox user when this process is root, in a directory outside the cache and with a
+    minimal environment: a candidate's ``#include`` or ``.incbin`` sees only what that user
+    may read, and nothing it builds can reach the cache except the output we copy.
+    """
+    from kernels.backends.cpu import _compiler_ids  # noqa: PLC0415  (the sandbox user, or None)
+
     nvcc = nvcc_path()
     if nvcc is None:
         raise CompileError("nvcc not found", "nvcc not found: set KERNELS_NVCC or put nvcc on PATH")
-    with tempfile.TemporaryDirectory(prefix="nvcc-", dir=_static_dir()) as tmp:
+    ids = _compiler_ids()
+    with tempfile.TemporaryDirectory(prefix="int21-nvcc-") as tmp:
         src = Path(tmp) / f"candidate{suffix}"
         src.write_text(source_text)
         out = Path(tmp) / out_name
         cmd = [nvcc, *args, "-o", str(out), str(src)]
         shown = " ".join(cmd).replace(tmp + "/", "")
+        run_as: dict[str, Any] = {}
+        if ids:
+            os.chown(tmp, *ids)
+            os.chown(src, *ids)
+            run_as = {"user": ids[0], "group": ids[1], "extra_groups": []}
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C", "TMPDIR": tmp, "HOME": tmp}
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=NVCC_TIMEOUT_S, cwd=tmp)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=NVCC_TIMEOUT_S, cwd=tmp, env=env, **run_as)
         except subprocess.TimeoutExpired:
             raise CompileError("nvcc timed out", f"$ {shown}\nnvcc timed out after {NVCC_TIMEOUT_S:g} s") from None
         except OSError as exc:
             raise CompileError(f"cannot run nvcc {nvcc!r}", f"$ {shown}\n{exc}") from None
         log = (proc.stdout + proc.stderr).replace(tmp + "/", "")
-        if proc.returncode != 0 or not out.is_file():
+        if proc.returncode != 0 or not out.is_file() or out.is_symlink():
             raise CompileError(f"nvcc exited with code {proc.returncode}", f"$ {shown}\n{log}")
         return out.read_bytes(), log
 

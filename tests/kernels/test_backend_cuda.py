@@ -255,6 +255,18 @@ def test_resource_usage_reports_registers_shared_memory_stack_and_constants():
     assert static.resource_usage(SMALL, "#define UNUSED 1\n", arch="sm_100")["arch"] == "sm_100"
 
 
+
+@needs_nvcc
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (nvcc runs as the sandbox user)")
+def test_nvcc_cannot_read_what_the_sandbox_user_cannot(tmp_path):
+    secret = tmp_path / "secret.h"
+    secret.write_text("#error TOPSECRET-4242\n")
+    secret.chmod(0o600)
+    with pytest.raises(static.CompileError) as err:
+        static.resource_usage(f'#include "{secret}"\n' + SMALL, arch="sm_90")
+    assert "TOPSECRET" not in err.value.log and "ermission denied" in err.value.log
+
+
 HEAVY = r"""
 extern "C" __global__ void heavy(const float *x, float *y) {
     float acc[64];
