@@ -33,7 +33,8 @@ class SpaceIndex:
         space: the indexed space.
         tuples: valid points as value tuples in ``space.names`` order (row ``i`` is
             ``tuples[i]``; :meth:`point` makes the dict).
-        values: ``float64 [n_points, n_parameters]``, columns in ``space.names`` order.
+        values: ``float64 [n_points, len(varying(space))]``: the parameters that take more
+            than one value (:func:`varying`), in ``space.names`` order.
         rows: value tuple (``space.names`` order) -> row.
         key_rows: :func:`kernels.space.point_key` -> row.
     """
@@ -82,7 +83,10 @@ def index_of(space: DesignSpace) -> SpaceIndex | None:
         token = resolve(space.domain).point_keys  # identity changes with the file's content
     elif space.cartesian_size() > ENUMERATE_LIMIT:
         return None
-    key = (space, id(token))
+    # Spelled values, not the space: DesignSpace equality says 32 == 32.0 and 0.0 == -0.0,
+    # but their #defines and point keys differ.
+    key = (tuple((p.name, tuple(map(repr, p.values))) for p in space.parameters), space.restrictions,
+           space.domain, id(token))
     with _lock:
         hit = _cache.get(key)
         if hit is not None and hit[0] is token:
@@ -96,13 +100,18 @@ def index_of(space: DesignSpace) -> SpaceIndex | None:
     return index
 
 
+def varying(space: DesignSpace) -> list[int]:
+    """Positions (in ``space.names``) of the parameters that take more than one value."""
+    return [i for i, p in enumerate(space.parameters) if len(p.values) > 1]
+
+
 def _build(space: DesignSpace) -> SpaceIndex:
-    names = space.names
+    names, columns = space.names, varying(space)
     tuples, key_rows = [], {}
     for p in space.iter_valid():
         key_rows[space.point_key(p)] = len(tuples)
         tuples.append(tuple(p[k] for k in names))
-    values = np.array(tuples, dtype=float).reshape(len(tuples), len(names))
+    values = np.array([[float(t[i]) for i in columns] for t in tuples], dtype=float).reshape(len(tuples), len(columns))
     return SpaceIndex(space, tuple(tuples), values, {t: i for i, t in enumerate(tuples)}, key_rows)
 
 

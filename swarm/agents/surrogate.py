@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from swarm.agents.base import Agent, Proposal, RunView
-from swarm.agents.space_index import SpaceIndex, index_of
+from swarm.agents.space_index import SpaceIndex, index_of, varying
 
 
 class ForestAgent(Agent):
@@ -53,7 +53,7 @@ class ForestAgent(Agent):
         taken: set[str] = set()
         out: list[Proposal] = []
         feasible = [o for o in obs if math.isfinite(view.score(o)) and view.score(o) < 1e12]
-        if len(obs) < startup or len(feasible) < 2:
+        if len(obs) < startup or len(feasible) < 2 or not varying(view.space):
             for params in view.warm_start:
                 if len(out) < n and view.space.contains(params):
                     key = view.space.point_key(params)
@@ -107,10 +107,9 @@ class ForestAgent(Agent):
         y[good] = logs
         return y
 
-    def _features(self, view: RunView, values: np.ndarray) -> np.ndarray:
-        """Model inputs of points given as ``float64 [n, n_parameters]`` (``space.names``
-        order): the parameters that vary, and their pairwise products."""
-        base = values[:, [i for i, p in enumerate(view.space.parameters) if len(p.values) > 1]]
+    def _features(self, view: RunView, base: np.ndarray) -> np.ndarray:
+        """Model inputs of points given as ``float64 [n, n_varying]`` (:func:`_values`): the
+        parameters that vary, and their pairwise products."""
         if not self.settings.get("pairs", True):
             return base
         pairs = [base[:, i] * base[:, j] for i, j in itertools.combinations(range(base.shape[1]), 2)]
@@ -175,8 +174,9 @@ class ForestAgent(Agent):
 
 
 def _values(view: RunView, points: list[dict[str, Any]]) -> np.ndarray:
-    """``float64 [len(points), n_parameters]`` in ``view.space.names`` order."""
-    names = view.space.names
+    """``float64 [len(points), n_varying]``: the values of the parameters that take more than
+    one value (:func:`swarm.agents.space_index.varying`), as in ``SpaceIndex.values``."""
+    names = [view.space.names[i] for i in varying(view.space)]
     return np.array([[float(pt[k]) for k in names] for pt in points], dtype=float).reshape(len(points), len(names))
 
 
