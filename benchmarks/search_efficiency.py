@@ -397,11 +397,16 @@ def markdown(rows: list[dict]) -> str:
 def figure(rows: list[dict], out_dir: Path) -> tuple[Path, Path | None]:
     """Median best/optimum against budget, one panel per dataset (HTML, and PNG via Chromium)."""
     import plotly.graph_objects as go
+    from plotly.colors import qualitative
     from plotly.subplots import make_subplots
 
     datasets = sorted({r["dataset"] for r in rows})
     fig = make_subplots(rows=1, cols=len(datasets), subplot_titles=datasets, shared_yaxes=False)
     strategies = sorted({r["strategy"] for r in rows})
+    budgets = sorted({r["budget"] for r in rows})
+    # One colour per strategy in every panel (13 strategies: more than the default 10 colours).
+    palette = [c for c in qualitative.Dark24 if c.lower() != "#222a2a"]
+    colour = {s: "black" if s == "swarm" else palette[i % len(palette)] for i, s in enumerate(strategies)}
     for col, d in enumerate(datasets, start=1):
         for s in strategies:
             pts = sorted((r["budget"], r["median_ratio"]) for r in rows if r["dataset"] == d and r["strategy"] == s)
@@ -409,11 +414,11 @@ def figure(rows: list[dict], out_dir: Path) -> tuple[Path, Path | None]:
                 continue
             fig.add_trace(go.Scatter(
                 x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=s, legendgroup=s,
-                showlegend=col == 1, line={"width": 4 if s == "swarm" else 1.5},
+                showlegend=col == 1, line={"width": 4 if s == "swarm" else 1.5, "color": colour[s]},
             ), row=1, col=col)
-        fig.update_xaxes(type="log", title_text="evaluations", row=1, col=col)
+        fig.update_xaxes(type="log", title_text="evaluations", tickvals=budgets, row=1, col=col)
         fig.update_yaxes(title_text="best found / optimum (median)", row=1, col=col)
-    fig.update_layout(height=520, width=520 * len(datasets), title="Search efficiency on recorded GPU landscapes")
+    fig.update_layout(height=640, width=520 * len(datasets), title="Search efficiency on recorded GPU landscapes")
     out_dir.mkdir(parents=True, exist_ok=True)
     html = out_dir / "search_efficiency.html"
     fig.write_html(html, include_plotlyjs=True)
@@ -424,7 +429,7 @@ def figure(rows: list[dict], out_dir: Path) -> tuple[Path, Path | None]:
 
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox", "--disable-gpu"])
-            page = browser.new_page(viewport={"width": 520 * len(datasets) + 40, "height": 560})
+            page = browser.new_page(viewport={"width": 520 * len(datasets) + 40, "height": 680})
             page.goto(html.as_uri())
             page.wait_for_selector(".main-svg")
             page.screenshot(path=str(png))
