@@ -65,7 +65,15 @@ typedef float vf __attribute__((vector_size(VEC * sizeof(float))));
 /* An empty asm that "modifies" a loaded vector: the compiler must keep it in a register
  * instead of folding a fresh load from L1 into every FMA that uses it (what gcc does
  * otherwise, costing MR*NR loads per step instead of MR+NR). x86 only; a no-op elsewhere. */
-#if REG_PIN && (defined(__x86_64__) || defined(__i386__))
+#if defined(__AVX512F__)
+#define NATIVE_VEC_BYTES 64
+#elif defined(__AVX__)
+#define NATIVE_VEC_BYTES 32
+#else
+#define NATIVE_VEC_BYTES 16
+#endif
+/* Only for a vector that fits one register: a wider one (VEC 16 without AVX-512) has none. */
+#if REG_PIN && (defined(__x86_64__) || defined(__i386__)) && VEC * 4 <= NATIVE_VEC_BYTES
 #define PIN(v) __asm__("" : "+v"(v))
 #else
 #define PIN(v) ((void)0)
