@@ -1,13 +1,14 @@
 """Runs inside the sandbox child: prepares buffers, locks down, calls and times the candidate.
 
-Nothing here judges correctness: the trusted parent regenerates the inputs from
-(shape, seed), computes the reference and classifies. The child reports timing samples on a
+Nothing here judges correctness: the trusted parent generates the inputs from (shape, seed)
+(saved into this directory before the child starts; generated here when absent), keeps its
+own copies, computes the reference and classifies. The child reports timing samples on a
 dedicated pipe and leaves raw arrays as ``.npy`` files in its private cwd.
 
 Phases:
 
-1. *Trusted* (before any candidate code): read the request, import everything, generate
-   every input set and allocate every buffer (so nothing needs files outside the private
+1. *Trusted* (before any candidate code): read the request, import everything, load (or
+   generate) every input set and allocate every buffer (so nothing needs files outside the private
    directory later: after the privilege drop the interpreter's own directory may be
    unreadable).
 2. *Lockdown*: :func:`kernels._isolation.apply`; its report is written to the result pipe as
@@ -82,6 +83,11 @@ class _Io:
         for k, n in self.sizes.items():
             self.outputs[k][g : g + n] = np.nan
 
+    def output_bodies(self) -> list[np.ndarray]:
+        """Views of the outputs without their guards (what a call must write)."""
+        g = self.guard
+        return [self.outputs[k][g : g + n] for k, n in self.sizes.items()]
+
     def refill(self, inputs: dict) -> None:
         """Write new contents into the same input buffers (pointers unchanged)."""
         g = self.guard
@@ -134,15 +140,17 @@ def _prepare_cpu(req: dict):
     guard = int(req["guard"])
     cases = []
     for case in req["cases"]:
-        cases.append((case["id"], _Io(workload, case["shape"], workload.generate(case["shape"], case["seed"]), guard)))
+        cases.append((case["id"], _Io(workload, case["shape"], _inputs(workload, case["shape"], case["seed"],
+                                                                        case.get("inputs")), guard)))
     timed = []
     for item in req["timed"]:  # rotation sets: own input buffers, one shared output buffer
-        first = _Io(workload, item["shape"], workload.generate(item["shape"], item["seeds"][0]), guard)
+        files = item.get("inputs") or [None] * len(item["seeds"])
+        first = _Io(workload, item["shape"], _inputs(workload, item["shape"], item["seeds"][0], files[0]), guard)
         sets = [first] + [
-            _Io(workload, item["shape"], workload.generate(item["shape"], s), guard, outputs=first.outputs)
-            for s in item["seeds"][1:]
+            _Io(workload, item["shape"], _inputs(workload, item["shape"], s, f), guard, outputs=first.outputs)
+            for s, f in zip(item["seeds"][1:], files[1:])
         ]
-        fresh = workload.generate(item["shape"], item["fresh_seed"])
+        fresh = _inputs(workload, item["shape"], item["fresh_seed"], item.get("fresh_inputs"))
         timed.append((item, sets, fresh))
     settings = BenchSettings(**req["bench"])
     flush_method, evictor, rewrite = _flush_for(req, settings, bool(timed))
@@ -163,40 +171,69 @@ def _prepare_cpu(req: dict):
             for k, buf in io_.inputs.items():
                 np.save(f"{cid}_after_{k}.npy", buf)
         out = {}
+        finished = []
         for item, sets, fresh in timed:
-            tid = item["id"]
             cur = [len(sets) - 1]
 
+            def rotate() -> None:
+                cur[0] = (cur[0] + 1) % len(sets)  # fresh input contents each call
+
             def prepare() -> None:
-                # Fresh input contents each call (rotate sets) and NaN outputs before every call.
-                cur[0] = (cur[0] + 1) % len(sets)
-                sets[cur[0]].nan_outputs()
+                rotate()
+                sets[cur[0]].nan_outputs()  # NaN outputs before every call
 
             def call() -> None:
                 fn(*sets[cur[0]].args)
 
-            # Evict exactly the buffers (guards included) that the next call touches.
-            plans = [evictor.plan([*s.inputs.values(), *s.outputs.values()]) for s in sets] if evictor else []
+            # Evict exactly the buffers (guards included) that the next call touches; where
+            # the helper can, it NaN-fills the outputs in the same pass (streaming stores).
+            plans = [evictor.plan([*s.inputs.values(), *s.outputs.values()], fill=s.output_bodies())
+                     for s in sets] if evictor else []
 
             def evict() -> None:
                 plans[cur[0]]()
 
-            samples = bench(call, settings, prepare=prepare, flush=evict if plans else rewrite)
-            late.snapshot(sets[cur[0]].outputs, f"{tid}_last")
-            late.check(wait=True)
-            slot = (cur[0] + 1) % len(sets)
+            fills = bool(plans) and all(getattr(pl, "fills", False) for pl in plans)
+            samples = bench(call, settings, prepare=prepare, flush=evict if plans else rewrite,
+                            timed_prepare=rotate if fills else None)
+            late.snapshot(sets[cur[0]].outputs, f"{item['id']}_last")
+            finished.append((item, sets, fresh, cur[0], samples))
+        # One wait for every last timed call (the shared output buffers are reused below).
+        late.check(wait=True)
+        for item, sets, fresh, last, samples in finished:
+            tid = item["id"]
+            slot = (last + 1) % len(sets)
             sets[slot].refill(fresh)
             sets[slot].nan_outputs()
             fn(*sets[slot].args)
             late.snapshot(sets[slot].outputs, f"{tid}_fresh")
+            out[tid] = {"samples_ms": samples, "last_set": last, "fresh_slot": slot}
+        for item, sets, *_ in finished:  # while late writes to the fresh outputs would show
             for j, io_ in enumerate(sets):
                 for k, buf in io_.inputs.items():
-                    np.save(f"{tid}_after{j}_{k}.npy", buf)
-            out[tid] = {"samples_ms": samples, "last_set": cur[0], "fresh_slot": slot}
+                    np.save(f"{item['id']}_after{j}_{k}.npy", buf)
         late.check(wait=True)
         return {"ok": True, "timed": out, "flush": flush_method}
 
     return run
+
+
+def _inputs(workload, shape: dict, seed: int, files: dict | None) -> dict:
+    """One input set: loaded from the files the parent saved in this directory (``{name:
+    file}``, trusted: written before this process started), else generated from ``seed``.
+
+    Raises:
+        ValueError: a file does not hold a float32 array of the input's size.
+    """
+    if not files:
+        return workload.generate(shape, seed)
+    out = {}
+    for name, fname in files.items():
+        arr = np.load(fname, allow_pickle=False)
+        if arr.dtype != np.float32:
+            raise ValueError(f"input file {fname} holds {arr.dtype}, not float32")
+        out[name] = arr
+    return out
 
 
 def _flush_for(req: dict, settings, timing: bool):

@@ -22,9 +22,11 @@ Protocol (DESIGN.md, "Evaluation protocol"):
      pointers), which a kernel that caches results by pointer or by call count gets wrong.
    Every output is copied right after the call returns and compared with the buffer again
    later: a change means work continued after the return (e.g. a thread outliving the call).
-4. This process regenerates every input from (shape, seed), computes the float64 reference
-   (ahead, while the compiler and the validation child run: :class:`Expected`) and classifies in one place, :func:`_judge`: guards intact, inputs unchanged, no late
-   writes (else ``invalid``); finite, within tolerance, repeated calls agreeing, timed and
+4. This process generates every input from (shape, seed) once, while the compiler runs, and
+   saves each set into the directory of the child that uses it (the children load instead of
+   generating again; :class:`Expected`); it keeps its own copies, computes the float64
+   references (ahead where always needed) and classifies in one place, :func:`_judge`:
+   guards intact, inputs unchanged, no late writes (else ``invalid``); finite, within tolerance, repeated calls agreeing, timed and
    fresh-contents outputs correct (else ``wrong_result``); measured bandwidth and FLOP rate
    within ``roofline_margin`` times this host's measured copy bandwidth and FMA throughput
    (:mod:`kernels.hostperf`; else ``invalid``). Inputs that exposed a wrong result are added
@@ -52,7 +54,7 @@ from kernels import config, hostperf, stats
 from kernels.backends import get_backend
 from kernels.hashing import candidate_hash
 from kernels.outcome import Outcome
-from kernels.sandbox import ChildRun, SandboxPolicy, make_workdir, remove_tree, run_child
+from kernels.sandbox import ChildRun, SandboxPolicy, hand_over, make_workdir, place, remove_tree, run_child
 from kernels.space import SpaceError, format_defines
 from kernels.timing import BenchSettings, evict_library, omp_environment
 from kernels.validation_store import StoredCase, ValidationStore
@@ -165,73 +167,166 @@ def _plan(wl: Workload, shape_set: str, base_seed: int, stored: list[StoredCase]
     return cases, timed
 
 
-class Expected:
-    """Inputs and float64 references of a plan, computed ahead of the judge in a thread.
+def _input_files(wl: Workload, prefix: str) -> dict[str, str]:
+    """File names (in the child's directory) of the inputs of one input set: ``in_<prefix>_<name>.npy``."""
+    return {a.name: f"in_{prefix}_{a.name}.npy" for a in wl.args if a.kind == "in"}
 
-    The parent regenerates every input from (shape, seed) and computes its reference; that
-    work depends only on the plan, so :meth:`start` runs it while the compiler and the
-    validation child run (the evaluator joins before the timing child starts, so nothing
-    competes with timing). Entries beyond ``budget_bytes`` (inputs + references) are not
-    kept and :meth:`get` computes them when asked, as the judge did before.
+
+class Expected:
+    """Inputs and float64 references of a plan, computed ahead of the children and the judge.
+
+    The parent generates every input set from (shape, seed) exactly once, in a thread started
+    before the compiler runs (numpy releases the GIL in its kernels). With ``workdirs``, each
+    set is also saved into the directory of the child that calls the kernel on it, so the
+    children load their inputs instead of generating them again; the inputs stay the
+    parent's own copies (what the children save after the calls is compared with them).
+    Order: the validation cases' inputs (then :meth:`wait` ``("validation")`` returns), the
+    timed sets' (``"timing"``), then the references that are always needed (validation cases
+    and fresh contents), then those of the rotated timed sets, of which only the last timed
+    call's is needed: they are computed while nothing else waits for the thread, and
+    :meth:`finish_needed` skips the rest (:meth:`get` computes the one needed when asked). Entries beyond ``budget_bytes`` (inputs
+    + references) are not kept and :meth:`get` computes them again.
 
     Args:
         wl: the workload (with the shape set's attributes).
         cases: validation cases of :func:`_plan`.
         timed: timed items of :func:`_plan` (every input set and the fresh contents).
-        budget_bytes: most bytes kept ahead (default 512 MiB).
+        budget_bytes: most bytes kept (default 512 MiB).
+        workdirs: ``{"validation": dir, "timing": dir}``: where the children's input files go
+            (none written without it).
+        policy: the sandbox policy (input files are handed to its user, read-only).
     """
 
     def __init__(self, wl: Workload, cases: list[dict] = (), timed: list[dict] = (),
-                 budget_bytes: int = 512 * 2**20) -> None:
+                 budget_bytes: int = 512 * 2**20, workdirs: dict[str, Path] | None = None,
+                 policy: SandboxPolicy | None = None) -> None:
         self.wl = wl
         self.budget = budget_bytes
-        self.keys = [(c["shape"], c["seed"]) for c in cases]
-        for t in timed:
-            self.keys += [(t["shape"], s) for s in (*t["seeds"], t["fresh_seed"])]
-        self.done: dict[tuple, tuple[dict, dict]] = {}
+        self.workdirs = workdirs or {}
+        self.policy = policy
+        self.jobs: dict[str, list[tuple[dict, int, str]]] = {
+            "validation": [(c["shape"], c["seed"], c["id"]) for c in cases],
+            "timing": [(t["shape"], s, f"{t['id']}s{j}") for t in timed for j, s in enumerate(t["seeds"])]
+            + [(t["shape"], t["fresh_seed"], f"{t['id']}f") for t in timed],
+        }
+        self.ahead = [(c["shape"], c["seed"]) for c in cases] + [(t["shape"], t["fresh_seed"]) for t in timed]
+        self.spare = [(t["shape"], s) for t in timed for s in t["seeds"]]  # only one set's is needed
+        self.no_spare = False
+        self.inputs_done: dict[tuple, dict] = {}
+        self.refs_done: dict[tuple, dict] = {}
+        self.files: dict[str, dict[str, str]] = {}  # prefix -> {input name: file} written
+        self.used = 0
+        self.ready = {phase: threading.Event() for phase in self.jobs}
+        self.error: BaseException | None = None
         self.thread: threading.Thread | None = None
         self.stop = False
+
+    @property
+    def done(self) -> dict[tuple, tuple[dict, dict]]:
+        """``{key: (inputs, reference)}`` of the entries whose reference is kept."""
+        return {k: (self.inputs_done[k], r) for k, r in self.refs_done.items() if k in self.inputs_done}
 
     @staticmethod
     def _key(shape: dict, seed: int) -> tuple:
         return tuple(sorted(shape.items())), int(seed)
 
-    def _compute(self, shape: dict, seed: int) -> tuple[dict, dict]:
-        inputs = self.wl.generate(shape, seed)
-        return inputs, self.wl.reference(inputs, self.wl.attrs)
+    def _keep(self, table: dict, key: tuple, arrays: dict) -> None:
+        self.used += sum(a.nbytes for a in arrays.values())
+        if self.used <= self.budget:
+            table[key] = arrays
+
+    def _save(self, phase: str, prefix: str, inputs: dict) -> None:
+        workdir = self.workdirs.get(phase)
+        if workdir is None:
+            return
+        names = _input_files(self.wl, prefix)
+        for name, fname in names.items():
+            path = workdir / fname
+            np.save(path, np.ascontiguousarray(inputs[name], dtype=np.float32), allow_pickle=False)
+            hand_over(self.policy, path)
+        self.files[prefix] = names
 
     def _fill(self) -> None:
-        used = 0
-        for shape, seed in self.keys:
-            if self.stop or self._key(shape, seed) in self.done:
-                continue
-            inputs, ref = self._compute(shape, seed)
-            used += sum(a.nbytes for a in (*inputs.values(), *ref.values()))
-            if used > self.budget:
-                return
-            self.done[self._key(shape, seed)] = (inputs, ref)
+        try:
+            for phase, jobs in self.jobs.items():
+                for shape, seed, prefix in jobs:
+                    if self.stop:
+                        return
+                    key = self._key(shape, seed)
+                    inputs = self.inputs_done.get(key)
+                    if inputs is None:
+                        inputs = self.wl.generate(shape, seed)
+                        self._keep(self.inputs_done, key, inputs)
+                    self._save(phase, prefix, inputs)
+                self.ready[phase].set()
+            for i, (shape, seed) in enumerate(self.ahead + self.spare):
+                key = self._key(shape, seed)
+                if self.stop or self.used > self.budget or (i >= len(self.ahead) and self.no_spare):
+                    return
+                if key not in self.refs_done:
+                    self._keep(self.refs_done, key, self.wl.reference(self.inputs(shape, seed), self.wl.attrs))
+        except BaseException as exc:  # noqa: BLE001  (surfaces in wait/get, in the caller's thread)
+            self.error = exc
+        finally:
+            for ev in self.ready.values():
+                ev.set()
 
     def start(self) -> Expected:
-        """Start computing in a daemon thread (numpy releases the GIL in its kernels)."""
+        """Start computing in a daemon thread."""
         self.thread = threading.Thread(target=self._fill, name="expected", daemon=True)
         self.thread.start()
         return self
 
+    def wait(self, phase: str) -> None:
+        """Block until the inputs of ``phase`` (``"validation"`` or ``"timing"``) are saved.
+
+        Raises:
+            OSError: (or whatever the thread raised) saving or generating failed.
+        """
+        self.ready[phase].wait()
+        if self.error is not None:
+            raise self.error
+
     def join(self) -> None:
-        """Wait for the thread (errors surface later, from :meth:`get`)."""
+        """Wait for the thread (errors surface from :meth:`wait`)."""
         if self.thread is not None:
             self.thread.join()
+
+    def finish_needed(self) -> None:
+        """Wait for the inputs and the references always needed, skipping the rotated timed
+        sets' references not yet started (:meth:`get` computes the one needed, if any)."""
+        self.no_spare = True
+        self.join()
 
     def cancel(self) -> None:
         """Stop after the entry being computed (e.g. nothing left to judge)."""
         self.stop = True
         self.join()
 
+    def with_files(self, phase: str, cases: list[dict], timed: list[dict]) -> tuple[list[dict], list[dict]]:
+        """``cases`` and ``timed`` with the names of the input files saved for ``phase``:
+        ``case["inputs"]``, ``item["inputs"]`` (one per seed) and ``item["fresh_inputs"]``,
+        where every file of the set was written (else the child generates that set)."""
+        if phase == "validation":
+            return [{**c, "inputs": self.files[c["id"]]} if c["id"] in self.files else c for c in cases], list(timed)
+        out = []
+        for t in timed:
+            sets = [self.files.get(f"{t['id']}s{j}") for j in range(len(t["seeds"]))]
+            fresh = self.files.get(f"{t['id']}f")
+            out.append({**t, "inputs": sets, "fresh_inputs": fresh} if fresh and all(sets) else t)
+        return list(cases), out
+
+    def inputs(self, shape: dict, seed: int) -> dict:
+        """The inputs of (shape, seed): kept, or generated again (the same arrays)."""
+        hit = self.inputs_done.get(self._key(shape, seed))
+        return hit if hit is not None else self.wl.generate(shape, seed)
+
     def get(self, shape: dict, seed: int) -> tuple[dict, dict]:
         """``(inputs, reference)`` of (shape, seed): kept ahead, or computed now."""
         self.join()
-        hit = self.done.get(self._key(shape, seed))
-        return hit if hit is not None else self._compute(shape, seed)
+        inputs = self.inputs(shape, seed)
+        ref = self.refs_done.get(self._key(shape, seed))
+        return inputs, ref if ref is not None else self.wl.reference(inputs, self.wl.attrs)
 
 
 # -- classification --------------------------------------------------------------------------
@@ -374,8 +469,9 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
                     expected: Expected) -> list[dict]:
     """Records of the last timed call and of the fresh-contents call after timing."""
     shape, tid = item["shape"], item["id"]
-    sets = [expected.get(shape, s)[0] for s in item["seeds"]]
-    fresh = expected.get(shape, item["fresh_seed"])[0]
+    expected.join()
+    sets = [expected.inputs(shape, s) for s in item["seeds"]]
+    fresh = expected.inputs(shape, item["fresh_seed"])
     last = _record("timed", shape, item["seeds"][last_set])
     again = _record("fresh", shape, item["fresh_seed"])
     for j, inputs in enumerate(sets):
@@ -690,52 +786,53 @@ def evaluate(
     store = validation_store or ValidationStore()
     stored = store.cases(wl.name, store_limit) if store_limit else []
     cases_plan, timed = _plan(wl, shape_set, base_seed, stored)
-    # Inputs and references depend only on the plan: computed while the compiler and the
-    # validation child run, joined before the timing child starts.
-    expected = Expected(wl, cases_plan, timed).start()
-    try:
-        artifact = be.compile(source, defines)
-    except CompileError as exc:
-        expected.cancel()
-        sections.append(f"== compile ==\n{exc.log}")
-        return finish(Outcome.compile_error, str(exc))
-    sections.append(f"== compile ==\n{'(cached)' if artifact.cached else artifact.log or '(no output)'}")
-    evict_lib = _evict_library(be, bench, sections)
-    # One private directory per child, each with its own copy of the library: nothing the
-    # validation child writes (it could replace the library) reaches the timing child. The
-    # eviction helper is loaded before the lockdown, so it is read from the compile cache,
-    # never from a directory the candidate can write.
-    workdirs = {phase: make_workdir(policy, {"candidate.so": Path(artifact.path)}) for phase in ("validation", "timing")}
-    request = {
-        "backend": getattr(be, "name", backend),
-        "workload": wl.name,
-        "shape_set": shape_set,
-        "guard": GUARD_ELEMS,
-        "cases": cases_plan,
-        "timed": timed,
-        "bench": bench.to_dict(),
-        "evict_library": str(evict_lib) if evict_lib is not None else None,
-    }
+    # One private directory per child: nothing the validation child writes (it could replace
+    # the library) reaches the timing child. Inputs depend only on the plan: generated once,
+    # while the compiler runs, into the directory of the child that uses them.
+    workdirs = {phase: make_workdir(policy, {}) for phase in ("validation", "timing")}
     logdir = Path(tempfile.mkdtemp(prefix="int21-log-"))
+    expected = Expected(wl, cases_plan, timed, workdirs=workdirs, policy=policy).start()
     try:
+        try:
+            artifact = be.compile(source, defines)
+        except CompileError as exc:
+            sections.append(f"== compile ==\n{exc.log}")
+            return finish(Outcome.compile_error, str(exc))
+        sections.append(f"== compile ==\n{'(cached)' if artifact.cached else artifact.log or '(no output)'}")
+        evict_lib = _evict_library(be, bench, sections)
+        # Each child gets its own copy of the library. The eviction helper is loaded before the
+        # lockdown, so it is read from the compile cache, never from a directory the candidate
+        # can write.
+        for d in workdirs.values():
+            place(policy, d, "candidate.so", Path(artifact.path))
+        request = {
+            "backend": getattr(be, "name", backend),
+            "workload": wl.name,
+            "shape_set": shape_set,
+            "guard": GUARD_ELEMS,
+            "bench": bench.to_dict(),
+            "evict_library": str(evict_lib) if evict_lib is not None else None,
+        }
         # Two children, each in its own private directory, within one wall-clock budget:
         # validation with spinning OpenMP threads (races show), then timing with sleeping ones.
         runs: list[ChildRun] = []
         deadline = time.monotonic() + timeout_s
-        for phase, req, env in (("validation", {**request, "timed": []}, omp_validation),
-                                ("timing", {**request, "cases": []}, omp)):
-            req["library"] = str(workdirs[phase] / "candidate.so")
+        for phase, env in (("validation", omp_validation), ("timing", omp)):
             left = deadline - time.monotonic()
             if runs and (_run_failure(runs[-1], timeout_s) or left <= 0):
                 if left <= 0 and not _run_failure(runs[-1], timeout_s):
                     runs.append(ChildRun(None, True, "", "", b""))  # budget spent by validation
                 break
             (logdir / phase).mkdir()
+            waited = time.monotonic()
+            expected.wait(phase)  # this child's input files are written
             if phase == "timing":
-                waited = time.monotonic()
-                expected.join()  # nothing of ours competes with the timed calls
-                deadline += time.monotonic() - waited  # our wait is not the candidate's time
-                left = deadline - time.monotonic()
+                expected.finish_needed()  # nothing of ours competes with the timed calls
+            deadline += time.monotonic() - waited  # our wait is not the candidate's time
+            left = deadline - time.monotonic()
+            cases, items = expected.with_files(phase, cases_plan if phase == "validation" else [],
+                                               timed if phase == "timing" else [])
+            req = {**request, "cases": cases, "timed": items, "library": str(workdirs[phase] / "candidate.so")}
             run = run_child(req, workdirs[phase], logdir / phase, left, policy=policy, env=env)
             runs.append(run)
             if run.stdout:

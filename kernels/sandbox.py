@@ -206,7 +206,8 @@ def make_workdir(policy: SandboxPolicy, files: Mapping[str, Path]) -> Path:
 
     When the child will drop privileges, the directory (mode 0700) and the copies are
     chowned to the sandbox uid so it can read them and write its results, while the
-    originals (e.g. the compile cache) stay out of its reach.
+    originals (e.g. the compile cache) stay out of its reach. More files can be added with
+    :func:`place` (a copy) or written and then given with :func:`hand_over`.
 
     Raises:
         SandboxError: the configured user is invalid.
@@ -216,17 +217,40 @@ def make_workdir(policy: SandboxPolicy, files: Mapping[str, Path]) -> Path:
     workdir = Path(tempfile.mkdtemp(prefix="int21-eval-"))
     try:
         for name, src in files.items():
-            dst = workdir / name
-            shutil.copyfile(src, dst)
-            os.chmod(dst, 0o500)
-            if ids:
-                os.chown(dst, *ids)
+            place(policy, workdir, name, src)
         if ids:
             os.chown(workdir, *ids)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
     return workdir
+
+
+def hand_over(policy: SandboxPolicy | None, path: Path, mode: int = 0o400) -> None:
+    """Make ``path`` (a file this process wrote into a work directory) ``mode`` and, when the
+    child will drop privileges, owned by the sandbox user.
+
+    Raises:
+        SandboxError: the configured user is invalid.
+        OSError: chmod or chown failed.
+    """
+    os.chmod(path, mode)
+    ids = policy.ids() if policy is not None else None
+    if ids:
+        os.chown(path, *ids)
+
+
+def place(policy: SandboxPolicy, workdir: Path, name: str, src: Path) -> Path:
+    """Copy ``src`` into ``workdir`` as ``name`` (mode 0500, the sandbox user's); the new path.
+
+    Raises:
+        SandboxError: the configured user is invalid.
+        OSError: copying failed.
+    """
+    dst = workdir / name
+    shutil.copyfile(src, dst)
+    hand_over(policy, dst, 0o500)
+    return dst
 
 
 def remove_tree(path: Path) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 
 
 FLUSH_MODES = ("evict", "rewrite", "none")
+_NAN_BITS = 0x7FC00000  # float32 quiet NaN, what numpy writes for np.nan
 EVICT_SOURCE = Path(__file__).resolve().parent / "native" / "evict.c"
 
 
@@ -226,20 +227,46 @@ class Evictor:
         if not supported:
             raise RuntimeError("the cache-eviction helper has no eviction instruction for this CPU")
         self._evict.restype = None
+        self._fill = getattr(lib, "int21_fill_nan_evict", None)  # absent from an older helper
+        if self._fill is not None:
+            self._fill.restype = None
 
-    def plan(self, arrays: list[np.ndarray]) -> Callable[[], None]:
-        """A function that evicts ``arrays`` (the same memory every time it is called)."""
+    def plan(self, arrays: list[np.ndarray], fill: list[np.ndarray] = ()) -> Callable[[], None]:
+        """A function that evicts ``arrays`` (the same memory every time it is called).
+
+        ``fill``: float32 arrays (views into ``arrays``, e.g. the outputs without their guard
+        regions) that the same call first sets to NaN with streaming stores, which write
+        memory without reading the lines into the cache first: the outputs are NaN-filled and
+        cold for the price of writing them once (a ``numpy`` fill followed by an eviction reads
+        every line, dirties it and writes it back). The returned function's ``fills`` attribute
+        is True when it does (the helper has the fill entry point), else ``fill`` is ignored.
+
+        Raises:
+            ValueError: a ``fill`` array is not float32 or not contiguous.
+        """
         ct = self._ct
         n = len(arrays)
         ptrs = (ct.c_size_t * n)(*[a.ctypes.data for a in arrays])
         sizes = (ct.c_size_t * n)(*[a.nbytes for a in arrays])
-        keep = list(arrays)
+        keep = list(arrays) + list(fill)
+        for a in fill:
+            if a.dtype != np.float32 or not a.flags.c_contiguous:
+                raise ValueError("Evictor.plan: fill arrays must be contiguous float32")
+        fill_fn = self._fill if fill else None
+        if fill_fn is not None:
+            m = len(fill)
+            fptrs = (ct.c_size_t * m)(*[a.ctypes.data for a in fill])
+            fsizes = (ct.c_size_t * m)(*[a.nbytes for a in fill])
         evict = self._evict
 
         def run() -> None:
-            evict(ptrs, sizes, n)
+            if fill_fn is not None:
+                fill_fn(ptrs, sizes, n, fptrs, fsizes, m, _NAN_BITS)
+            else:
+                evict(ptrs, sizes, n)
 
         run.arrays = keep  # the pointers stay valid as long as the plan lives
+        run.fills = fill_fn is not None
         return run
 
 
@@ -266,11 +293,13 @@ def bench(
     *,
     prepare: Callable[[], None] | None = None,
     flush: Callable[[], None] | None = None,
+    timed_prepare: Callable[[], None] | None = None,
 ) -> list[float]:
     """Time ``fn`` and return the raw samples in ms (one per timed call).
 
     ``prepare`` runs untimed before every call (e.g. NaN-fill outputs, rotate inputs);
-    ``flush`` runs untimed before every timed call only. Warm-up calls until ``warmup_ms``
+    ``flush`` runs untimed before every timed call only; ``timed_prepare``, if given, runs
+    instead of ``prepare`` before timed calls (e.g. when ``flush`` NaN-fills the outputs). Warm-up calls until ``warmup_ms``
     of kernel time (at least 3, at most ``max_reps`` calls) estimate the steady-state per-call
     time from their second half, which sizes the timed repetitions to about ``rep_ms`` within ``[min_reps, max_reps]``.
     """
@@ -288,9 +317,10 @@ def bench(
     est_ms = max(min(warm[len(warm) // 2 :]) / 1e6, 1e-6)  # later calls: steady state
     reps = min(max(math.ceil(settings.rep_ms / est_ms), settings.min_reps), settings.max_reps)
     samples = []
+    before = timed_prepare if timed_prepare is not None else prepare
     for _ in range(reps):
-        if prepare is not None:
-            prepare()
+        if before is not None:
+            before()
         if flush is not None:
             flush()
         t0 = clock()

@@ -58,3 +58,29 @@ void int21_evict(const uintptr_t *ptrs, const size_t *sizes, int count) {
     __asm__ volatile("dsb ish" : : : "memory");
 #endif
 }
+
+/* NaN-fill then evict: set each of the `fcount` float32 ranges [fp, fp + fsize) to the bit
+ * pattern `bits` with streaming stores (x86-64: MOVNTI, no read-for-ownership: the lines are
+ * written to memory without first being read into the cache; other targets: plain stores),
+ * fence, then evict the `count` ranges as int21_evict does (the filled ranges lie inside them,
+ * so any line a streaming store left cached, or a plain store dirtied, is written back and
+ * evicted too). Used by the timing loop before every timed call: NaN outputs and cold caches
+ * for about the cost of writing the outputs once. */
+void int21_fill_nan_evict(const uintptr_t *ptrs, const size_t *sizes, int count,
+                          const uintptr_t *fptrs, const size_t *fsizes, int fcount, uint32_t bits) {
+    for (int r = 0; r < fcount; r++) {
+        uint32_t *p = (uint32_t *)fptrs[r];
+        size_t n = fsizes[r] / sizeof(uint32_t);
+        for (size_t i = 0; i < n; i++) {
+#if defined(__x86_64__)
+            __builtin_ia32_movnti((int *)(p + i), (int)bits);
+#else
+            ((volatile uint32_t *)p)[i] = bits;
+#endif
+        }
+    }
+#if defined(__x86_64__)
+    __builtin_ia32_sfence();
+#endif
+    int21_evict(ptrs, sizes, count);
+}

@@ -211,6 +211,57 @@ def test_expected_values_kept_ahead_equal_those_computed_on_demand():
         assert all(np.array_equal(xa[k], xl[k]) for k in xa) and all(np.array_equal(ra[k], rl[k]) for k in ra)
 
 
+def test_inputs_are_generated_once_and_handed_to_the_children_as_files(tmp_path, monkeypatch):
+    import numpy as np
+
+    from kernels._sandbox_child import _inputs
+    from kernels.evaluator import Expected, _plan
+    from kernels.workloads import get_workload
+
+    wl = get_workload("rmsnorm").for_shape_set("test-small")
+    cases, timed = _plan(wl, "test-small", 5)
+    dirs = {"validation": tmp_path / "v", "timing": tmp_path / "t"}
+    for d in dirs.values():
+        d.mkdir()
+    exp = Expected(wl, cases, timed, workdirs=dirs).start()
+    exp.wait("validation")
+    vcases, vtimed = exp.with_files("validation", cases, [])
+    assert vtimed == [] and all(set(c["inputs"]) == {"x", "w"} for c in vcases)
+    exp.join()
+    tcases, ttimed = exp.with_files("timing", [], timed)
+    assert tcases == [] and all(len(t["inputs"]) == len(t["seeds"]) and t["fresh_inputs"] for t in ttimed)
+    # What a child loads is exactly what (shape, seed) generates, and what the parent keeps.
+    monkeypatch.chdir(dirs["validation"])
+    for c in vcases:
+        loaded, generated = _inputs(wl, c["shape"], c["seed"], c["inputs"]), wl.generate(c["shape"], c["seed"])
+        assert all(np.array_equal(loaded[k], generated[k]) for k in generated)
+        assert all(np.array_equal(loaded[k], exp.inputs(c["shape"], c["seed"])[k]) for k in generated)
+    monkeypatch.chdir(dirs["timing"])
+    t = ttimed[0]
+    for seed, files in [*zip(t["seeds"], t["inputs"]), (t["fresh_seed"], t["fresh_inputs"])]:
+        loaded, generated = _inputs(wl, t["shape"], seed, files), wl.generate(t["shape"], seed)
+        assert all(np.array_equal(loaded[k], generated[k]) for k in generated)
+    # Without files the child generates; a file of the wrong dtype is refused.
+    c = cases[0]
+    assert np.array_equal(_inputs(wl, c["shape"], c["seed"], None)["x"], wl.generate(c["shape"], c["seed"])["x"])
+    np.save(tmp_path / "bad.npy", np.zeros(4))
+    with pytest.raises(ValueError, match="float64, not float32"):
+        _inputs(wl, c["shape"], c["seed"], {"x": str(tmp_path / "bad.npy")})
+
+
+def test_a_failure_to_write_the_input_files_is_an_infrastructure_error(tmp_path):
+    from kernels.evaluator import Expected, _plan
+    from kernels.workloads import get_workload
+
+    wl = get_workload("rmsnorm").for_shape_set("test-small")
+    cases, timed = _plan(wl, "test-small", 5)
+    exp = Expected(wl, cases, timed, workdirs={"validation": tmp_path / "missing"}).start()
+    with pytest.raises(OSError):
+        exp.wait("validation")
+    with pytest.raises(OSError):
+        exp.wait("timing")  # every waiter hears of it, none hangs
+
+
 def test_a_compile_error_stops_the_expected_values_thread():
     import threading
 

@@ -97,6 +97,37 @@ def test_the_evict_flush_clears_lines_without_changing_the_buffers():
     assert np.array_equal(a, before[0]) and np.array_equal(b, before[1])
 
 
+def test_the_fill_flush_nan_fills_only_the_given_ranges_and_keeps_the_rest():
+    evictor = _evictor()
+    x = np.arange(50_001, dtype=np.float32)
+    buf = np.full(2 * 1024 + 30_001, 7.0, dtype=np.float32)  # [guard | body | guard]
+    body = buf[1024:-1024]
+    inputs_before = x.copy()
+    plan = evictor.plan([x, buf], fill=[body])
+    assert plan.fills
+    for _ in range(2):
+        body[:] = 1.0  # what a call would write
+        plan()
+        assert np.isnan(body).all()
+        assert np.array_equal(body.view(np.uint32), np.full(body.size, 0x7FC00000, np.uint32))  # numpy's NaN
+    assert (buf[:1024] == 7.0).all() and (buf[-1024:] == 7.0).all()  # guards untouched
+    assert np.array_equal(x, inputs_before)
+    with pytest.raises(ValueError, match="contiguous float32"):
+        evictor.plan([x], fill=[x.astype(np.float64)])
+
+
+def test_bench_runs_timed_prepare_instead_of_prepare_before_timed_calls():
+    from kernels.timing import BenchSettings, bench
+
+    log = []
+    settings = BenchSettings(warmup_ms=0, rep_ms=0, min_reps=4, max_reps=4, flush="none")
+    samples = bench(lambda: log.append("call"), settings, prepare=lambda: log.append("prepare"),
+                    flush=lambda: log.append("flush"), timed_prepare=lambda: log.append("timed"))
+    assert len(samples) == 4
+    warm = ["prepare", "call"] * 3  # at least 3 warm-up calls
+    assert log == warm + ["timed", "flush", "call"] * 4
+
+
 def test_bench_settings_reject_an_unknown_flush():
     from kernels.timing import BenchSettings
 
