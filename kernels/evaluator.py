@@ -6,7 +6,7 @@ Protocol (DESIGN.md, "Evaluation protocol"):
 2. Run the candidate only in a confined child process (:mod:`kernels.sandbox`): own session,
    wall-clock timeout that kills the process group, resource limits, empty environment,
    private directory, no network, no writes outside that directory, unprivileged user.
-3. Two children run one after the other in the same private directory, within one
+3. Two children run one after the other, each in its own private directory, within one
    wall-clock budget: a *validation* child with spinning OpenMP threads
    (``OMP_WAIT_POLICY=ACTIVE``: parallel regions start together, so data races show) and a
    *timing* child with sleeping ones (``PASSIVE``: stable medians when other processes
@@ -16,7 +16,8 @@ Protocol (DESIGN.md, "Evaluation protocol"):
    - validation: twice per case (fresh seed per case): every timed shape, each odd shape
      (not a multiple of any tile) with two seeds, and the workload's stored failure cases
      (:mod:`kernels.validation_store`, the latest ``KERNELS_VALIDATION_STORE_LIMIT``);
-   - timing: the timing loop rotates between two input sets, caches flushed before every
+   - timing (only when every validation case passed: the validation child's cases are
+     judged first): the timing loop rotates between two input sets, caches flushed before every
      rep (the call's own buffers evicted from every cache level, :class:`~kernels.timing.Evictor`);
      then one more call with *fresh contents written into the same buffers* (same
      pointers), which a kernel that caches results by pointer or by call count gets wrong.
@@ -609,7 +610,7 @@ def _run_failure(run: ChildRun, timeout_s: float) -> tuple[Outcome, str] | None:
 
 def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRun | list[ChildRun],
            workdir: Path | tuple[Path, Path], timeout_s: float, limits: dict | None = None,
-           expected: Expected | None = None):
+           expected: Expected | None = None, validated: list[dict] | None = None):
     """The one place that maps child runs to an Outcome.
 
     Args:
@@ -619,6 +620,8 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
         workdir: the child's private directory, or (validation child's, timing child's).
         expected: inputs and references computed ahead (:class:`Expected`); default: computed
             here.
+        validated: records of ``cases_plan`` already judged (by an earlier call on the
+            validation run alone), used instead of judging those cases again.
 
     Returns (status, reason, cases, metrics, samples_ms).
     """
@@ -634,7 +637,7 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
         for i, r in enumerate(runs):
             result.update(_parse_result(r, timed if i == len(runs) - 1 else []))
         vdir, tdir = workdir if isinstance(workdir, tuple) else (workdir, workdir)
-        cases = [_validate_case(wl, c, vdir, expected) for c in cases_plan]
+        cases = list(validated) if validated is not None else [_validate_case(wl, c, vdir, expected) for c in cases_plan]
         for t in timed:
             cases += _validate_timed(wl, t, result[t["id"]]["last_set"], result[t["id"]]["fresh_slot"], tdir,
                                      expected)
@@ -815,7 +818,9 @@ def evaluate(
         }
         # Two children, each in its own private directory, within one wall-clock budget:
         # validation with spinning OpenMP threads (races show), then timing with sleeping ones.
+        # The timing child starts only for a candidate whose validation cases all passed.
         runs: list[ChildRun] = []
+        verdict = validated = None
         deadline = time.monotonic() + timeout_s
         for phase, env in (("validation", omp_validation), ("timing", omp)):
             left = deadline - time.monotonic()
@@ -839,12 +844,22 @@ def evaluate(
                 sections.append(f"== {phase} child stdout (tail) ==\n{run.stdout}")
             if run.stderr:
                 sections.append(f"== {phase} child stderr (tail) ==\n{run.stderr}")
+            if phase == "validation" and not _run_failure(run, timeout_s):
+                waited = time.monotonic()
+                expected.finish_needed()
+                early = _judge(wl, cases_plan, [], [run], workdirs["validation"], timeout_s, limits, expected)
+                deadline += time.monotonic() - waited  # judging is ours too
+                if early[0] != Outcome.ok:
+                    verdict = early
+                    sections.append(f"== timing ==\nnot run: validation decided {early[0]}")
+                    break
+                validated = early[2]
         fingerprint["sandbox"] = runs[0].sandbox or {"error": "the child exited before reporting its sandbox"}
         fingerprint["child_wall_s"] = {p: round(r.wall_s, 4) for p, r in zip(("validation", "timing"), runs)}
-        fingerprint["flush"] = _reported_flush(runs[-1])
-        status, reason, cases, metrics, samples = _judge(wl, cases_plan, timed, runs,
-                                                         (workdirs["validation"], workdirs["timing"]), timeout_s, limits,
-                                                         expected)
+        fingerprint["flush"] = _reported_flush(runs[-1]) if len(runs) > 1 else None
+        status, reason, cases, metrics, samples = verdict or _judge(
+            wl, cases_plan, timed, runs, (workdirs["validation"], workdirs["timing"]), timeout_s, limits, expected,
+            validated)
     finally:
         expected.cancel()
         for d in (*workdirs.values(), logdir):

@@ -97,6 +97,10 @@ def test_a_nondeterministic_kernel_is_wrong_result(quick_bench):
     ev = run(src, quick_bench)
     assert ev.status == Outcome.wrong_result
     assert "second call" in ev.log
+    # Validation decided: no timing child was started for it.
+    assert list(ev.fingerprint["child_wall_s"]) == ["validation"]
+    assert "not run: validation decided wrong_result" in ev.log and ev.samples_ms == {}
+    assert ev.fingerprint["flush"] is None
 
 
 def test_a_syntax_error_is_compile_error_with_the_compiler_message(quick_bench):
