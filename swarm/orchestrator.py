@@ -31,7 +31,7 @@ import numpy as np
 import kernels
 from kernels.backends import get_backend
 from kernels.space import format_defines
-from swarm import directions, events, learning
+from swarm import directions, events, learning, observations
 from swarm.agents import DEFAULT_MIX, Observation, Proposal, RunView, make_agent
 from swarm.credit import Arm, allocate, frontier_improvements
 from swarm.history import goal_rows as history_rows
@@ -384,17 +384,12 @@ def run_view(run: Run, generation: int | None = None) -> RunView:
     """Frozen snapshot of what agents may know about ``run`` and its goal's evidence."""
     goal = run.goal
     space = run.design_space()
-    names = set(space.names)
-    seen, history = set(), []
-    for r in history_rows(goal):
-        seen.add(space.point_key(r.params) if r.params.keys() == names else f"#{r.id}")
-        if r.status not in PENDING_STATUSES:
-            metrics = r.metrics or {}
-            history.append(Observation(r.id, r.params, r.status, metrics, r.status == "ok" and run.is_feasible(metrics), r.agent))
+    seen, history = observations.observe(run.identity, run.constraints, space.names, history_rows(goal),
+                                         space.point_key, run.is_feasible)
     partial = RunView(
         workload=goal.workload, target=goal.target, space=space, objectives=tuple(goal.objectives),
         constraints=tuple(run.constraints), generation=generation or run.generation + 1,
-        seen=frozenset(seen), history=tuple(history),
+        seen=seen, history=history,
     )
     # Sources and logs only for what an LLM prompt shows: the best few and recent failures.
     recent_failures = [o.candidate for o in history if o.status != "ok"][-3:]
