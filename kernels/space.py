@@ -279,17 +279,18 @@ class DesignSpace:
             d = resolve(self.domain)
             # Value and restriction checks only when directions narrowed the recorded space.
             narrowed = any(set(p.values) != d.values.get(p.name, set()) for p in self.parameters)
-            pool = [
-                pt for pt, key in zip(d.points, d.point_keys)
-                if key not in exclude
-                and (not narrowed or self._in_values(pt))
-                and (not self._compiled or self.satisfies_restrictions(pt))
-            ]
-            if len(pool) <= n:
-                order = rng.permutation(len(pool))
-            else:
-                order = rng.choice(len(pool), size=n, replace=False)
-            return [dict(pool[int(i)]) for i in order]
+            # The first n acceptable points of a random order: a uniform sample without
+            # replacement that checks only the points it walks past, not the whole domain.
+            out = []
+            for i in rng.permutation(len(d.points)).tolist():
+                pt = d.points[i]
+                if (d.point_keys[i] in exclude or (narrowed and not self._in_values(pt))
+                        or (self._compiled and not self.satisfies_restrictions(pt))):
+                    continue
+                out.append(dict(pt))
+                if len(out) == n:
+                    break
+            return out
         if self.cartesian_size() <= _ENUMERATE_LIMIT:
             pool = [p for p in self.iter_valid() if point_key(p) not in exclude]
             if len(pool) <= n:
