@@ -21,10 +21,10 @@ configuration (Kernel Tuner's GA and PSO revisit their cache) are counted once.
   on the budget, and once at the largest budget for the others (``KT_BUDGET_FREE``: the budget
   only stops them, so smaller budgets are prefixes of that run).
 - ``optuna:tpe`` is Optuna's ``TPESampler`` with default settings used directly (ask/tell;
-  an unrecorded configuration is told FAIL and repaired to the nearest recorded one not yet
-  evaluated, which is evaluated and added as a trial; recorded failures count and are told
-  FAIL; a repeat is told its known value), one run at the largest budget
-  (budget-independent), at most 5 asks per evaluation of budget.
+  an unrecorded configuration is told FAIL, a repeat its known value, and either is
+  repaired to the nearest recorded configuration not yet evaluated, which is evaluated and
+  added as a trial; recorded failures count and are told FAIL), one run at the largest
+  budget (budget-independent).
 
 Per (dataset, strategy, budget), over seeds: the median and IQR of best-found time / recorded
 optimum, and the median number of evaluations to come within 5% and 1% of the optimum
@@ -279,11 +279,12 @@ def run_optuna_tpe(ds: Dataset, seed: int, budget: int) -> Trace:
 
     TPE samples each parameter from its own distribution, so most of its proposals on a
     restricted space are configurations the file does not record (on the GEMM file about 19
-    of 20). Such a proposal is told FAIL (it costs nothing) and *repaired*: the nearest
-    recorded configuration not yet evaluated (:class:`_Recorded`) is evaluated instead and
-    added to the study as a completed trial, so every ask yields one evaluation and TPE gets
-    its whole budget, as Kernel Tuner's strategies, which draw from the recorded
-    configurations, do.
+    of 20), and once it has converged it keeps proposing configurations it has evaluated.
+    Such a proposal is told FAIL (unrecorded: it costs nothing) or its known value (a repeat)
+    and *repaired*: the nearest recorded configuration not yet evaluated
+    (:class:`_Recorded`) is evaluated instead and added to the study as a completed trial.
+    Every ask thus yields one new evaluation and TPE gets its whole budget, as Kernel
+    Tuner's strategies, which draw from the recorded configurations and skip repeats, do.
     """
     import optuna
     from optuna.distributions import CategoricalDistribution
@@ -298,18 +299,16 @@ def run_optuna_tpe(ds: Dataset, seed: int, budget: int) -> Trace:
     recorded = _Recorded(cache)
     seen: dict[str, float | None] = {}
     trace: Trace = []
-    asks = 0
-    while len(trace) < budget and asks < 5 * budget:  # TPE stuck on known points stops early
-        asks += 1
+    while len(trace) < budget:  # every ask adds one evaluation (or ends the run: nothing left)
         trial = study.ask(dists)
         params = {k: trial.params[k] for k in cache.tune_params_keys}
         key = cache.key(params)
-        if key in seen:  # already evaluated: tell the known value again, no new evaluation
-            study.tell(trial, seen[key]) if seen[key] is not None else study.tell(trial, state=TrialState.FAIL)
-            continue
-        repaired = key not in cache.entries
-        if repaired:  # not in the recorded space: a free restriction check, then the nearest recorded one
-            study.tell(trial, state=TrialState.FAIL)
+        repaired = key in seen or key not in cache.entries
+        if repaired:
+            if key in seen:  # already evaluated: told its known value again
+                study.tell(trial, seen[key]) if seen[key] is not None else study.tell(trial, state=TrialState.FAIL)
+            else:  # not in the recorded space: a free restriction check
+                study.tell(trial, state=TrialState.FAIL)
             row = recorded.nearest_free(params)
             if row is None:
                 break

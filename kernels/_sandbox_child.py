@@ -223,10 +223,13 @@ def _inputs(workload, shape: dict, seed: int, files: dict | None) -> dict:
     file}``, trusted: written before this process started), else generated from ``seed``.
 
     Raises:
-        ValueError: a file does not hold a float32 array of the input's size.
+        ValueError: a file does not hold a float32 array, or the files do not name exactly
+            the workload's inputs.
     """
     if not files:
         return workload.generate(shape, seed)
+    if set(files) != set(workload.inputs):
+        raise ValueError(f"input files name {sorted(files)}, the workload's inputs are {sorted(workload.inputs)}")
     out = {}
     for name, fname in files.items():
         arr = np.load(fname, allow_pickle=False)

@@ -27,8 +27,9 @@ Protocol (DESIGN.md, "Evaluation protocol"):
    saves each set into the directory of the child that uses it (the children load instead of
    generating again; :class:`Expected`); it keeps its own copies, computes the float64
    references (ahead where always needed) and classifies in one place, :func:`_judge`:
-   guards intact, inputs unchanged, no late writes (else ``invalid``); finite, within tolerance, repeated calls agreeing, timed and
-   fresh-contents outputs correct (else ``wrong_result``); measured bandwidth and FLOP rate
+   guards intact, inputs unchanged, no late writes (else ``invalid``); finite, within
+   tolerance, repeated calls agreeing, timed and fresh-contents outputs correct (else
+   ``wrong_result``); measured bandwidth and FLOP rate
    within ``roofline_margin`` times this host's measured copy bandwidth and FMA throughput
    (:mod:`kernels.hostperf`; else ``invalid``). Inputs that exposed a wrong result are added
    to the validation store.
@@ -185,8 +186,9 @@ class Expected:
     timed sets' (``"timing"``), then the references that are always needed (validation cases
     and fresh contents), then those of the rotated timed sets, of which only the last timed
     call's is needed: they are computed while nothing else waits for the thread, and
-    :meth:`finish_needed` skips the rest (:meth:`get` computes the one needed when asked). Entries beyond ``budget_bytes`` (inputs
-    + references) are not kept and :meth:`get` computes them again.
+    :meth:`finish_needed` skips the rest (:meth:`get` computes the one needed when asked).
+    Entries beyond ``budget_bytes`` (inputs + references) are not kept and :meth:`get`
+    computes them again.
 
     Args:
         wl: the workload (with the shape set's attributes).
@@ -637,7 +639,8 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
         for i, r in enumerate(runs):
             result.update(_parse_result(r, timed if i == len(runs) - 1 else []))
         vdir, tdir = workdir if isinstance(workdir, tuple) else (workdir, workdir)
-        cases = list(validated) if validated is not None else [_validate_case(wl, c, vdir, expected) for c in cases_plan]
+        cases = (list(validated) if validated is not None
+                 else [_validate_case(wl, c, vdir, expected) for c in cases_plan])
         for t in timed:
             cases += _validate_timed(wl, t, result[t["id"]]["last_set"], result[t["id"]]["fresh_slot"], tdir,
                                      expected)

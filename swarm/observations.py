@@ -43,11 +43,13 @@ def _fold(rows: Sequence[Row], names: set[str], key: Callable[[dict], str], feas
         seen.add(key(r.params) if r.params.keys() == names else f"#{r.id}")
         if r.status not in PENDING_STATUSES:
             metrics = r.metrics or {}
-            history.append(Observation(r.id, r.params, r.status, metrics, r.status == "ok" and feasible(metrics), r.agent))
+            ok = r.status == "ok" and feasible(metrics)
+            history.append(Observation(r.id, r.params, r.status, metrics, ok, r.agent))
 
 
 def observe(run_identity: str, constraints: list[dict], names: Sequence[str], rows: Sequence[Row],
-            key: Callable[[dict], str], feasible: Callable[[dict], bool]) -> tuple[frozenset[str], tuple[Observation, ...]]:
+            key: Callable[[dict], str], feasible: Callable[[dict], bool],
+            ) -> tuple[frozenset[str], tuple[Observation, ...]]:
     """``(seen, history)`` of ``rows`` (a goal's candidates in id order, :func:`swarm.history.goal_rows`).
 
     Args:

@@ -250,6 +250,8 @@ def test_inputs_are_generated_once_and_handed_to_the_children_as_files(tmp_path,
     assert np.array_equal(_inputs(wl, c["shape"], c["seed"], None)["x"], wl.generate(c["shape"], c["seed"])["x"])
     np.save(tmp_path / "bad.npy", np.zeros(4))
     with pytest.raises(ValueError, match="float64, not float32"):
+        _inputs(wl, c["shape"], c["seed"], {"x": str(tmp_path / "bad.npy"), "w": str(tmp_path / "bad.npy")})
+    with pytest.raises(ValueError, match="inputs are"):
         _inputs(wl, c["shape"], c["seed"], {"x": str(tmp_path / "bad.npy")})
 
 
