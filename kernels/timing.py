@@ -299,9 +299,10 @@ def bench(
 
     ``prepare`` runs untimed before every call (e.g. NaN-fill outputs, rotate inputs);
     ``flush`` runs untimed before every timed call only; ``timed_prepare``, if given, runs
-    instead of ``prepare`` before timed calls (e.g. when ``flush`` NaN-fills the outputs). Warm-up calls until ``warmup_ms``
-    of kernel time (at least 3, at most ``max_reps`` calls) estimate the steady-state per-call
-    time from their second half, which sizes the timed repetitions to about ``rep_ms`` within ``[min_reps, max_reps]``.
+    instead of ``prepare`` before timed calls (e.g. when ``flush`` NaN-fills the outputs).
+    Warm-up calls until ``warmup_ms`` of kernel time (at least 3, at most ``max_reps`` calls)
+    estimate the steady-state per-call time from their second half, which sizes the timed
+    repetitions to about ``rep_ms`` within ``[min_reps, max_reps]``.
     """
     clock = time.perf_counter_ns
     warm: list[int] = []
