@@ -30,6 +30,10 @@ Per (dataset, strategy, budget), over seeds: the median and IQR of best-found ti
 optimum, and the median number of evaluations to come within 5% and 1% of the optimum
 (``null`` when the median run does not get there). For files that record NVML energy, also
 the hypervolume of the time/energy frontier found, as a fraction of the recorded frontier's.
+
+Output in ``--out`` (default ``benchmarks/results``): ``search_efficiency.md`` (table and
+targets), ``.json`` (the object ``--json`` prints: results, targets, seconds, CPU-seconds per
+strategy, failed runs), ``.html`` and, with Chromium, ``.png`` (the figure).
 """
 
 from __future__ import annotations
@@ -554,9 +558,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.seeds} seeds, budgets {budgets}, {elapsed:.0f} s on {os.cpu_count()} CPUs.\n\n{table}\n\n## Targets\n\n"
         + "\n".join(f"- {line}" for line in lines) + "\n"
     )
+    payload = json.dumps({"results": rows, "targets": lines, "seconds": elapsed,
+                          "cpu_seconds_by_strategy": dict(cost), "failed_runs": failed}, indent=1)
+    (args.out / "search_efficiency.json").write_text(payload + "\n")
     if args.json:
-        print(json.dumps({"results": rows, "targets": lines, "seconds": elapsed,
-                          "cpu_seconds_by_strategy": dict(cost), "failed_runs": failed}, indent=1))
+        print(payload)
     else:
         print(table)
         print("\n".join(lines))

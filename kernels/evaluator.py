@@ -357,7 +357,7 @@ def _load(workdir: Path, name: str, size: int, *, missing_ok: bool = False) -> n
             raise _Broken(f"result file {name} is not a regular file of the expected size")
         try:
             arr = np.load(f, allow_pickle=False)
-        except (OSError, ValueError, EOFError) as exc:
+        except (OSError, ValueError, EOFError, MemoryError) as exc:  # e.g. a header claiming 2**40 elements
             raise _Broken(f"result file {name} unreadable: {exc}") from None
     if arr.dtype != np.float32 or arr.size != size:
         raise _Broken(f"result file {name} has dtype {arr.dtype} shape {arr.shape}, expected {size} float32")
@@ -578,10 +578,11 @@ def _metrics(wl: Workload, timed: list[dict], result: dict, cases: list[dict], l
                 metrics[f"roofline_pct[{label}]"] = pct
         total_bytes += nbytes
         total_flops += flops
-    metrics["latency_ms"] = tot["median"]
-    metrics["latency_iqr_ms"] = tot["iqr"]
-    metrics["latency_ci_low_ms"] = tot["ci_low"]
-    metrics["latency_ci_high_ms"] = tot["ci_high"]
+    if timed:  # nothing timed (validation decided): no latency at all, not 0 ms
+        metrics["latency_ms"] = tot["median"]
+        metrics["latency_iqr_ms"] = tot["iqr"]
+        metrics["latency_ci_low_ms"] = tot["ci_low"]
+        metrics["latency_ci_high_ms"] = tot["ci_high"]
     if tot["median"] > 0:
         sec = tot["median"] * 1e-3
         metrics["gbps"] = total_bytes / sec / 1e9
@@ -795,10 +796,16 @@ def evaluate(
     # One private directory per child: nothing the validation child writes (it could replace
     # the library) reaches the timing child. Inputs depend only on the plan: generated once,
     # while the compiler runs, into the directory of the child that uses them.
-    workdirs = {phase: make_workdir(policy, {}) for phase in ("validation", "timing")}
-    logdir = Path(tempfile.mkdtemp(prefix="int21-log-"))
-    expected = Expected(wl, cases_plan, timed, workdirs=workdirs, policy=policy).start()
+    # Each directory stays this process's alone (mode 0700) until its child starts: nothing
+    # sandboxed can plant a link where this process still writes.
+    workdirs: dict[str, Path] = {}
+    logdir: Path | None = None
+    expected: Expected | None = None
     try:
+        for phase in ("validation", "timing"):
+            workdirs[phase] = make_workdir(policy, {}, hand_over_dir=False)
+        logdir = Path(tempfile.mkdtemp(prefix="int21-log-"))
+        expected = Expected(wl, cases_plan, timed, workdirs=workdirs, policy=policy).start()
         try:
             artifact = be.compile(source, defines)
         except CompileError as exc:
@@ -841,6 +848,7 @@ def evaluate(
             cases, items = expected.with_files(phase, cases_plan if phase == "validation" else [],
                                                timed if phase == "timing" else [])
             req = {**request, "cases": cases, "timed": items, "library": str(workdirs[phase] / "candidate.so")}
+            hand_over(policy, workdirs[phase], 0o700)  # every file is in: now the child's
             run = run_child(req, workdirs[phase], logdir / phase, left, policy=policy, env=env)
             runs.append(run)
             if run.stdout:
@@ -864,8 +872,9 @@ def evaluate(
             wl, cases_plan, timed, runs, (workdirs["validation"], workdirs["timing"]), timeout_s, limits, expected,
             validated)
     finally:
-        expected.cancel()
-        for d in (*workdirs.values(), logdir):
+        if expected is not None:
+            expected.cancel()
+        for d in (*workdirs.values(), *([logdir] if logdir is not None else [])):
             remove_tree(d)
     wrong = [c for c in cases if c["verdict"] == Outcome.wrong_result]
     if wrong and store_limit:

@@ -201,13 +201,15 @@ class ChildRun:
     wall_s: float = 0.0
 
 
-def make_workdir(policy: SandboxPolicy, files: Mapping[str, Path]) -> Path:
+def make_workdir(policy: SandboxPolicy, files: Mapping[str, Path], *, hand_over_dir: bool = True) -> Path:
     """A private temporary directory holding copies of ``files`` (name -> source path).
 
     When the child will drop privileges, the directory (mode 0700) and the copies are
     chowned to the sandbox uid so it can read them and write its results, while the
-    originals (e.g. the compile cache) stay out of its reach. More files can be added with
-    :func:`place` (a copy) or written and then given with :func:`hand_over`.
+    originals (e.g. the compile cache) stay out of its reach. With ``hand_over_dir=False`` the
+    directory itself stays this process's until :func:`hand_over` gives it away: add every
+    file first (:func:`place`, or write it and :func:`hand_over` it), so that nothing
+    sandboxed can plant a symbolic link where this process still writes.
 
     Raises:
         SandboxError: the configured user is invalid.
@@ -218,7 +220,7 @@ def make_workdir(policy: SandboxPolicy, files: Mapping[str, Path]) -> Path:
     try:
         for name, src in files.items():
             place(policy, workdir, name, src)
-        if ids:
+        if ids and hand_over_dir:
             os.chown(workdir, *ids)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -227,8 +229,8 @@ def make_workdir(policy: SandboxPolicy, files: Mapping[str, Path]) -> Path:
 
 
 def hand_over(policy: SandboxPolicy | None, path: Path, mode: int = 0o400) -> None:
-    """Make ``path`` (a file this process wrote into a work directory) ``mode`` and, when the
-    child will drop privileges, owned by the sandbox user.
+    """Make ``path`` (a file this process wrote into a work directory, or the directory) ``mode``
+    and, when the child will drop privileges, owned by the sandbox user.
 
     Raises:
         SandboxError: the configured user is invalid.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import operator
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sized
@@ -269,7 +270,11 @@ class DesignSpace:
             rng: source of randomness (``numpy.random.default_rng(seed)``).
             n: maximum number of points.
             exclude: point keys to skip (e.g. already evaluated points).
+
+        Raises:
+            TypeError: ``n`` is not an integer.
         """
+        n = operator.index(n)  # TypeError for 1.5: a count of points
         exclude = set(exclude)
         if n <= 0 or not self.parameters:
             return []

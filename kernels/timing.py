@@ -242,16 +242,21 @@ class Evictor:
         is True when it does (the helper has the fill entry point), else ``fill`` is ignored.
 
         Raises:
-            ValueError: a ``fill`` array is not float32 or not contiguous.
+            ValueError: a ``fill`` array is not contiguous writeable float32 memory inside
+                one of ``arrays``.
         """
         ct = self._ct
+        arrays, fill = list(arrays), list(fill)
         n = len(arrays)
         ptrs = (ct.c_size_t * n)(*[a.ctypes.data for a in arrays])
         sizes = (ct.c_size_t * n)(*[a.nbytes for a in arrays])
-        keep = list(arrays) + list(fill)
+        keep = arrays + fill
         for a in fill:
-            if a.dtype != np.float32 or not a.flags.c_contiguous:
-                raise ValueError("Evictor.plan: fill arrays must be contiguous float32")
+            if a.dtype != np.float32 or not a.flags.c_contiguous or not a.flags.writeable:
+                raise ValueError("Evictor.plan: fill arrays must be contiguous, writeable float32")
+            start = a.ctypes.data
+            if a.nbytes and not any(p <= start and start + a.nbytes <= p + s for p, s in zip(ptrs, sizes)):
+                raise ValueError("Evictor.plan: a fill array must lie inside one of the evicted arrays")
         fill_fn = self._fill if fill else None
         if fill_fn is not None:
             m = len(fill)

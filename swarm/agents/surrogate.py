@@ -123,11 +123,17 @@ class ForestAgent(Agent):
         themselves at these sizes (tens of points, 16 trees, every generation)."""
         from sklearn.tree import DecisionTreeRegressor
 
+        n_trees = int(self.settings.get("trees", 16))
+        if n_trees < 1:
+            raise ValueError(f"forest agent: trees must be at least 1, not {n_trees}")
         X32 = np.ascontiguousarray(X, dtype=np.float32)  # what the trees are built on
         y64 = np.ascontiguousarray(y, dtype=np.float64)
+        if not (np.isfinite(X32).all() and np.isfinite(y64).all()):  # the forest checked this
+            raise ValueError("forest agent: features and targets must be finite (float32 features: |x| < 3.4e38; "
+                             "a finite failure_quantile)")
         n = len(y64)
         trees = []
-        for _ in range(int(self.settings.get("trees", 16))):
+        for _ in range(n_trees):
             tree = DecisionTreeRegressor(min_samples_leaf=int(self.settings.get("leaf", 3)),
                                          max_features=float(self.settings.get("max_features", 1.0)),
                                          random_state=int(self.rng.integers(2**31)))

@@ -101,6 +101,19 @@ def test_a_nondeterministic_kernel_is_wrong_result(quick_bench):
     assert list(ev.fingerprint["child_wall_s"]) == ["validation"]
     assert "not run: validation decided wrong_result" in ev.log and ev.samples_ms == {}
     assert ev.fingerprint["flush"] is None
+    assert not any(k.startswith(("latency", "gbps", "gflops")) for k in ev.metrics)  # nothing timed: no 0 ms
+
+
+def test_a_result_file_whose_header_claims_a_huge_array_is_broken_not_a_crash(tmp_path):
+    import numpy as np
+
+    from kernels.evaluator import _Broken, _load
+
+    with open(tmp_path / "v0_call1_y.npy", "wb") as f:  # a valid header for 2**40 float32, 16 bytes of data
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (2**40,)})
+        f.write(bytes(16))
+    with pytest.raises(_Broken):
+        _load(tmp_path, "v0_call1_y.npy", 4)
 
 
 def test_a_syntax_error_is_compile_error_with_the_compiler_message(quick_bench):

@@ -293,3 +293,34 @@ def test_a_failed_child_set_up_is_the_sandboxs_error_not_the_candidates(monkeypa
     monkeypatch.setenv("KERNELS_SANDBOX_MEMORY_BYTES", str(2**64))  # above any hard limit
     with pytest.raises(SandboxError, match="set-up"):
         run(CORRECT, quick_bench)
+
+
+@root_only
+def test_a_work_directory_is_the_sandbox_users_only_once_every_file_is_in(monkeypatch, quick_bench):
+    # A sandboxed process (same uid as every other child) must never be able to plant a link
+    # where this process still writes: the timing directory, still being filled while the
+    # validation child runs, stays root's until the timing child starts.
+    from kernels import evaluator
+
+    made, spawned = [], []
+    real_make, real_run = evaluator.make_workdir, evaluator.run_child
+
+    def make(*a, **kw):
+        made.append(real_make(*a, **kw))
+        st = made[-1].stat()
+        assert (st.st_uid, st.st_mode & 0o777) == (0, 0o700)  # not given away at creation
+        return made[-1]
+
+    def spawn(req, workdir, *a, **kw):
+        owners = {d: d.stat().st_uid for d in made}
+        spawned.append(workdir)
+        assert owners[workdir] == 65534 and (workdir / "candidate.so").stat().st_uid == 65534
+        assert all(uid == 0 for d, uid in owners.items() if d not in spawned)  # not yet started: root's
+        assert not any(p.is_symlink() for p in workdir.iterdir())
+        return real_run(req, workdir, *a, **kw)
+
+    monkeypatch.setattr(evaluator, "make_workdir", make)
+    monkeypatch.setattr(evaluator, "run_child", spawn)
+    ev = run(CORRECT, quick_bench)
+    assert ev.status == Outcome.ok, ev.log
+    assert len(made) == 2 and spawned == made  # validation, then timing

@@ -131,3 +131,10 @@ def test_the_default_rmsnorm_space_matches_its_template():
     assert s.cartesian_size() == 6 * 4 * 4 * 2
     assert not s.contains({"ROWS_PER_CHUNK": 1, "UNROLL": 8, "VEC": 16, "ACC_DOUBLE": 0})
     assert s.contains({"ROWS_PER_CHUNK": 1, "UNROLL": 4, "VEC": 16, "ACC_DOUBLE": 0})
+
+
+def test_sample_wants_a_count_of_points():
+    space = DesignSpace.from_dict({"parameters": [{"name": "A", "values": [1, 2, 3]}]})
+    with pytest.raises(TypeError):
+        space.sample(np.random.default_rng(0), 1.5)
+    assert len(space.sample(np.random.default_rng(0), np.int64(2))) == 2

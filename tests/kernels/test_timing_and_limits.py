@@ -112,8 +112,13 @@ def test_the_fill_flush_nan_fills_only_the_given_ranges_and_keeps_the_rest():
         assert np.array_equal(body.view(np.uint32), np.full(body.size, 0x7FC00000, np.uint32))  # numpy's NaN
     assert (buf[:1024] == 7.0).all() and (buf[-1024:] == 7.0).all()  # guards untouched
     assert np.array_equal(x, inputs_before)
-    with pytest.raises(ValueError, match="contiguous float32"):
+    with pytest.raises(ValueError, match="contiguous, writeable float32"):
         evictor.plan([x], fill=[x.astype(np.float64)])
+    frozen = np.frombuffer(bytes(400), dtype=np.float32)  # read-only memory is never written
+    with pytest.raises(ValueError, match="writeable"):
+        evictor.plan([frozen], fill=[frozen])
+    with pytest.raises(ValueError, match="inside one of the evicted arrays"):
+        evictor.plan([x], fill=[body])  # would be filled but never evicted
 
 
 def test_bench_runs_timed_prepare_instead_of_prepare_before_timed_calls():
