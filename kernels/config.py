@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -11,9 +12,12 @@ def _env_float(name: str, default: float) -> float:
     if raw is None or raw == "":
         return default
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
         raise ValueError(f"environment variable {name}={raw!r} must be a number") from None
+    if not math.isfinite(value):  # int(nan) / int(inf) would fail later with a less clear error
+        raise ValueError(f"environment variable {name}={raw!r} must be a finite number")
+    return value
 
 
 def compiler() -> str:

@@ -115,6 +115,15 @@ def test_the_store_can_be_turned_off(tmp_path, quick_bench, monkeypatch):
     assert len(store.cases("rmsnorm")) == 1
 
 
+@pytest.mark.parametrize("raw", ["nan", "inf", "lots"])
+def test_a_store_limit_that_is_not_a_finite_number_is_refused_clearly(raw, monkeypatch):
+    from kernels import config
+
+    monkeypatch.setenv("KERNELS_VALIDATION_STORE_LIMIT", raw)
+    with pytest.raises(ValueError, match="KERNELS_VALIDATION_STORE_LIMIT=.*must be a (finite )?number"):
+        config.validation_store_limit()
+
+
 def test_the_default_store_lives_in_the_data_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELS_DATA_DIR", str(tmp_path / "data"))
     assert ValidationStore().path("rmsnorm") == tmp_path / "data" / "validation" / "rmsnorm.jsonl"
