@@ -65,6 +65,7 @@ class _Io:
     def __init__(self, workload, shape: dict, inputs: dict, guard: int, outputs: dict | None = None):
         self.guard = guard
         self.inputs = {k: guarded(v.size, guard, v) for k, v in inputs.items()}
+        self.rows = {k: int(v.shape[-1]) if v.ndim else 1 for k, v in inputs.items()}  # last-axis length
         self.sizes = {k: int(np.prod(s)) for k, s in workload.output_shapes(shape).items()}
         self.outputs = outputs if outputs is not None else {k: guarded(n, guard) for k, n in self.sizes.items()}
         self.args = []
@@ -87,6 +88,32 @@ class _Io:
         """Views of the outputs without their guards (what a call must write)."""
         g = self.guard
         return [self.outputs[k][g : g + n] for k, n in self.sizes.items()]
+
+    def salt(self, rng: np.random.Generator) -> dict[str, list[int]]:
+        """Swap two different values within one row (last axis) of every input: each timed
+        call sees contents no earlier call saw, which a kernel that caches its output by a few
+        input elements gets wrong, while row sums, norms and value ranges stay as generated.
+        Returns ``{input: [i, j]}`` (flat indices) of the swaps made; :meth:`swap` undoes them."""
+        g, swaps = self.guard, {}
+        for k, buf in self.inputs.items():
+            body = buf[g : buf.size - g]
+            if body.size < 2:
+                continue
+            i = int(rng.integers(body.size))
+            start, width = i - i % self.rows[k], self.rows[k]
+            for _ in range(4):  # a value different from body[i] in the same row
+                j = start + int(rng.integers(width))
+                if body[j] != body[i]:
+                    swaps[k] = [i, j]
+                    break
+        self.swap(swaps)
+        return swaps
+
+    def swap(self, swaps: dict[str, list[int]]) -> None:
+        g = self.guard
+        for k, (i, j) in swaps.items():
+            body = self.inputs[k][g:]
+            body[i], body[j] = body[j], body[i]
 
     def refill(self, inputs: dict) -> None:
         """Write new contents into the same input buffers (pointers unchanged)."""
@@ -174,9 +201,19 @@ def _prepare_cpu(req: dict):
         finished = []
         for item, sets, fresh in timed:
             cur = [len(sets) - 1]
+            salt_rng = np.random.default_rng([int(item["fresh_seed"]), 1])
+            salted: list = [None]  # (set, swaps) of the call about to run or just run
+
+            def unsalt() -> None:
+                if salted[0] is not None:
+                    sets[salted[0][0]].swap(salted[0][1])
+                    salted[0] = None
 
             def rotate() -> None:
-                cur[0] = (cur[0] + 1) % len(sets)  # fresh input contents each call
+                # Fresh input contents each call: the next set, with two values of a row swapped.
+                unsalt()
+                cur[0] = (cur[0] + 1) % len(sets)
+                salted[0] = (cur[0], sets[cur[0]].salt(salt_rng))
 
             def prepare() -> None:
                 rotate()
@@ -197,17 +234,19 @@ def _prepare_cpu(req: dict):
             samples = bench(call, settings, prepare=prepare, flush=evict if plans else rewrite,
                             timed_prepare=rotate if fills else None)
             late.snapshot(sets[cur[0]].outputs, f"{item['id']}_last")
-            finished.append((item, sets, fresh, cur[0], samples))
+            last_salt = salted[0][1] if salted[0] is not None else {}
+            unsalt()  # the inputs as generated again (the parent checks them after the calls)
+            finished.append((item, sets, fresh, cur[0], samples, last_salt))
         # One wait for every last timed call (the shared output buffers are reused below).
         late.check(wait=True)
-        for item, sets, fresh, last, samples in finished:
+        for item, sets, fresh, last, samples, last_salt in finished:
             tid = item["id"]
             slot = (last + 1) % len(sets)
             sets[slot].refill(fresh)
             sets[slot].nan_outputs()
             fn(*sets[slot].args)
             late.snapshot(sets[slot].outputs, f"{tid}_fresh")
-            out[tid] = {"samples_ms": samples, "last_set": last, "fresh_slot": slot}
+            out[tid] = {"samples_ms": samples, "last_set": last, "fresh_slot": slot, "last_salt": last_salt}
         for item, sets, *_ in finished:  # while late writes to the fresh outputs would show
             for j, io_ in enumerate(sets):
                 for k, buf in io_.inputs.items():

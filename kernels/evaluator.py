@@ -17,10 +17,14 @@ Protocol (DESIGN.md, "Evaluation protocol"):
      (not a multiple of any tile) with two seeds, and the workload's stored failure cases
      (:mod:`kernels.validation_store`, the latest ``KERNELS_VALIDATION_STORE_LIMIT``);
    - timing (only when every validation case passed: the validation child's cases are
-     judged first): the timing loop rotates between two input sets, caches flushed before every
-     rep (the call's own buffers evicted from every cache level, :class:`~kernels.timing.Evictor`);
-     then one more call with *fresh contents written into the same buffers* (same
-     pointers), which a kernel that caches results by pointer or by call count gets wrong.
+     judged first): the timing loop rotates between two input sets, with two values of a
+     row of every input swapped before each call (undone after it), so no call sees contents
+     an earlier one saw: a kernel that caches results by a few input elements gets the last
+     timed call wrong, judged against the reference of the inputs as that call saw them;
+     caches flushed before every rep (the call's own buffers evicted from every cache level,
+     :class:`~kernels.timing.Evictor`); then one more call with *fresh contents written into
+     the same buffers* (same pointers), which a kernel that caches results by pointer or by
+     call count gets wrong.
    Every output is copied right after the call returns and compared with the buffer again
    later: a change means work continued after the return (e.g. a thread outliving the call).
 4. This process generates every input from (shape, seed) once, while the compiler runs, and
@@ -184,11 +188,9 @@ class Expected:
     parent's own copies (what the children save after the calls is compared with them).
     Order: the validation cases' inputs (then :meth:`wait` ``("validation")`` returns), the
     timed sets' (``"timing"``), then the references that are always needed (validation cases
-    and fresh contents), then those of the rotated timed sets, of which only the last timed
-    call's is needed: they are computed while nothing else waits for the thread, and
-    :meth:`finish_needed` skips the rest (:meth:`get` computes the one needed when asked).
-    Entries beyond ``budget_bytes`` (inputs + references) are not kept and :meth:`get`
-    computes them again.
+    and fresh contents; the last timed call's is computed by the judge, from the inputs as
+    that call saw them, see :func:`_salted`). Entries beyond ``budget_bytes`` (inputs +
+    references) are not kept and :meth:`get` computes them again.
 
     Args:
         wl: the workload (with the shape set's attributes).
@@ -213,8 +215,6 @@ class Expected:
             + [(t["shape"], t["fresh_seed"], f"{t['id']}f") for t in timed],
         }
         self.ahead = [(c["shape"], c["seed"]) for c in cases] + [(t["shape"], t["fresh_seed"]) for t in timed]
-        self.spare = [(t["shape"], s) for t in timed for s in t["seeds"]]  # only one set's is needed
-        self.no_spare = False
         self.inputs_done: dict[tuple, dict] = {}
         self.refs_done: dict[tuple, dict] = {}
         self.files: dict[str, dict[str, str]] = {}  # prefix -> {input name: file} written
@@ -262,9 +262,9 @@ class Expected:
                         self._keep(self.inputs_done, key, inputs)
                     self._save(phase, prefix, inputs)
                 self.ready[phase].set()
-            for i, (shape, seed) in enumerate(self.ahead + self.spare):
+            for shape, seed in self.ahead:
                 key = self._key(shape, seed)
-                if self.stop or self.used > self.budget or (i >= len(self.ahead) and self.no_spare):
+                if self.stop or self.used > self.budget:
                     return
                 if key not in self.refs_done:
                     self._keep(self.refs_done, key, self.wl.reference(self.inputs(shape, seed), self.wl.attrs))
@@ -294,12 +294,6 @@ class Expected:
         """Wait for the thread (errors surface from :meth:`wait`)."""
         if self.thread is not None:
             self.thread.join()
-
-    def finish_needed(self) -> None:
-        """Wait for the inputs and the references always needed, skipping the rotated timed
-        sets' references not yet started (:meth:`get` computes the one needed, if any)."""
-        self.no_spare = True
-        self.join()
 
     def cancel(self) -> None:
         """Stop after the entry being computed (e.g. nothing left to judge)."""
@@ -468,9 +462,28 @@ def _validate_case(wl: Workload, case: dict, workdir: Path, expected: Expected) 
     return record
 
 
+def _salted(inputs: dict[str, np.ndarray], swaps: dict) -> dict[str, np.ndarray]:
+    """``inputs`` with the timing child's swaps applied (``{input: [i, j]}``, flat indices)
+    to copies: what the last timed call saw. Raises :class:`_Broken` for a malformed swap."""
+    out = dict(inputs)
+    if not isinstance(swaps, dict):
+        raise _Broken("timing data: the last call's salt is not an object")
+    for name, pair in swaps.items():
+        arr = inputs.get(name)
+        ok = (arr is not None and isinstance(pair, list) and len(pair) == 2
+              and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < arr.size for v in pair))
+        if not ok:
+            raise _Broken(f"timing data: the last call's salt of '{name}' is malformed")
+        flat = np.array(arr, copy=True).reshape(-1)
+        flat[pair[0]], flat[pair[1]] = flat[pair[1]], flat[pair[0]]
+        out[name] = flat.reshape(arr.shape)
+    return out
+
+
 def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, workdir: Path,
-                    expected: Expected) -> list[dict]:
-    """Records of the last timed call and of the fresh-contents call after timing."""
+                    expected: Expected, last_salt: dict | None = None) -> list[dict]:
+    """Records of the last timed call (its reference from the inputs as the call saw them:
+    the set with ``last_salt``'s swaps) and of the fresh-contents call after timing."""
     shape, tid = item["shape"], item["id"]
     expected.join()
     sets = [expected.inputs(shape, s) for s in item["seeds"]]
@@ -482,12 +495,13 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
         if why:
             last.update(reason=f"during timing: {why}", verdict=Outcome.invalid)
             return [last]
-    for rec, prefix, inputs, what in (
-        (last, f"{tid}_last", sets[last_set], "last timed call"),
-        (again, f"{tid}_fresh", fresh, "call on fresh contents in the timed buffers"),
+    last_ref = (wl.reference(_salted(sets[last_set], last_salt), wl.attrs) if last_salt
+                else expected.get(shape, item["seeds"][last_set])[1])
+    for rec, prefix, ref, what in (
+        (last, f"{tid}_last", last_ref, "last timed call"),
+        (again, f"{tid}_fresh", expected.get(shape, item["fresh_seed"])[1], "call on fresh contents in the timed buffers"),
     ):
-        seed = item["seeds"][last_set] if inputs is sets[last_set] else item["fresh_seed"]
-        verdict, why, _, a, r = _check_outputs(wl, shape, prefix, workdir, expected.get(shape, seed)[1])
+        verdict, why, _, a, r = _check_outputs(wl, shape, prefix, workdir, ref)
         rec.update(max_abs_error=a, max_rel_error=r)
         if verdict:
             rec.update(reason=f"{what}: {why}", verdict=verdict)
@@ -644,7 +658,7 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
                  else [_validate_case(wl, c, vdir, expected) for c in cases_plan])
         for t in timed:
             cases += _validate_timed(wl, t, result[t["id"]]["last_set"], result[t["id"]]["fresh_slot"], tdir,
-                                     expected)
+                                     expected, result[t["id"]].get("last_salt"))
     except _Broken as exc:
         return Outcome.runtime_error, str(exc), [], {}, {}
     metrics, samples = _metrics(wl, timed, result, cases, limits)
@@ -842,7 +856,7 @@ def evaluate(
             waited = time.monotonic()
             expected.wait(phase)  # this child's input files are written
             if phase == "timing":
-                expected.finish_needed()  # nothing of ours competes with the timed calls
+                expected.join()  # nothing of ours competes with the timed calls
             deadline += time.monotonic() - waited  # our wait is not the candidate's time
             left = deadline - time.monotonic()
             cases, items = expected.with_files(phase, cases_plan if phase == "validation" else [],
@@ -857,7 +871,7 @@ def evaluate(
                 sections.append(f"== {phase} child stderr (tail) ==\n{run.stderr}")
             if phase == "validation" and not _run_failure(run, timeout_s):
                 waited = time.monotonic()
-                expected.finish_needed()
+                expected.join()
                 early = _judge(wl, cases_plan, [], [run], workdirs["validation"], timeout_s, limits, expected)
                 deadline += time.monotonic() - waited  # judging is ours too
                 if early[0] != Outcome.ok:

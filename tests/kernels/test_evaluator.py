@@ -219,7 +219,9 @@ def test_expected_values_kept_ahead_equal_those_computed_on_demand():
     cases, timed = _plan(wl, "test-small", 11)
     ahead = Expected(wl, cases, timed).start()
     ahead.join()
-    assert len(ahead.done) == len(cases) + sum(len(t["seeds"]) + 1 for t in timed)
+    # References ahead: every validation case and every fresh-contents set (the last timed
+    # call's reference is the judge's: it depends on the values swapped for that call).
+    assert len(ahead.done) == len(cases) + len(timed)
     lazy = Expected(wl, cases, timed, budget_bytes=0).start()
     lazy.join()
     assert lazy.done == {}  # over budget: nothing kept, everything computed when asked
@@ -288,3 +290,31 @@ def test_a_compile_error_stops_the_expected_values_thread():
                   shape_set="test-small", seed=1)
     assert ev.status == Outcome.compile_error
     assert not [t for t in threading.enumerate() if t.name == "expected" and t.is_alive()]
+
+
+def test_the_values_swapped_before_a_timed_call_are_undone_and_replayed_by_the_parent():
+    import numpy as np
+
+    from kernels._sandbox_child import _Io
+    from kernels.evaluator import _Broken, _salted
+    from kernels.workloads import get_workload
+
+    wl = get_workload("rmsnorm")
+    shape = {"rows": 3, "hidden": 16}
+    inputs = wl.generate(shape, 9)
+    io_ = _Io(wl, shape, inputs, guard=8)
+    before = {k: v.copy() for k, v in io_.inputs.items()}
+    rng = np.random.default_rng(0)
+    swaps = io_.salt(rng)
+    assert set(swaps) == {"x", "w"}
+    for name, (i, j) in swaps.items():
+        assert i // inputs[name].shape[-1] == j // inputs[name].shape[-1]  # within one row
+    seen = {k: v[8:-8].reshape(inputs[k].shape) for k, v in io_.inputs.items()}
+    replayed = _salted(inputs, swaps)  # what the parent rebuilds from the report
+    assert all(np.array_equal(seen[k], replayed[k]) for k in inputs)
+    assert not np.array_equal(seen["x"], inputs["x"]) and np.array_equal(inputs["x"], wl.generate(shape, 9)["x"])
+    io_.swap(swaps)
+    assert all(np.array_equal(io_.inputs[k], before[k]) for k in before)
+    for bad in ({"x": [0, 48]}, {"x": [0]}, {"y": [0, 1]}, {"x": [True, 1]}, ["x"]):
+        with pytest.raises(_Broken):
+            _salted(inputs, bad)
