@@ -499,7 +499,8 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
                 else expected.get(shape, item["seeds"][last_set])[1])
     for rec, prefix, ref, what in (
         (last, f"{tid}_last", last_ref, "last timed call"),
-        (again, f"{tid}_fresh", expected.get(shape, item["fresh_seed"])[1], "call on fresh contents in the timed buffers"),
+        (again, f"{tid}_fresh", expected.get(shape, item["fresh_seed"])[1],
+         "call on fresh contents in the timed buffers"),
     ):
         verdict, why, _, a, r = _check_outputs(wl, shape, prefix, workdir, ref)
         rec.update(max_abs_error=a, max_rel_error=r)
