@@ -18,8 +18,8 @@ the cache-eviction helper.
   default ``BenchSettings`` (compile, plan, validation child, timing child, judging).
 - **bare benchmark** (judged): what an engineer does without the evaluator, in this process:
   ``CpuBackend.compile`` + ``ctypes.CDLL`` load, then per timed shape the same benchmark
-  protocol on one input set of that shape: warm-up calls until ``warmup_ms`` of kernel time
-  (at least 3, as :func:`kernels.timing.bench`), then exactly as many timed calls as the
+  protocol on one input set of that shape: :func:`kernels.timing.bench` itself (warm-up calls
+  until ``warmup_ms`` of kernel time, at least 3), with exactly as many timed calls as the
   evaluator took samples (``len(evidence.samples_ms[label])``), each after the same cache
   flush (:class:`kernels.timing.Evictor` over the call's buffers). No sandbox, no validation,
   no NaN-fill, no guards, no reference.
@@ -51,6 +51,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +66,7 @@ from kernels import hostperf  # noqa: E402
 from kernels._sandbox_child import bind  # noqa: E402  (the child's own binding)
 from kernels.backends.cpu import CpuBackend  # noqa: E402
 from kernels.space import format_defines  # noqa: E402
-from kernels.timing import BenchSettings, Evictor, evict_library  # noqa: E402
+from kernels.timing import BenchSettings, Evictor, bench, evict_library  # noqa: E402
 from kernels.workloads import get_workload, shape_label  # noqa: E402
 
 TARGET_PCT = 15.0
@@ -134,7 +135,7 @@ def bare_run(workload: str, shape_set: str, source: str, params: dict, reps: dic
     t1 = clock()
     fn = bind(ctypes.CDLL(str(art.path)), wl)
     t2 = clock()
-    gen_s = warm_s = flush_s = run_s = calls_s = 0.0
+    gen_s = bench_s = calls_s = 0.0
     calls = 0
     for i, shape in enumerate(wl.shapes(shape_set)):
         g0 = clock()
@@ -144,32 +145,21 @@ def bare_run(workload: str, shape_set: str, source: str, params: dict, reps: dic
         evict = evictor.plan(keep) if evictor is not None else (lambda: None)
         gen_s += clock() - g0
         n = reps[shape_label(shape)]
-        w0 = clock()  # warm-up as kernels.timing.bench: >= 3 calls, until warmup_ms of kernel time
-        spent, done = 0.0, 0
-        while done < 3 or (spent < settings.warmup_ms * 1e-3 and done < settings.max_reps):
-            c0 = clock()
-            fn(*args)
-            spent += clock() - c0
-            done += 1
-        r0 = clock()
-        for _ in range(n):  # the benchmark: flush, call
-            f0 = clock()
-            evict()
-            f1 = clock()
-            fn(*args)
-            flush_s += f1 - f0
-        r1 = clock()
+        # The evaluator's own protocol (kernels.timing.bench): warm-up, then exactly n timed
+        # calls, each after the flush (the warm-up cap becomes n, above any warm-up here).
+        b0 = clock()
+        bench(lambda: fn(*args), replace(settings, min_reps=n, max_reps=n), flush=evict)
+        b1 = clock()
         for _ in range(n):  # the calls alone
             fn(*args)
-        r2 = clock()
-        warm_s += r0 - w0
-        run_s += r1 - r0
-        calls_s += r2 - r1
+        b2 = clock()
+        bench_s += b1 - b0
+        calls_s += b2 - b1
         calls += n
     compile_s, load_s = t1 - t0, t2 - t1
-    return {"compile_s": compile_s, "load_s": load_s, "warmup_s": warm_s, "run_s": run_s, "flush_s": flush_s,
-            "calls_s": calls_s, "gen_s": gen_s, "calls": calls, "cached": art.cached,
-            "bare_s": compile_s + load_s + warm_s + run_s, "bare_calls_s": compile_s + load_s + calls_s}
+    return {"compile_s": compile_s, "load_s": load_s, "bench_s": bench_s, "calls_s": calls_s, "gen_s": gen_s,
+            "calls": calls, "cached": art.cached,
+            "bare_s": compile_s + load_s + bench_s, "bare_calls_s": compile_s + load_s + calls_s}
 
 
 def measure(workload: str, shape_set: str, params: dict, seed: int, timeout_s: float,
@@ -204,8 +194,8 @@ def warm_up(timeout_s: float) -> dict:
 
 def _median_rows(rows: list[dict]) -> dict:
     out = dict(rows[-1])
-    for k in ("evaluator_s", "bare_s", "bare_calls_s", "compile_s", "load_s", "warmup_s", "run_s", "flush_s",
-              "calls_s", "gen_s", "latency_ms", "overhead_pct", "overhead_calls_pct"):
+    for k in ("evaluator_s", "bare_s", "bare_calls_s", "compile_s", "load_s", "bench_s", "calls_s", "gen_s",
+              "latency_ms", "overhead_pct", "overhead_calls_pct"):
         vals = [r[k] for r in rows if r.get(k) is not None]
         if vals:
             out[k] = statistics.median(vals)
@@ -219,7 +209,7 @@ def _fmt(v, spec: str) -> str:
 
 def markdown(results: list[dict]) -> str:
     head = ("| workload | shape set | params | status | kernel latency (ms) | evaluator (s) | bare benchmark (s) "
-            "| compile / load / warm-up / flushed calls (s) | overhead % | target <= 15% "
+            "| compile / load / warm-up + flushed calls (s) | overhead % | target <= 15% "
             "| bare calls (s) | overhead vs calls % |")
     lines = [head, "|" + "---|" * 12]
     for r in results:
@@ -232,7 +222,7 @@ def markdown(results: list[dict]) -> str:
         else:
             verdict = "pass" if r["overhead_pct"] <= TARGET_PCT else "FAIL"
         parts = ("-" if "bare_s" not in r else
-                 f"{r['compile_s']:.2f} / {r['load_s']:.3f} / {r['warmup_s']:.3f} / {r['run_s']:.3f}")
+                 f"{r['compile_s']:.2f} / {r['load_s']:.3f} / {r['bench_s']:.3f}")
         lines.append(f"| {r['workload']} | {r['shape_set']} | {p} | {r['status']} | {_fmt(lat, '.3f')} "
                      f"| {_fmt(r.get('evaluator_s'), '.2f')} | {_fmt(r.get('bare_s'), '.2f')} | {parts} "
                      f"| {_fmt(r.get('overhead_pct'), '.0f')} | {verdict} | {_fmt(r.get('bare_calls_s'), '.2f')} "
