@@ -89,7 +89,8 @@ def candidate_promote(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def compare(request: HttpRequest) -> HttpResponse:
     """``?ids=1,2,3``: candidates side by side against the first: source diff, parameter diff,
-    metric deltas and, per timed shape, the significance of the difference."""
+    metric deltas and, per timed shape, the significance of the difference. Without ids (the
+    navigation link) the empty form (200); unknown, malformed or too few ids are a 400."""
     raw = request.GET.get("ids", "")
     error = ""
     try:
@@ -102,7 +103,7 @@ def compare(request: HttpRequest) -> HttpResponse:
     candidates = [found[i] for i in ids if i in found]
     if not error and missing:
         error = f"no candidate {', '.join(map(str, missing))}"
-    if not error and len(candidates) < 2:
+    if not error and ids and len(candidates) < 2:
         error = "pick at least two candidates to compare (e.g. ?ids=12,40)"
     ctx = {"ids": raw, "error": error, "candidates": candidates}
     if len(candidates) >= 2:
