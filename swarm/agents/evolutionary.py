@@ -19,7 +19,8 @@ class EvolutionaryAgent(Agent):
         tournament: tournament size for parent selection (default 3).
         crossover_rate: probability of uniform crossover between two parents (default 0.7).
         mutation_rate: per-parameter probability of a mutation (default 0.3).
-        jump_rate: share of mutations that jump to any value instead of a neighbour (0.2).
+        jump_rate: share of mutations that draw the parameter's value uniformly from all its
+            values (the current one included) instead of stepping to a neighbour (0.2).
     """
 
     kind = "evolutionary"

@@ -266,6 +266,8 @@ def test_compare_shows_parameter_metric_and_source_differences_with_significance
     assert client.get(reverse("compare"), {"ids": f"{a.pk}"}).status_code == 400
     assert "no candidate 999999" in client.get(reverse("compare"), {"ids": f"{a.pk},999999"}).content.decode()
     assert client.get(reverse("compare"), {"ids": "x"}).status_code == 400
+    for bad in (",,", "0,1", f"{a.pk},{2**64}", "99999999999999999999"):  # never a 500
+        assert client.get(reverse("compare"), {"ids": bad}).status_code == 400, bad
     blank = client.get(reverse("compare"))  # the navigation link: the empty form, no error
     assert blank.status_code == 200 and b'role="alert"' not in blank.content and b'id="compare-form"' in blank.content
 
