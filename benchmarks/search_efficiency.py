@@ -554,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     html, png = figure(rows, args.out)
     elapsed = time.perf_counter() - started
     (args.out / "search_efficiency.md").write_text(
-        f"# Search efficiency\n\n`python -m benchmarks.search_efficiency {' '.join(argv or sys.argv[1:])}`: "
+        f"# Search efficiency\n\n`{' '.join(['python -m benchmarks.search_efficiency', *(argv or sys.argv[1:])])}`: "
         f"{args.seeds} seeds, budgets {budgets}, {elapsed:.0f} s on {os.cpu_count()} CPUs.\n\n{table}\n\n## Targets\n\n"
         + "\n".join(f"- {line}" for line in lines) + "\n"
     )
