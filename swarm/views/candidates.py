@@ -95,7 +95,7 @@ def compare(request: HttpRequest) -> HttpResponse:
     error = ""
     try:
         ids = [int(x) for x in raw.replace(" ", "").split(",") if x]
-        if raw.strip() and not ids or any(not 0 < i < 2**63 for i in ids):
+        if (raw.strip() and not ids) or any(not 0 < i < 2**63 for i in ids):
             raise ValueError  # only commas, or beyond any primary key (the database cannot bind it)
     except ValueError:
         ids, error = [], f"ids must be candidate numbers separated by commas, got {raw!r}"
