@@ -36,9 +36,9 @@ AGENTS: dict[str, type[Agent]] = {
 #: Mutations that jump: the value is drawn from all of the parameter's values (Kernel Tuner's GA
 #: mutates to a random Hamming neighbour) instead of mostly stepping to an adjacent one; on
 #: convolution a step from the second best's block_size_x 128 to the optimum's 32 takes six
-#: adjacent steps but one jump. The last
-#: mix above with evolutionary mutations jumping at rate 0.2 (the agent's default) / 0.5 / 0.75
-#: / 1.0, seeds 0-19:
+#: adjacent steps but one jump. The mix below (forests with 16 trees, evolutionary, local
+#: search) with evolutionary mutations jumping at rate 0.2 (the agent's default) / 0.5 / 0.75 /
+#: 1.0, seeds 0-19:
 #:   conv 1.280/1.093/1.074/1.0, GEMM 1.090/1.0/1.0/1.0, time+energy 1.013/1.0/1.0/1.0   (0.2)
 #:   conv 1.162/1.074/1.037/1.0, GEMM 1.097/1.0/1.0/1.0, time+energy 1.012/1.0/1.0/1.0   (0.5)
 #:   conv 1.236/1.101/1.074/1.074, GEMM 1.128/1.018/1.0/1.0, time+energy 1.061/1.0/...  (0.75)
