@@ -330,6 +330,21 @@ def run_optuna_tpe(ds: Dataset, seed: int, budget: int) -> Trace:
     return trace
 
 
+def _one_thread_per_worker() -> None:
+    """Pool initializer: one BLAS/OpenMP thread per worker. ``--jobs`` workers already fill
+    the cores; OpenBLAS's own threads on top (one per core by default) oversubscribe them
+    and spin. On 2 cores, 3 seeds of swarm, random, forest, bayes_opt and TPE took 114 s with
+    default threads and 84 s with one (bayes_opt 58 -> 32 s, our runs 16-23% less).
+
+    The environment variables reach libraries loaded later (SciPy's own OpenBLAS, which
+    Kernel Tuner's bayes_opt uses); ``threadpool_limits`` those already loaded (NumPy's)."""
+    from threadpoolctl import threadpool_limits
+
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = "1"
+    threadpool_limits(1)
+
+
 def _task(kind: str, ds: Dataset, name: str, seed: int, budget: int, batch_size: int) -> tuple:
     start = time.perf_counter()
     if kind == "ours":
@@ -532,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     traces: dict[tuple[str, str], dict] = defaultdict(dict)
     cost: dict[str, float] = defaultdict(float)
     done = 0
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+    with ProcessPoolExecutor(max_workers=args.jobs, initializer=_one_thread_per_worker) as pool:
         futures = [pool.submit(_task, *j) for j in jobs]
         failed = []
         for j, f in zip(jobs, futures):

@@ -33,17 +33,25 @@ def group_name(run_id: int) -> str:
     return f"run.{run_id}"
 
 
+def listening() -> bool:
+    """Whether a published event can reach a websocket: False without a channel layer, or with
+    the in-process layer and no websocket server in this process. Callers skip building event
+    payloads (and the queries behind them) when it is False."""
+    layer = get_channel_layer()
+    if layer is None:
+        return False
+    return not (isinstance(layer, InMemoryChannelLayer) and _server_loop is None)
+
+
 def publish(run_id: int, event: str, data: dict[str, Any]) -> None:
     """Send ``{"event": event, "data": data}`` to every websocket subscribed to the run.
 
     Publishing is best effort: a broken channel layer is logged, never fatal to evaluation,
     because the evidence is already committed and pages reload it from the database.
     """
-    layer = get_channel_layer()
-    if layer is None:
+    if not listening():
         return
-    if isinstance(layer, InMemoryChannelLayer) and _server_loop is None:
-        return  # in-process layer and no websocket server in this process: nobody can listen
+    layer = get_channel_layer()
     message = {"type": "run.event", "event": event, "data": data}
     group = group_name(run_id)
     try:

@@ -17,13 +17,14 @@ import os
 import secrets
 import socket
 import zlib
+from dataclasses import replace
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from typing import Any, Callable
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, F
+from django.db.models import Case, Count, F, Q, Value, When
 from django.utils import timezone
 
 import numpy as np
@@ -32,7 +33,7 @@ import kernels
 from kernels.backends import get_backend
 from kernels.space import format_defines
 from swarm import directions, events, learning, observations
-from swarm.agents import DEFAULT_MIX, Observation, Proposal, RunView, make_agent
+from swarm.agents import AGENTS, DEFAULT_MIX, Observation, Proposal, RunView, make_agent
 from swarm.credit import Arm, allocate, frontier_improvements
 from swarm.history import goal_rows as history_rows
 from swarm.models import (
@@ -152,7 +153,7 @@ def advance(run_id: int) -> list[Candidate]:
     short: agents propose and insights are learned outside any row lock.
     """
     with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run_id)
+        run = _locked_run(run_id)
         if run.state != Run.State.RUNNING:
             return []
         if run.candidates.filter(status__in=PENDING_STATUSES).exists():
@@ -213,7 +214,7 @@ def _next_candidates(run_id: int, after: int) -> list[Candidate]:
                         finish(run, Run.State.FINISHED)
             return []
         with transaction.atomic():
-            closed = _close_generation(Run.objects.select_for_update().get(pk=run_id))
+            closed = _close_generation(_locked_run(run_id))
         if closed is not None:
             _learn(run, closed)
         after = run.generation
@@ -234,7 +235,7 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
     """
     number = after + 1
     with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run_id)
+        run = _locked_run(run_id)
         if run.generation != after:
             return None
         applied = directions.apply_pending(run, number)
@@ -244,18 +245,19 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
         return []
     if run.max_wall_s is not None and (timezone.now() - run.started_at).total_seconds() >= run.max_wall_s:
         return []
-    remaining = run.budget - run.candidates.count()
+    goal = run.goal
+    rows = history_rows(goal)
+    remaining = run.budget - sum(1 for r in rows if r.run_id == run.pk)
     n = min(run.batch_size, remaining)
     if n <= 0:
         return []
-    goal = run.goal
     records = list(run.agents.all())
     shares, scores = allocate(
         [Arm(r.name, r.evaluations, r.improvements, r.boost, r.paused) for r in records], n,
         exploration=float(getattr(settings, "SWARM_UCB_EXPLORATION", 0.3)),
     )
     # Agents think outside any transaction: an LLM call or a model fit must not hold a lock.
-    view = run_view(run, number)
+    view = run_view(run, number, rows=rows, context=any(_reads_context(r.kind) for r in records))
     fingerprint = backend_fingerprint(goal)
     seen = set(view.seen)
     proposed: list[tuple[AgentRecord, Proposal]] = []
@@ -273,7 +275,7 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
             usage[k] = usage.get(k, 0) + v
     created: list[Candidate] = []
     with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run_id)
+        run = _locked_run(run_id, with_goal=False)
         if run.generation != after or run.state != Run.State.RUNNING:
             return None
         created = _store(run, goal, view, number, proposed, fingerprint)
@@ -281,7 +283,8 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
         if created:
             run.generation = number
             for r in records:
-                AgentRecord.objects.filter(pk=r.pk).update(last_share=shares.get(r.name, 0), score=scores.get(r.name, 0.0))
+                r.last_share, r.score = shares.get(r.name, 0), scores.get(r.name, 0.0)
+            AgentRecord.objects.bulk_update(records, ["last_share", "score"])
             Generation.objects.create(run=run, number=number, shares=shares, credit=scores)
         run.save(update_fields=["generation", "llm_usage"])
 
@@ -289,7 +292,7 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
         events.publish(run.pk, "candidates", {"items": [c.to_dict() for c in created]})
         events.publish(run.pk, "generation", {"number": number, "shares": shares, "scores": scores})
 
-    if created:
+    if created and events.listening():
         transaction.on_commit(publish)
     return created
 
@@ -330,13 +333,18 @@ def _store(run: Run, goal: Goal, view: RunView, number: int, proposed: list[tupl
     ProposalFailure.objects.bulk_create(failures)
     for pk, n in failed_by_agent.items():
         AgentRecord.objects.filter(pk=pk).update(failed_proposals=F("failed_proposals") + n)
-    existing = set(Candidate.objects.filter(goal=goal, content_hash__in=digests).values_list("content_hash", flat=True))
+    # One query for both: the goal's own candidates with these hashes (dropped) and other
+    # goals' evaluated twins (reused).
+    matches = list(Candidate.objects.filter(
+        Q(goal=goal) | Q(goal__workload=goal.workload, goal__target=goal.target, goal__shape_set=goal.shape_set,
+                         evidence__isnull=False),
+        content_hash__in=digests,
+    ).select_related("evidence").defer("source", "rationale").order_by("id")) if digests else []
+    existing = {t.content_hash for t in matches if t.goal_id == goal.pk}
     twins: dict[str, Candidate] = {}
-    for t in Candidate.objects.filter(
-        content_hash__in=digests - existing, goal__workload=goal.workload, goal__target=goal.target,
-        goal__shape_set=goal.shape_set, evidence__isnull=False,
-    ).select_related("evidence").order_by("id"):
-        twins.setdefault(t.content_hash, t)
+    for t in matches:
+        if t.goal_id != goal.pk and t.content_hash not in existing:
+            twins.setdefault(t.content_hash, t)
     now = timezone.now()
     rows = []
     for record, proposal, source, digest in accepted:
@@ -375,22 +383,42 @@ def _agent_seed(run_seed: int, generation: int, name: str) -> int:
 
 
 def _with_seen(view: RunView, seen: set[str]) -> RunView:
-    from dataclasses import replace
-
     return replace(view, seen=frozenset(seen))
 
 
-def run_view(run: Run, generation: int | None = None) -> RunView:
-    """Frozen snapshot of what agents may know about ``run`` and its goal's evidence."""
+def _locked_run(run_id: int, *, with_goal: bool = True) -> Run:
+    """The run, locked for this transaction, with its goal (whose row is not locked)."""
+    runs = Run.objects.select_for_update(of=("self",))
+    return (runs.select_related("goal") if with_goal else runs).get(pk=run_id)
+
+
+def _reads_context(kind: str) -> bool:
+    """Whether agents of ``kind`` read sources, logs and insights (an unknown kind: assume so)."""
+    return getattr(AGENTS.get(kind), "reads_context", True)
+
+
+def run_view(run: Run, generation: int | None = None, *, rows: list | None = None, context: bool = True) -> RunView:
+    """Frozen snapshot of what agents may know about ``run`` and its goal's evidence.
+
+    Args:
+        run: the run.
+        generation: number of the generation being proposed (default: the next one).
+        rows: the goal's rows (:func:`swarm.history.goal_rows`) when the caller has them.
+        context: fill what only coding agents read (sources and logs of the best and the
+            recently failed candidates, insights); parameter agents need none of it.
+    """
     goal = run.goal
     space = run.design_space()
-    seen, history = observations.observe(run.identity, run.constraints, space.names, history_rows(goal),
+    seen, history = observations.observe(run.identity, run.constraints, space.names,
+                                         history_rows(goal) if rows is None else rows,
                                          space.point_key, run.is_feasible)
     partial = RunView(
         workload=goal.workload, target=goal.target, space=space, objectives=tuple(goal.objectives),
         constraints=tuple(run.constraints), generation=generation or run.generation + 1,
         seen=seen, history=history,
     )
+    if not context:
+        return replace(partial, warm_start=tuple(run.warm_start.get("configs", [])), run=run.identity)
     # Sources and logs only for what an LLM prompt shows: the best few and recent failures.
     recent_failures = [o.candidate for o in history if o.status != "ok"][-3:]
     detail_ids = {o.candidate for o in partial.ranked()[:3]} | set(recent_failures)
@@ -406,8 +434,6 @@ def run_view(run: Run, generation: int | None = None) -> RunView:
             if o.candidate in details else o
             for o in history
         ]
-    from dataclasses import replace
-
     return replace(
         partial,
         history=tuple(history),
@@ -459,10 +485,15 @@ def _close_generation(run: Run) -> Generation | None:
             if v is not None:
                 new.append((r.agent, v))
     improvements = frontier_improvements(before, new)
-    for record in run.agents.all():
-        AgentRecord.objects.filter(pk=record.pk).update(
-            evaluations=F("evaluations") + evaluated.get(record.name, 0),
-            improvements=F("improvements") + improvements.get(record.name, 0),
+    credited = set(evaluated) | set(improvements)
+    if credited:  # one UPDATE for every credited agent
+
+        def per_agent(counts: dict[str, int]) -> Case:
+            return Case(*(When(name=a, then=Value(counts[a])) for a in counts), default=Value(0))
+
+        AgentRecord.objects.filter(run=run, name__in=credited).update(
+            evaluations=F("evaluations") + per_agent(evaluated),
+            improvements=F("improvements") + per_agent(improvements),
         )
     gen.improvements = improvements
     gen.finished_at = timezone.now()
@@ -473,6 +504,8 @@ def _close_generation(run: Run) -> Generation | None:
 def _learn(run: Run, gen: Generation) -> None:
     """Update insights after a generation closed and publish it (outside any transaction)."""
     new_insights = learning.update_insights(run, gen.number) if learning.due(run, gen.number) else []
+    if not events.listening():
+        return
     leaderboard = [a.to_dict() for a in run.agents.all()]
     events.publish(run.pk, "generation_finished", {"number": gen.number, "improvements": gen.improvements, "agents": leaderboard})
     for i in new_insights:
@@ -610,6 +643,8 @@ def evaluate_batch(candidate_ids: list[int], *, evaluate: EvaluateFn | None = No
             by_status.setdefault(ev.status, []).append(ev.candidate_id)
         for status, pks in by_status.items():
             Candidate.objects.filter(pk__in=pks).update(status=status, evaluated_at=now)
+    if not events.listening():
+        return done
     by_run: dict[int, list[dict]] = {}
     for c in done:
         by_run.setdefault(c.run_id, []).append(c.to_dict())

@@ -61,6 +61,9 @@ class RunView:
         insights: latest insights for (workload, target) as dicts (LLM agents read them).
         contract: workload math and candidate contract, as text (LLM agents read it).
         template: the goal's template source.
+
+        ``insights``, ``contract``, ``template`` and the observations' ``source`` and ``log``
+        are filled only when an agent of the run's mix has :attr:`Agent.reads_context`.
         run: identity of the run ("" outside a run): its id and start time, unique even when a
             database reuses ids; agents may key per-process caches on it.
     """
@@ -130,6 +133,9 @@ class Agent(abc.ABC):
     """
 
     kind: str = "agent"
+    #: Whether :meth:`propose` reads ``RunView.insights`` and the sources and logs of
+    #: observations; the orchestrator fills them only for a mix that has such an agent.
+    reads_context: bool = False
 
     def __init__(self, seed: int, **settings: Any) -> None:
         self.settings = settings

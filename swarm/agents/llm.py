@@ -52,6 +52,7 @@ class LLMAgent(Agent):
     """
 
     kind = "llm"
+    reads_context = True
 
     def propose(self, view: RunView, n: int) -> list[Proposal]:
         client = self._client()

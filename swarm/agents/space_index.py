@@ -59,6 +59,11 @@ class SpaceIndex:
         except KeyError:
             return None
 
+    def within(self, row: int, distance: int) -> np.ndarray:
+        """Rows (ascending) whose points differ from ``row``'s in 1 to ``distance`` parameters."""
+        changed = np.count_nonzero(self.values != self.values[row], axis=1)
+        return np.flatnonzero((changed >= 1) & (changed <= distance))
+
     def seen_mask(self, keys: Iterable[str]) -> np.ndarray:
         """``bool [n_points]``: True for rows whose point key is in ``keys``."""
         mask = np.zeros(len(self.tuples), dtype=bool)

@@ -121,6 +121,7 @@ class ForestAgent(Agent):
         how ``RandomForestRegressor`` builds its trees. Built here rather than through it:
         the forest's per-fit estimator cloning and input checks cost as much as the trees
         themselves at these sizes (tens of points, 16 trees, every generation)."""
+        import sklearn
         from sklearn.tree import DecisionTreeRegressor
 
         n_trees = int(self.settings.get("trees", 16))
@@ -132,13 +133,18 @@ class ForestAgent(Agent):
             raise ValueError("forest agent: features and targets must be finite (float32 features: |x| < 3.4e38; "
                              "a finite failure_quantile)")
         n = len(y64)
+        leaf, max_features = int(self.settings.get("leaf", 3)), float(self.settings.get("max_features", 1.0))
+        if leaf < 1 or not 0.0 < max_features <= 1.0:  # what parameter validation checked
+            raise ValueError(f"forest agent: leaf must be >= 1 and max_features in (0, 1], not {leaf}, {max_features}")
         trees = []
-        for _ in range(n_trees):
-            tree = DecisionTreeRegressor(min_samples_leaf=int(self.settings.get("leaf", 3)),
-                                         max_features=float(self.settings.get("max_features", 1.0)),
-                                         random_state=int(self.rng.integers(2**31)))
-            counts = np.bincount(self.rng.integers(0, n, n), minlength=n).astype(np.float64)
-            trees.append(tree.fit(X32, y64, sample_weight=counts, check_input=False))
+        # Settings are checked above, once; sklearn's per-fit parameter validation is a fifth
+        # of a small tree's fit.
+        with sklearn.config_context(skip_parameter_validation=True):
+            for _ in range(n_trees):
+                tree = DecisionTreeRegressor(min_samples_leaf=leaf, max_features=max_features,
+                                             random_state=int(self.rng.integers(2**31)))
+                counts = np.bincount(self.rng.integers(0, n, n), minlength=n).astype(np.float64)
+                trees.append(tree.fit(X32, y64, sample_weight=counts, check_input=False))
         return trees
 
     @staticmethod
@@ -157,9 +163,18 @@ class ForestAgent(Agent):
         seen = index.seen_mask(view.seen)
         unseen = np.flatnonzero(~seen)
         sample = unseen if len(unseen) <= size else self.rng.choice(unseen, size=size, replace=False)
-        near = {index.row(p) for p in self._around_the_best(view, best)}
-        near = [r for r in near if r is not None and not seen[r]]
-        return np.unique(np.concatenate([sample, np.array(near, dtype=sample.dtype)]))
+        # The neighbourhoods as array operations on the value matrix (a best point outside
+        # the index, e.g. after a narrowing, goes through its dicts), then the crossovers.
+        parts = [sample]
+        for rank, o in enumerate(best):
+            distance, row = (2 if rank == 0 else 1), index.row(o.params)
+            if row is None:
+                parts.append(_rows(index, _neighbours(view, o.params, distance), sample.dtype))
+            else:
+                parts.append(index.within(row, distance).astype(sample.dtype))
+        parts.append(_rows(index, self._crossovers(view), sample.dtype))
+        pool = np.unique(np.concatenate(parts))
+        return pool[~seen[pool]]
 
     def _pool(self, view: RunView, best) -> list[dict[str, Any]]:
         size = int(self.settings.get("pool", 2000))
@@ -180,6 +195,10 @@ class ForestAgent(Agent):
         around the next ones, and uniform crossovers of the best eight."""
         for rank, o in enumerate(best):
             yield from _neighbours(view, o.params, 2 if rank == 0 else 1)
+        yield from self._crossovers(view)
+
+    def _crossovers(self, view: RunView):
+        """``crossovers`` uniform crossovers of each pair of the best eight evaluations."""
         names = view.space.names
         elite = [o.params for o in sorted((o for o in view.history if set(o.params) == set(names)
                                            and math.isfinite(view.score(o))), key=view.score)[:8]]
@@ -193,6 +212,11 @@ def _values(view: RunView, points: list[dict[str, Any]]) -> np.ndarray:
     one value (:func:`swarm.agents.space_index.varying`), as in ``SpaceIndex.values``."""
     names = [view.space.names[i] for i in varying(view.space)]
     return np.array([[float(pt[k]) for k in names] for pt in points], dtype=float).reshape(len(points), len(names))
+
+
+def _rows(index: SpaceIndex, points, dtype) -> np.ndarray:
+    """Rows of the valid ``points`` in ``index`` (invalid ones are skipped)."""
+    return np.array([r for r in map(index.row, points) if r is not None], dtype=dtype)
 
 
 def _neighbours(view: RunView, params: dict[str, Any], distance: int):

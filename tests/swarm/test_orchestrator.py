@@ -115,3 +115,36 @@ def test_an_identical_kernel_in_another_goal_reuses_its_evidence_instead_of_re_b
     assert len(reused) == 12 and all(c.reused_from and c.reused_from.goal_id == a.pk for c in reused)
     assert all(c.evidence.metrics == c.reused_from.evidence.metrics and c.status == c.reused_from.status for c in reused)
     assert run_b.state == Run.State.FINISHED
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("reads_context", [False, True])
+def test_sources_logs_and_insights_reach_only_agents_that_read_them(monkeypatch, reads_context):
+    from swarm.agents import AGENTS
+    from swarm.agents.random_search import RandomAgent
+    from tests.swarm.synthetic import drive, synthetic_goal
+
+    views = []
+
+    class Recording(RandomAgent):
+        kind = "recording"
+
+        def propose(self, view, n):
+            views.append(view)
+            return super().propose(view, n)
+
+    Recording.reads_context = reads_context
+    monkeypatch.setitem(AGENTS, "recording", Recording)
+    run, pending = orchestrator.start_run(synthetic_goal(), budget=24, seed=4, batch_size=4,
+                                          agents=[{"name": "r", "kind": "recording"}])
+    drive(run, pending)
+    last = views[-1]
+    assert len(last.history) == 20
+    best = last.ranked()[0]
+    if reads_context:
+        assert best.source.startswith("#define") and best.source.endswith("/* synthetic */")
+        assert {i["kind"] for i in last.insights} >= {"best_config"}
+    else:
+        assert all(o.source == "" and o.log == "" for o in last.history)
+        assert last.insights == ()
+    assert last.run == run.identity and last.template == ("/* synthetic */" if reads_context else "")

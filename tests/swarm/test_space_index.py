@@ -27,6 +27,18 @@ def test_seen_points_are_masked_by_their_keys():
     assert mask.dtype == bool and np.flatnonzero(mask).tolist() == [0, 5]
 
 
+def test_rows_within_a_distance_are_the_valid_neighbours_of_a_point():
+    from swarm.agents.surrogate import _neighbours
+
+    index = index_of(SPACE)
+    v = view([])
+    for row in (0, 7, len(index) - 1):
+        for distance in (1, 2):
+            expected = {index.row(p) for p in _neighbours(v, index.point(row), distance)} - {None}
+            assert index.within(row, distance).tolist() == sorted(expected)
+            assert row not in expected
+
+
 def test_the_index_is_built_once_per_space():
     assert index_of(SPACE) is index_of(DesignSpace.from_dict(SPACE.to_dict()))
 
