@@ -2,7 +2,11 @@
 strategies and Optuna's TPE, with the same budgets and seeds.
 
     python -m benchmarks.search_efficiency [--cache FILE ...] [--seeds 20] \
-        [--budgets 50,100,200,400] [--jobs N] [--json]
+        [--budgets 50,100,200,400] [--strategies swarm,agent:forest,kt:pso,optuna:tpe,...] \
+        [--batch-size 4] [--jobs N] [--out DIR] [--json]
+
+Each of the ``--jobs`` worker processes (default: one per CPU) runs one strategy run at a
+time with one BLAS/OpenMP thread.
 
 Every strategy searches the configurations a Kernel Tuner cache file records (the search
 space Kernel Tuner itself builds from a cache); a configuration the file does not record is
