@@ -104,8 +104,9 @@ def start_run(
         :func:`swarm.dispatch.dispatch` or evaluate them in-process).
 
     Raises:
-        ValueError: budget, batch size or seed out of range, an unknown agent kind, duplicate
-            agent names, or a design space in which no point satisfies the restrictions.
+        ValueError: budget, batch size or seed out of range, an unknown agent kind, agent
+            settings an agent refuses, duplicate agent names, or a design space in which no
+            point satisfies the restrictions.
     """
     if budget < 1:
         raise ValueError(f"budget must be at least 1 evaluation, got {budget}")

@@ -37,6 +37,8 @@ class SpaceIndex:
             than one value (:func:`varying`), in ``space.names`` order.
         rows: value tuple (``space.names`` order) -> row.
         key_rows: :func:`kernels.space.point_key` -> row.
+        codes: ``int32 [n_points, len(varying(space))]``: each varying parameter's value as
+            its position among the parameter's values (exact where floats are not: 2**53 + 1).
     """
 
     space: DesignSpace
@@ -44,6 +46,7 @@ class SpaceIndex:
     values: np.ndarray
     rows: dict[tuple, int]
     key_rows: dict[str, int]
+    codes: np.ndarray
 
     def __len__(self) -> int:
         return len(self.tuples)
@@ -61,7 +64,7 @@ class SpaceIndex:
 
     def within(self, row: int, distance: int) -> np.ndarray:
         """Rows (ascending) whose points differ from ``row``'s in 1 to ``distance`` parameters."""
-        changed = np.count_nonzero(self.values != self.values[row], axis=1)
+        changed = np.count_nonzero(self.codes != self.codes[row], axis=1)
         return np.flatnonzero((changed >= 1) & (changed <= distance))
 
     def seen_mask(self, keys: Iterable[str]) -> np.ndarray:
@@ -117,7 +120,10 @@ def _build(space: DesignSpace) -> SpaceIndex:
         key_rows[space.point_key(p)] = len(tuples)
         tuples.append(tuple(p[k] for k in names))
     values = np.array([[float(t[i]) for i in columns] for t in tuples], dtype=float).reshape(len(tuples), len(columns))
-    return SpaceIndex(space, tuple(tuples), values, {t: i for i, t in enumerate(tuples)}, key_rows)
+    positions = [{v: j for j, v in enumerate(space.parameters[i].values)} for i in columns]
+    codes = np.array([[positions[c][t[i]] for c, i in enumerate(columns)] for t in tuples],
+                     dtype=np.int32).reshape(len(tuples), len(columns))
+    return SpaceIndex(space, tuple(tuples), values, {t: i for i, t in enumerate(tuples)}, key_rows, codes)
 
 
 _cache: OrderedDict[tuple, tuple[Any, SpaceIndex]] = OrderedDict()

@@ -46,6 +46,27 @@ class ForestAgent(Agent):
 
     kind = "forest"
 
+    def __init__(self, seed: int, **settings: Any) -> None:
+        super().__init__(seed, **settings)
+        self._check_settings()
+
+    def _check_settings(self) -> None:
+        """Raises ValueError naming the first setting out of range (when a run starts, not at
+        its first model fit)."""
+        checks = (("startup", 10, int, lambda v: v >= 0, ">= 0"), ("trees", 16, int, lambda v: v >= 1, ">= 1"),
+                  ("pool", 2000, int, lambda v: v >= 1, ">= 1"), ("leaf", 3, int, lambda v: v >= 1, ">= 1"),
+                  ("max_features", 1.0, float, lambda v: 0.0 < v <= 1.0, "in (0, 1]"),
+                  ("crossovers", 4, int, lambda v: v >= 0, ">= 0"),
+                  ("failure_quantile", 1.0, float, math.isfinite, "finite"))
+        for name, default, kind, ok, expected in checks:
+            raw = self.settings.get(name, default)
+            try:
+                value = kind(raw)
+            except (TypeError, ValueError):
+                value = None
+            if value is None or isinstance(raw, bool) or not ok(value):
+                raise ValueError(f"forest agent: {name} must be a number {expected}, not {raw!r}")
+
     def propose(self, view: RunView, n: int) -> list[Proposal]:
         startup = int(self.settings.get("startup", 10))
         names = set(view.space.names)
@@ -125,8 +146,6 @@ class ForestAgent(Agent):
         from sklearn.tree import DecisionTreeRegressor
 
         n_trees = int(self.settings.get("trees", 16))
-        if n_trees < 1:
-            raise ValueError(f"forest agent: trees must be at least 1, not {n_trees}")
         X32 = np.ascontiguousarray(X, dtype=np.float32)  # what the trees are built on
         y64 = np.ascontiguousarray(y, dtype=np.float64)
         if not (np.isfinite(X32).all() and np.isfinite(y64).all()):  # the forest checked this
@@ -134,11 +153,9 @@ class ForestAgent(Agent):
                              "a finite failure_quantile)")
         n = len(y64)
         leaf, max_features = int(self.settings.get("leaf", 3)), float(self.settings.get("max_features", 1.0))
-        if leaf < 1 or not 0.0 < max_features <= 1.0:  # what parameter validation checked
-            raise ValueError(f"forest agent: leaf must be >= 1 and max_features in (0, 1], not {leaf}, {max_features}")
         trees = []
-        # Settings are checked above, once; sklearn's per-fit parameter validation is a fifth
-        # of a small tree's fit.
+        # The settings were checked once (_check_settings); sklearn's per-fit parameter
+        # validation is a fifth of a small tree's fit.
         with sklearn.config_context(skip_parameter_validation=True):
             for _ in range(n_trees):
                 tree = DecisionTreeRegressor(min_samples_leaf=leaf, max_features=max_features,

@@ -148,3 +148,17 @@ def test_sources_logs_and_insights_reach_only_agents_that_read_them(monkeypatch,
         assert all(o.source == "" and o.log == "" for o in last.history)
         assert last.insights == ()
     assert last.run == run.identity and last.template == ("/* synthetic */" if reads_context else "")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("settings, named", [
+    ({"leaf": 0}, "leaf"), ({"max_features": 1.5}, "max_features"), ({"max_features": "abc"}, "max_features"),
+    ({"trees": 0}, "trees"), ({"pool": True}, "pool"), ({"failure_quantile": float("nan")}, "failure_quantile"),
+])
+def test_a_forest_agent_with_bad_settings_is_refused_when_the_run_starts(settings, named):
+    from tests.swarm.synthetic import synthetic_goal
+
+    goal = synthetic_goal()
+    with pytest.raises(ValueError, match=f"forest agent: {named} must be"):
+        orchestrator.start_run(goal, budget=8, agents=[{"name": "f", "kind": "forest", "settings": settings}])
+    assert not Run.objects.filter(goal=goal).exists()

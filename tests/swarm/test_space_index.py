@@ -114,3 +114,12 @@ def test_with_no_parameter_left_to_vary_the_forest_agent_proposes_what_is_left()
     assert [p.params for p in make_agent("forest", 1).propose(unseen, 3)] == [{"A": 1, "B": 7}]
     seen = type(v)(**{**v.__dict__, "space": narrowed, "seen": v.seen | {left}})
     assert make_agent("forest", 1).propose(seen, 3) == []
+
+
+def test_neighbours_are_exact_for_integers_that_floats_cannot_tell_apart():
+    big = DesignSpace.from_dict({"parameters": [{"name": "A", "values": [2**53, 2**53 + 1, 3]},
+                                                {"name": "B", "values": [0, 1]}]})
+    index = index_of(big)
+    row = index.row({"A": 2**53, "B": 0})
+    one_change = {index.row(p) for p in ({"A": 2**53 + 1, "B": 0}, {"A": 3, "B": 0}, {"A": 2**53, "B": 1})}
+    assert set(index.within(row, 1).tolist()) == one_change
