@@ -52,6 +52,12 @@ AGENTS: dict[str, type[Agent]] = {
 #: 4.7% at 50.
 #: Local search climbing from the best 8 or 20 instead of 3 changed no median (the budget runs
 #: out before the best three's neighbours do).
+#: Screened on the two checks still short (seeds 0-19; time+energy at 50, convolution at 100):
+#: forest startup 4 or 6, failure_quantile 2, 8 crossovers, forest-fine max_features 0.7, leaf 1,
+#: dropping local or evolutionary search: none better on both. The forest with leaf 2 instead of
+#: 3 gave time+energy 1.0 at 50 (1.001 on seeds 20-39), but in full (seeds 0-19) convolution
+#: 1.143/1.074/1.074/1.037 and GEMM 1.118/1.018/1.0/1.0: it loses convolution at 200 and 400 and
+#: GEMM's 2x check, 11 checks of 15 against 13.
 #: Random sampling, Optuna and LLM agents are available as agents too.
 DEFAULT_MIX: tuple[dict[str, Any], ...] = (
     {"name": "forest", "kind": "forest", "settings": {}},
