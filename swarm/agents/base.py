@@ -61,11 +61,11 @@ class RunView:
         insights: latest insights for (workload, target) as dicts (LLM agents read them).
         contract: workload math and candidate contract, as text (LLM agents read it).
         template: the goal's template source.
-
-        ``insights``, ``contract``, ``template`` and the observations' ``source`` and ``log``
-        are filled only when an agent of the run's mix has :attr:`Agent.reads_context`.
         run: identity of the run ("" outside a run): its id and start time, unique even when a
             database reuses ids; agents may key per-process caches on it.
+
+    ``insights``, ``contract``, ``template`` and the observations' ``source`` and ``log`` are
+    filled only when an agent of the run's mix has :attr:`Agent.reads_context`.
     """
 
     workload: str
