@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -123,6 +123,18 @@ class Proposal:
     raw: str = ""
 
 
+def at_least(low: float) -> tuple[Callable[[float], bool], str]:
+    """A :attr:`Agent.NUMERIC_SETTINGS` test and its wording: ``value >= low``."""
+    return (lambda v: v >= low), f">= {low:g}"
+
+
+def fraction(open_low: bool = False) -> tuple[Callable[[float], bool], str]:
+    """A :attr:`Agent.NUMERIC_SETTINGS` test and its wording: ``[0, 1]`` or ``(0, 1]``."""
+    if open_low:
+        return (lambda v: 0.0 < v <= 1.0), "in (0, 1]"
+    return (lambda v: 0.0 <= v <= 1.0), "in [0, 1]"
+
+
 class Agent(abc.ABC):
     """A search strategy. Subclasses set ``name`` and implement :meth:`propose`.
 
@@ -130,17 +142,36 @@ class Agent(abc.ABC):
         seed: RNG seed; the orchestrator derives it from the run's seed, the generation and the
             agent's name, so a restarted run proposes the same points.
         **settings: agent-specific settings (stored on the run's agent record).
+
+    Raises:
+        ValueError: a setting of :attr:`NUMERIC_SETTINGS` is not a number or out of range.
     """
 
     kind: str = "agent"
     #: Whether :meth:`propose` reads ``RunView.insights`` and the sources and logs of
     #: observations; the orchestrator fills them only for a mix that has such an agent.
     reads_context: bool = False
+    #: Numeric settings checked when the agent is made (so when a run starts):
+    #: ``(name, default, int or float, test, what the test requires)``.
+    NUMERIC_SETTINGS: tuple[tuple[str, float, type, Callable[[float], bool], str], ...] = ()
 
     def __init__(self, seed: int, **settings: Any) -> None:
         self.settings = settings
         self.usage: dict[str, float] = {}
+        self._check_settings()
         self.reseed(seed)
+
+    def _check_settings(self) -> None:
+        """Raises ValueError naming the first of :attr:`NUMERIC_SETTINGS` that is not a number
+        (booleans are not) or fails its test."""
+        for name, default, kind, ok, expected in self.NUMERIC_SETTINGS:
+            raw = self.settings.get(name, default)
+            try:
+                value = None if isinstance(raw, bool) else kind(raw)
+            except (TypeError, ValueError, OverflowError):
+                value = None
+            if value is None or not ok(value):
+                raise ValueError(f"{self.kind} agent: {name} must be a number {expected}, not {raw!r}")
 
     @abc.abstractmethod
     def propose(self, view: RunView, n: int) -> list[Proposal]:

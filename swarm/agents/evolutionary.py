@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from swarm.agents.base import Agent, Observation, Proposal, RunView
+from swarm.agents.base import Agent, Observation, Proposal, RunView, at_least, fraction
 
 
 class EvolutionaryAgent(Agent):
@@ -24,6 +24,11 @@ class EvolutionaryAgent(Agent):
     """
 
     kind = "evolutionary"
+    NUMERIC_SETTINGS = (
+        ("population", 16, int, *at_least(1)), ("elite", 2, int, *at_least(0)), ("tournament", 3, int, *at_least(1)),
+        ("crossover_rate", 0.7, float, *fraction()), ("mutation_rate", 0.3, float, *fraction()),
+        ("jump_rate", 0.2, float, *fraction()),
+    )
 
     def propose(self, view: RunView, n: int) -> list[Proposal]:
         s = self.settings

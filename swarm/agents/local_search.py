@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from swarm.agents.base import Agent, Observation, Proposal, RunView
+from swarm.agents.base import Agent, Observation, Proposal, RunView, at_least
 
 
 class LocalSearchAgent(Agent):
@@ -25,6 +25,7 @@ class LocalSearchAgent(Agent):
     """
 
     kind = "local"
+    NUMERIC_SETTINGS = (("bases", 3, int, *at_least(1)), ("kick", 3, int, *at_least(1)))
 
     def propose(self, view: RunView, n: int) -> list[Proposal]:
         ranked = [o for o in view.ranked() if view.score(o) != float("inf")]

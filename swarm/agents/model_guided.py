@@ -23,7 +23,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
-from swarm.agents.base import Agent, Observation, Proposal, RunView
+from swarm.agents.base import Agent, Observation, Proposal, RunView, at_least
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -54,6 +54,8 @@ class OptunaAgent(Agent):
     """
 
     kind = "optuna"
+    NUMERIC_SETTINGS = (("n_startup_trials", 10, int, *at_least(0)),
+                        ("failure_penalty", 2.0, float, lambda v: math.isfinite(v) and v > 0, "finite and > 0"))
 
     def propose(self, view: RunView, n: int) -> list[Proposal]:
         objectives = self._objectives(view)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from swarm.agents.base import Agent, Proposal, RunView
+from swarm.agents.base import Agent, Proposal, RunView, at_least, fraction
 from swarm.agents.space_index import SpaceIndex, index_of, varying
 
 
@@ -46,26 +46,11 @@ class ForestAgent(Agent):
 
     kind = "forest"
 
-    def __init__(self, seed: int, **settings: Any) -> None:
-        super().__init__(seed, **settings)
-        self._check_settings()
-
-    def _check_settings(self) -> None:
-        """Raises ValueError naming the first setting out of range (when a run starts, not at
-        its first model fit)."""
-        checks = (("startup", 10, int, lambda v: v >= 0, ">= 0"), ("trees", 16, int, lambda v: v >= 1, ">= 1"),
-                  ("pool", 2000, int, lambda v: v >= 1, ">= 1"), ("leaf", 3, int, lambda v: v >= 1, ">= 1"),
-                  ("max_features", 1.0, float, lambda v: 0.0 < v <= 1.0, "in (0, 1]"),
-                  ("crossovers", 4, int, lambda v: v >= 0, ">= 0"),
-                  ("failure_quantile", 1.0, float, math.isfinite, "finite"))
-        for name, default, kind, ok, expected in checks:
-            raw = self.settings.get(name, default)
-            try:
-                value = kind(raw)
-            except (TypeError, ValueError):
-                value = None
-            if value is None or isinstance(raw, bool) or not ok(value):
-                raise ValueError(f"forest agent: {name} must be a number {expected}, not {raw!r}")
+    NUMERIC_SETTINGS = (
+        ("startup", 10, int, *at_least(0)), ("trees", 16, int, *at_least(1)), ("pool", 2000, int, *at_least(1)),
+        ("leaf", 3, int, *at_least(1)), ("max_features", 1.0, float, *fraction(open_low=True)),
+        ("crossovers", 4, int, *at_least(0)), ("failure_quantile", 1.0, float, math.isfinite, "finite"),
+    )
 
     def propose(self, view: RunView, n: int) -> list[Proposal]:
         startup = int(self.settings.get("startup", 10))

@@ -151,14 +151,31 @@ def test_sources_logs_and_insights_reach_only_agents_that_read_them(monkeypatch,
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("settings, named", [
-    ({"leaf": 0}, "leaf"), ({"max_features": 1.5}, "max_features"), ({"max_features": "abc"}, "max_features"),
-    ({"trees": 0}, "trees"), ({"pool": True}, "pool"), ({"failure_quantile": float("nan")}, "failure_quantile"),
+@pytest.mark.parametrize("kind, settings, named", [
+    ("forest", {"leaf": 0}, "leaf"), ("forest", {"max_features": 1.5}, "max_features"),
+    ("forest", {"max_features": "abc"}, "max_features"), ("forest", {"trees": 0}, "trees"),
+    ("forest", {"pool": True}, "pool"), ("forest", {"failure_quantile": float("nan")}, "failure_quantile"),
+    ("evolutionary", {"population": 0}, "population"), ("evolutionary", {"jump_rate": 2}, "jump_rate"),
+    ("evolutionary", {"tournament": None}, "tournament"), ("local", {"kick": 0}, "kick"),
+    ("local", {"bases": float("inf")}, "bases"), ("optuna", {"failure_penalty": -1}, "failure_penalty"),
 ])
-def test_a_forest_agent_with_bad_settings_is_refused_when_the_run_starts(settings, named):
+def test_an_agent_with_bad_settings_is_refused_when_the_run_starts(kind, settings, named):
     from tests.swarm.synthetic import synthetic_goal
 
     goal = synthetic_goal()
-    with pytest.raises(ValueError, match=f"forest agent: {named} must be"):
-        orchestrator.start_run(goal, budget=8, agents=[{"name": "f", "kind": "forest", "settings": settings}])
+    with pytest.raises(ValueError, match=f"{kind} agent: {named} must be a number"):
+        orchestrator.start_run(goal, budget=8, agents=[{"name": "a", "kind": kind, "settings": settings}])
     assert not Run.objects.filter(goal=goal).exists()
+
+
+@pytest.mark.django_db
+def test_settings_given_as_numeric_strings_are_accepted():
+    from tests.swarm.synthetic import drive, synthetic_goal
+
+    run, pending = orchestrator.start_run(synthetic_goal(), budget=16, seed=2, agents=[
+        {"name": "f", "kind": "forest", "settings": {"leaf": "2", "max_features": "0.5", "startup": 4}},
+        {"name": "e", "kind": "evolutionary", "settings": {"population": "8", "jump_rate": "1"}},
+    ])
+    drive(run, pending)
+    run.refresh_from_db()
+    assert run.state == Run.State.FINISHED and run.candidates.count() == 16
