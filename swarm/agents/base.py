@@ -161,6 +161,18 @@ class Agent(abc.ABC):
         self._check_settings()
         self.reseed(seed)
 
+    def setting(self, name: str) -> int | float:
+        """Numeric setting ``name`` of :attr:`NUMERIC_SETTINGS`: the given value or its default,
+        as its type (checked when the agent was made).
+
+        Raises:
+            KeyError: ``name`` is not declared in :attr:`NUMERIC_SETTINGS`.
+        """
+        for declared, default, kind, *_ in self.NUMERIC_SETTINGS:
+            if declared == name:
+                return kind(self.settings.get(name, default))
+        raise KeyError(f"{self.kind} agent declares no numeric setting {name!r}")
+
     def _check_settings(self) -> None:
         """Raises ValueError naming the first of :attr:`NUMERIC_SETTINGS` that is not a number
         (booleans are not) or fails its test."""

@@ -31,9 +31,8 @@ class EvolutionaryAgent(Agent):
     )
 
     def propose(self, view: RunView, n: int) -> list[Proposal]:
-        s = self.settings
-        pool_size = int(s.get("population", 16))
-        elite = int(s.get("elite", 2))
+        pool_size, elite = self.setting("population"), self.setting("elite")
+        crossover_rate = self.setting("crossover_rate")
         ranked = [o for o in view.ranked() if view.score(o) != float("inf")]
         taken: set[str] = set()
         out: list[Proposal] = []
@@ -53,7 +52,7 @@ class EvolutionaryAgent(Agent):
             tries += 1
             a = self._tournament(pool, elite)
             b = self._tournament(pool, elite)
-            child = self._crossover(a.params, b.params) if self.rng.random() < float(s.get("crossover_rate", 0.7)) else dict(a.params)
+            child = self._crossover(a.params, b.params) if self.rng.random() < crossover_rate else dict(a.params)
             child = self._mutate(view, child)
             if not view.space.contains(child):
                 continue
@@ -66,7 +65,7 @@ class EvolutionaryAgent(Agent):
         return out + self.fill_random(view, n - len(out), taken)
 
     def _tournament(self, pool: list[Observation], elite: int) -> Observation:
-        k = min(int(self.settings.get("tournament", 3)), len(pool))
+        k = min(self.setting("tournament"), len(pool))
         picks = self.rng.choice(len(pool), size=k, replace=False)
         return pool[int(min(picks))]  # pool is sorted best first
 
@@ -74,8 +73,8 @@ class EvolutionaryAgent(Agent):
         return {k: (a[k] if self.rng.random() < 0.5 else b[k]) for k in a}
 
     def _mutate(self, view: RunView, params: dict[str, Any]) -> dict[str, Any]:
-        rate = float(self.settings.get("mutation_rate", 0.3))
-        jump = float(self.settings.get("jump_rate", 0.2))
+        rate = self.setting("mutation_rate")
+        jump = self.setting("jump_rate")
         out = dict(params)
         for p in view.space.parameters:
             if len(p.values) < 2 or self.rng.random() >= rate:

@@ -36,7 +36,7 @@ class LocalSearchAgent(Agent):
                 if len(out) < n and self._fresh(view, params, taken):
                     out.append(Proposal(params=dict(params), rationale="warm start from insights"))
             return out + self.fill_random(view, n - len(out), taken)
-        for base in ranked[: int(self.settings.get("bases", 3))]:
+        for base in ranked[: self.setting("bases")]:
             for params, what in self._neighbours(view, base.params):
                 if len(out) >= n:
                     return out
@@ -79,7 +79,7 @@ class LocalSearchAgent(Agent):
 
     def _pick(self, ranked: list[Observation]) -> Observation:
         """A base for a perturbation: one of the best few, the better ones more often."""
-        top = ranked[: max(1, int(self.settings.get("bases", 3)))]
+        top = ranked[: self.setting("bases")]
         weights = [1.0 / (i + 1) for i in range(len(top))]
         total = sum(weights)
         return top[int(self.rng.choice(len(top), p=[w / total for w in weights]))]
@@ -88,7 +88,7 @@ class LocalSearchAgent(Agent):
         movable = [p for p in view.space.parameters if len(p.values) > 1]
         if not movable:
             return dict(params)
-        k = min(int(self.settings.get("kick", 3)), len(movable))
+        k = min(self.setting("kick"), len(movable))
         out = dict(params)
         for idx in self.rng.choice(len(movable), size=k, replace=False):
             p = movable[int(idx)]

@@ -103,7 +103,7 @@ class OptunaAgent(Agent):
         else:
             sampler = optuna.samplers.TPESampler(
                 seed=seed,
-                n_startup_trials=int(self.settings.get("n_startup_trials", 10)),
+                n_startup_trials=self.setting("n_startup_trials"),
                 multivariate=True,  # every parameter is always present: no need for group=True
                 constant_liar=True,
             )
@@ -145,7 +145,7 @@ class OptunaAgent(Agent):
                 del session.pending[key]
 
     def _worst(self, view: RunView, objectives: list[dict]) -> list[float | None]:
-        penalty = float(self.settings.get("failure_penalty", 2.0))
+        penalty = self.setting("failure_penalty")
         worst: list[float | None] = []
         for o in objectives:
             vals = [r.metrics[o["metric"]] for r in view.history if r.feasible and _finite(r.metrics.get(o["metric"]))]

@@ -53,7 +53,7 @@ class ForestAgent(Agent):
     )
 
     def propose(self, view: RunView, n: int) -> list[Proposal]:
-        startup = int(self.settings.get("startup", 10))
+        startup = self.setting("startup")
         names = set(view.space.names)
         obs = [o for o in view.history if set(o.params) == names]
         taken: set[str] = set()
@@ -108,7 +108,7 @@ class ForestAgent(Agent):
         shift = 0.0 if np.all(vals > 0) else float(1.0 - vals.min())
         logs = np.log(vals + shift)
         worst, best = float(logs.max()), float(logs.min())
-        penalty = worst + float(self.settings.get("failure_quantile", 1.0)) * max(worst - best, 1e-3)
+        penalty = worst + self.setting("failure_quantile") * max(worst - best, 1e-3)
         y = np.full(len(obs), penalty)
         y[good] = logs
         return y
@@ -130,14 +130,14 @@ class ForestAgent(Agent):
         import sklearn
         from sklearn.tree import DecisionTreeRegressor
 
-        n_trees = int(self.settings.get("trees", 16))
+        n_trees = self.setting("trees")
         X32 = np.ascontiguousarray(X, dtype=np.float32)  # what the trees are built on
         y64 = np.ascontiguousarray(y, dtype=np.float64)
         if not (np.isfinite(X32).all() and np.isfinite(y64).all()):  # the forest checked this
             raise ValueError("forest agent: features and targets must be finite (float32 features: |x| < 3.4e38; "
                              "a finite failure_quantile)")
         n = len(y64)
-        leaf, max_features = int(self.settings.get("leaf", 3)), float(self.settings.get("max_features", 1.0))
+        leaf, max_features = self.setting("leaf"), self.setting("max_features")
         trees = []
         # The settings were checked once (_check_settings); sklearn's per-fit parameter
         # validation is a fifth of a small tree's fit.
@@ -161,7 +161,7 @@ class ForestAgent(Agent):
 
     def _pool_rows(self, view: RunView, index: SpaceIndex, best) -> np.ndarray:
         """Rows of :meth:`_pool`'s points in an enumerated space, sorted."""
-        size = int(self.settings.get("pool", 2000))
+        size = self.setting("pool")
         seen = index.seen_mask(view.seen)
         unseen = np.flatnonzero(~seen)
         sample = unseen if len(unseen) <= size else self.rng.choice(unseen, size=size, replace=False)
@@ -179,7 +179,7 @@ class ForestAgent(Agent):
         return pool[~seen[pool]]
 
     def _pool(self, view: RunView, best) -> list[dict[str, Any]]:
-        size = int(self.settings.get("pool", 2000))
+        size = self.setting("pool")
         points = view.space.sample(self.rng, size, exclude=view.seen)
         names = view.space.names
         have = {tuple(p[k] for k in names) for p in points}  # cheaper than point keys
@@ -205,7 +205,7 @@ class ForestAgent(Agent):
         elite = [o.params for o in sorted((o for o in view.history if set(o.params) == set(names)
                                            and math.isfinite(view.score(o))), key=view.score)[:8]]
         for a, b in itertools.combinations(elite, 2):
-            for _ in range(int(self.settings.get("crossovers", 4))):
+            for _ in range(self.setting("crossovers")):
                 yield {k: (a[k] if self.rng.random() < 0.5 else b[k]) for k in names}
 
 
