@@ -6,6 +6,7 @@ from typing import Any
 
 from swarm.agents.base import Agent, Observation, Proposal, RunView
 from swarm.agents.evolutionary import EvolutionaryAgent
+from swarm.agents.gaussian_process import GaussianProcessAgent
 from swarm.agents.llm import LLMAgent
 from swarm.agents.local_search import LocalSearchAgent
 from swarm.agents.model_guided import OptunaAgent
@@ -13,7 +14,8 @@ from swarm.agents.random_search import RandomAgent
 from swarm.agents.surrogate import ForestAgent
 
 AGENTS: dict[str, type[Agent]] = {
-    cls.kind: cls for cls in (RandomAgent, EvolutionaryAgent, OptunaAgent, ForestAgent, LocalSearchAgent, LLMAgent)
+    cls.kind: cls
+    for cls in (RandomAgent, EvolutionaryAgent, OptunaAgent, ForestAgent, GaussianProcessAgent, LocalSearchAgent, LLMAgent)
 }
 
 #: The default swarm: two random-forest surrogates (SMAC-style expected improvement; one with

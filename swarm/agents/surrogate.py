@@ -1,12 +1,15 @@
-"""Model-based search with a random-forest surrogate (SMAC's model, in a few lines of sklearn).
+"""Model-based search: a surrogate of the primary objective picks the points to evaluate.
 
-After Hutter, Hoos & Leyton-Brown, "Sequential Model-Based Optimization for General Algorithm
-Configuration" (LION 5, 2011): a random forest fitted to the evaluations predicts the primary
-objective of unseen points, the spread over its trees stands for the uncertainty, and the
-points with the highest expected improvement (Jones, Schonlau & Welch, J. Global Optim. 13,
-1998) are proposed. Unlike TPE, which models each parameter's density on its own, trees see
-interactions between parameters (threads per block = ``block_size_x * block_size_y``), so
-pairwise products of numeric parameters are offered to them as features too.
+:class:`SurrogateAgent` holds what every surrogate shares: targets (log objective, failures
+penalised), the candidate pool and expected improvement (Jones, Schonlau & Welch, J. Global
+Optim. 13, 1998). :class:`ForestAgent` is its random-forest model (SMAC's, in a few lines of
+sklearn): after Hutter, Hoos & Leyton-Brown, "Sequential Model-Based Optimization for General
+Algorithm Configuration" (LION 5, 2011), a random forest fitted to the evaluations predicts
+unseen points and the spread over its trees stands for the uncertainty. Unlike TPE, which
+models each parameter's density on its own, trees see interactions between parameters
+(threads per block = ``block_size_x * block_size_y``), so pairwise products of numeric
+parameters are offered to them as features too. The Gaussian-process model is in
+:mod:`swarm.agents.gaussian_process`.
 
 Candidates scored per generation: every unseen point of the space when it has at most
 ``pool`` points, else a random sample of that size, plus every unseen neighbour of the best
@@ -17,38 +20,38 @@ model).
 
 from __future__ import annotations
 
+import abc
 import itertools
 import math
 from typing import Any
 
 import numpy as np
 
-from swarm.agents.base import Agent, Proposal, RunView, at_least, fraction
+from swarm.agents.base import Agent, Observation, Proposal, RunView, at_least, fraction
 from swarm.agents.space_index import SpaceIndex, index_of, varying
 
 
-class ForestAgent(Agent):
-    """Expected improvement under a random-forest surrogate of the primary objective.
+class SurrogateAgent(Agent):
+    """Expected improvement under a surrogate model of the primary objective.
 
-    Settings:
+    Subclasses give the model: :meth:`_features` (model inputs of points), :meth:`_model`
+    (fitted to the evaluations) and :meth:`_predict` (mean and standard deviation of the log
+    objective at points).
+
+    Settings (all surrogates):
         startup: evaluations before the model is used; random points (or earlier runs'
             best) until then (default 10).
-        trees: trees in the forest (default 16; SMAC uses 10). Fitting dominates the agent's
-            cost, and 32 trees found no better configurations on the recorded landscapes.
         pool: most points scored per generation besides the neighbours (default 2000).
-        leaf: minimum samples per leaf (default 3: smoother predictions from few evaluations).
-        max_features: share of features tried per split (default 1.0).
-        pairs: offer pairwise products of numeric parameters as features (default True).
         crossovers: uniform crossovers per pair of the best eight added to the pool (default 4).
         failure_quantile: failed and infeasible points are fitted at the worst feasible
             log-objective plus this multiple of the feasible spread (default 1.0).
     """
 
-    kind = "forest"
+    #: Named in the rationale of each proposal ("<model> predicts ...").
+    model_name = "surrogate"
 
     NUMERIC_SETTINGS = (
-        ("startup", 10, int, *at_least(0)), ("trees", 16, int, *at_least(1)), ("pool", 2000, int, *at_least(1)),
-        ("leaf", 3, int, *at_least(1)), ("max_features", 1.0, float, *fraction(open_low=True)),
+        ("startup", 10, int, *at_least(0)), ("pool", 2000, int, *at_least(1)),
         ("crossovers", 4, int, *at_least(0)), ("failure_quantile", 1.0, float, math.isfinite, "finite"),
     )
 
@@ -68,7 +71,7 @@ class ForestAgent(Agent):
                         out.append(Proposal(params=dict(params), rationale="warm start from insights"))
             return out + self.fill_random(view, n - len(out), taken)
         y = self._targets(view, obs)
-        forest = self._fit(self._features(view, _values(view, [o.params for o in obs])), y)
+        model = self._model(view, obs, self._features(view, _values(view, [o.params for o in obs])), y)
         best = sorted(feasible, key=view.score)[:3]
         index = index_of(view.space)
         if index is not None:  # enumerable space: rows of its value matrix
@@ -81,7 +84,7 @@ class ForestAgent(Agent):
             point = pool.__getitem__
         if not len(pool_values):
             return out
-        mu, sigma = self._predict(forest, self._features(view, pool_values))
+        mu, sigma = self._predict(model, self._features(view, pool_values))
         ei = _expected_improvement(mu, sigma, float(np.min(y)))
         for i in np.argsort(-ei, kind="stable"):
             if len(out) >= n:
@@ -92,7 +95,7 @@ class ForestAgent(Agent):
                 continue
             taken.add(key)
             out.append(Proposal(params=params, rationale=(
-                f"forest predicts {math.exp(mu[i]):.4g} (spread x{math.exp(sigma[i]):.2f}), "
+                f"{self.model_name} predicts {math.exp(mu[i]):.4g} (spread x{math.exp(sigma[i]):.2f}), "
                 f"expected improvement {ei[i]:.3g} in log units")))
         return out + self.fill_random(view, n - len(out), taken)
 
@@ -113,49 +116,21 @@ class ForestAgent(Agent):
         y[good] = logs
         return y
 
+    @abc.abstractmethod
     def _features(self, view: RunView, base: np.ndarray) -> np.ndarray:
-        """Model inputs of points given as ``float64 [n, n_varying]`` (:func:`_values`): the
-        parameters that vary, and their pairwise products."""
-        if not self.settings.get("pairs", True):
-            return base
-        pairs = [base[:, i] * base[:, j] for i, j in itertools.combinations(range(base.shape[1]), 2)]
-        return np.column_stack([base, *pairs]) if pairs else base
+        """Model inputs ``float64 [n, n_features]`` of points given as ``float64 [n, n_varying]``
+        (:func:`_values`: the values of the parameters that vary)."""
 
-    def _fit(self, X: np.ndarray, y: np.ndarray) -> list:
-        """The forest: ``trees`` regression trees, each on a bootstrap sample (as counts in
-        ``sample_weight``) with ``max_features`` of the features tried per split, exactly
-        how ``RandomForestRegressor`` builds its trees. Built here rather than through it:
-        the forest's per-fit estimator cloning and input checks cost as much as the trees
-        themselves at these sizes (tens of points, 16 trees, every generation)."""
-        import sklearn
-        from sklearn.tree import DecisionTreeRegressor
-
-        n_trees = self.setting("trees")
-        X32 = np.ascontiguousarray(X, dtype=np.float32)  # what the trees are built on
-        y64 = np.ascontiguousarray(y, dtype=np.float64)
-        if not (np.isfinite(X32).all() and np.isfinite(y64).all()):  # the forest checked this
-            raise ValueError("forest agent: features and targets must be finite (float32 features: |x| < 3.4e38; "
-                             "a finite failure_quantile)")
-        n = len(y64)
-        leaf, max_features = self.setting("leaf"), self.setting("max_features")
-        trees = []
-        # The settings were checked once (_check_settings); sklearn's per-fit parameter
-        # validation is a fifth of a small tree's fit.
-        with sklearn.config_context(skip_parameter_validation=True):
-            for _ in range(n_trees):
-                tree = DecisionTreeRegressor(min_samples_leaf=leaf, max_features=max_features,
-                                             random_state=int(self.rng.integers(2**31)))
-                counts = np.bincount(self.rng.integers(0, n, n), minlength=n).astype(np.float64)
-                trees.append(tree.fit(X32, y64, sample_weight=counts, check_input=False))
-        return trees
+    @abc.abstractmethod
+    def _model(self, view: RunView, obs: list[Observation], X: np.ndarray, y: np.ndarray) -> Any:
+        """The model fitted to ``obs`` (history order), whose features are ``X`` and log
+        objectives ``y`` (:meth:`_targets`)."""
 
     @staticmethod
-    def _predict(trees: list, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        # Each tree's own predictions (their spread is the uncertainty), through the fitted
-        # ``tree_`` directly: the estimators' input checks cost 4x the prediction itself.
-        X32 = np.ascontiguousarray(X, dtype=np.float32)  # the dtype trees are fitted in
-        per_tree = np.stack([t.tree_.predict(X32)[:, 0] for t in trees])
-        return per_tree.mean(axis=0), per_tree.std(axis=0) + 1e-9
+    @abc.abstractmethod
+    def _predict(model: Any, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(mean, standard deviation)`` of the log objective at ``X``, each ``float64 [n]``
+        (the deviation > 0)."""
 
     # -- candidates ----------------------------------------------------------------------
 
@@ -207,6 +182,74 @@ class ForestAgent(Agent):
         for a, b in itertools.combinations(elite, 2):
             for _ in range(self.setting("crossovers")):
                 yield {k: (a[k] if self.rng.random() < 0.5 else b[k]) for k in names}
+
+
+
+class ForestAgent(SurrogateAgent):
+    """Expected improvement under a random-forest surrogate of the primary objective.
+
+    Settings (besides :class:`SurrogateAgent`'s):
+        trees: trees in the forest (default 16; SMAC uses 10). Fitting dominates the agent's
+            cost, and 32 trees found no better configurations on the recorded landscapes.
+        leaf: minimum samples per leaf (default 3: smoother predictions from few evaluations).
+        max_features: share of features tried per split (default 1.0).
+        pairs: offer pairwise products of numeric parameters as features (default True).
+    """
+
+    kind = "forest"
+    model_name = "forest"
+
+    NUMERIC_SETTINGS = SurrogateAgent.NUMERIC_SETTINGS + (
+        ("trees", 16, int, *at_least(1)), ("leaf", 3, int, *at_least(1)),
+        ("max_features", 1.0, float, *fraction(open_low=True)),
+    )
+
+    def _features(self, view: RunView, base: np.ndarray) -> np.ndarray:
+        """Model inputs of points given as ``float64 [n, n_varying]`` (:func:`_values`): the
+        parameters that vary, and their pairwise products."""
+        if not self.settings.get("pairs", True):
+            return base
+        pairs = [base[:, i] * base[:, j] for i, j in itertools.combinations(range(base.shape[1]), 2)]
+        return np.column_stack([base, *pairs]) if pairs else base
+
+    def _model(self, view: RunView, obs: list[Observation], X: np.ndarray, y: np.ndarray) -> list:
+        return self._fit(X, y)  # every generation: a forest is cheap to fit
+
+    def _fit(self, X: np.ndarray, y: np.ndarray) -> list:
+        """The forest: ``trees`` regression trees, each on a bootstrap sample (as counts in
+        ``sample_weight``) with ``max_features`` of the features tried per split, exactly
+        how ``RandomForestRegressor`` builds its trees. Built here rather than through it:
+        the forest's per-fit estimator cloning and input checks cost as much as the trees
+        themselves at these sizes (tens of points, 16 trees, every generation)."""
+        import sklearn
+        from sklearn.tree import DecisionTreeRegressor
+
+        n_trees = self.setting("trees")
+        X32 = np.ascontiguousarray(X, dtype=np.float32)  # what the trees are built on
+        y64 = np.ascontiguousarray(y, dtype=np.float64)
+        if not (np.isfinite(X32).all() and np.isfinite(y64).all()):  # the forest checked this
+            raise ValueError("forest agent: features and targets must be finite (float32 features: |x| < 3.4e38; "
+                             "a finite failure_quantile)")
+        n = len(y64)
+        leaf, max_features = self.setting("leaf"), self.setting("max_features")
+        trees = []
+        # The settings were checked once (_check_settings); sklearn's per-fit parameter
+        # validation is a fifth of a small tree's fit.
+        with sklearn.config_context(skip_parameter_validation=True):
+            for _ in range(n_trees):
+                tree = DecisionTreeRegressor(min_samples_leaf=leaf, max_features=max_features,
+                                             random_state=int(self.rng.integers(2**31)))
+                counts = np.bincount(self.rng.integers(0, n, n), minlength=n).astype(np.float64)
+                trees.append(tree.fit(X32, y64, sample_weight=counts, check_input=False))
+        return trees
+
+    @staticmethod
+    def _predict(trees: list, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # Each tree's own predictions (their spread is the uncertainty), through the fitted
+        # ``tree_`` directly: the estimators' input checks cost 4x the prediction itself.
+        X32 = np.ascontiguousarray(X, dtype=np.float32)  # the dtype trees are fitted in
+        per_tree = np.stack([t.tree_.predict(X32)[:, 0] for t in trees])
+        return per_tree.mean(axis=0), per_tree.std(axis=0) + 1e-9
 
 
 def _values(view: RunView, points: list[dict[str, Any]]) -> np.ndarray:

@@ -66,6 +66,47 @@ class TestForestAgent(AgentContract):
         assert failed and min(y[failed]) > max(y[ok])
 
 
+class TestGaussianProcessAgent(AgentContract):
+    agent_kind = "gp"
+
+    def test_it_beats_random_search_on_the_landscape(self):
+        assert median_best("gp") < median_best("random")
+
+    def test_it_predicts_with_the_model_after_the_startup_evaluations(self):
+        history = search("random", {}, 20, 20, seed=3)
+        proposals = make_agent("gp", 4).propose(view(history, 2), 4)
+        assert len(proposals) == 4
+        assert all(p.rationale.startswith("Gaussian process predicts") for p in proposals)
+
+    def test_features_are_value_ranks_scaled_to_the_unit_interval(self):
+        import numpy as np
+
+        base = np.array([[16, 1, 1, 0], [32, 4, 8, 1], [256, 16, 4, 1]], dtype=float)
+        X = make_agent("gp", 1)._features(view([], 1), base)
+        np.testing.assert_allclose(X, [[0, 0, 0, 0], [0.25, 0.5, 1, 1], [1, 1, 2 / 3, 1]])
+
+    def test_hyperparameters_change_only_at_points_of_the_schedule(self):
+        from swarm.agents import gaussian_process as gpmod
+        from swarm.agents.surrogate import _values
+
+        assert [gpmod._schedule_point(n, 10, 1.2) for n in (3, 10, 11, 12, 14, 15, 18, 21, 22)] == \
+            [3, 10, 10, 12, 12, 15, 18, 18, 22]
+        history = search("random", {}, 40, 40, seed=5)
+        agent = make_agent("gp", 1, {"tune_points": 12})
+
+        def kernel(n):
+            obs = history[:n]
+            X = agent._features(view(obs), _values(view(obs), [o.params for o in obs]))
+            return agent._hyperparameters(view(obs), obs, X)
+
+        assert kernel(30) is kernel(31)  # both on the first 27 (subsampled to 12): cached
+        first = kernel(31).get_params()
+        gpmod._kernels.clear()  # another process: the same hyperparameters, fitted again
+        again = kernel(31)
+        assert repr(again) == repr(kernel(30)) and again.get_params().keys() == first.keys()
+        assert repr(kernel(33)) != repr(again)  # the next point of the schedule: 33
+
+
 class TestLocalSearchAgent(AgentContract):
     agent_kind = "local"
 
@@ -84,5 +125,5 @@ class TestLocalSearchAgent(AgentContract):
 def test_unknown_agent_kinds_are_named():
     import pytest
 
-    with pytest.raises(KeyError, match="known: evolutionary, forest, llm, local, optuna, random"):
+    with pytest.raises(KeyError, match="known: evolutionary, forest, gp, llm, local, optuna, random"):
         make_agent("annealing", 1)

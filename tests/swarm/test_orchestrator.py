@@ -154,6 +154,7 @@ def test_sources_logs_and_insights_reach_only_agents_that_read_them(monkeypatch,
 @pytest.mark.parametrize("kind, settings, named", [
     ("forest", {"leaf": 0}, "leaf"), ("forest", {"max_features": 1.5}, "max_features"),
     ("forest", {"max_features": "abc"}, "max_features"), ("forest", {"trees": 0}, "trees"),
+    ("gp", {"nu": 2.0}, "nu"), ("gp", {"tune_points": 1}, "tune_points"), ("gp", {"retune_growth": 1}, "retune_growth"),
     ("forest", {"pool": True}, "pool"), ("forest", {"failure_quantile": float("nan")}, "failure_quantile"),
     ("evolutionary", {"population": 0}, "population"), ("evolutionary", {"jump_rate": 2}, "jump_rate"),
     ("evolutionary", {"tournament": None}, "tournament"), ("local", {"kick": 0}, "kick"),
