@@ -69,7 +69,7 @@ KT_STRATEGIES = ("random_sample", "genetic_algorithm", "simulated_annealing", "b
 #: stop, but its runs are not repeatable even with seeded RNGs (an unseeded initial sample),
 #: so any budget's run is an independent draw either way.
 KT_BUDGET_FREE = frozenset({"random_sample", "genetic_algorithm", "pso", "greedy_ils", "bayes_opt"})
-OUR_AGENTS = ("random", "evolutionary", "optuna", "local", "forest")
+OUR_AGENTS = ("random", "evolutionary", "optuna", "local", "forest", "gp")
 Trace = list[tuple[bool, float | None, float | None]]  # (ok, time ms, energy J) per evaluation
 
 

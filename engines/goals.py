@@ -5,7 +5,7 @@ An engine goal is a swarm ``Goal`` whose ``workload`` is ``engine:<engine>[:<con
 timing scenarios joined by ``+`` (``batch-1+batch-32``; :data:`engines._timing.SCENARIOS`),
 whose design space is the engine's plan space (:meth:`engines._plan.PlanSpec.space`: fusions
 on/off, batch size, buffer reuse, kernel per workload) and whose ``source`` is empty (a
-candidate is a plan: parameter values only). Agents that propose parameters (random, forest,
+candidate is a plan: parameter values only). Agents that propose parameters (random, forest, gp,
 evolutionary, optuna, local) search it unchanged; LLM agents, which write source, do not apply.
 
 :func:`evaluate_plan` has the signature of :func:`kernels.evaluate` and returns a

@@ -135,7 +135,7 @@ def test_an_engineer_starts_steers_and_stops_a_run(engineer, small_goal):
     url = f"/api/runs/{run['id']}/directions/"
     bad = engineer.post(url, {"kind": "narrow", "payload": {"param": "VEC", "values": [3]}}, format="json")
     assert bad.status_code == 400 and "VEC has no value(s) [3]" in bad.json()["detail"]
-    good = engineer.post(url, {"kind": "pause_agent", "payload": {"agent": "forest-fine"}}, format="json")
+    good = engineer.post(url, {"kind": "pause_agent", "payload": {"agent": "gp"}}, format="json")
     assert good.status_code == 201 and good.json()["state"] == "pending"
     assert [d["kind"] for d in engineer.get(url).json()["directions"]] == ["pause_agent"]
     assert engineer.get("/api/directions/", {"run": run["id"]}).json()["count"] == 1
