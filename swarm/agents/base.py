@@ -154,6 +154,9 @@ class Agent(abc.ABC):
     #: Numeric settings checked when the agent is made (so when a run starts):
     #: ``(name, default, int or float, test, what the test requires)``.
     NUMERIC_SETTINGS: tuple[tuple[str, float, type, Callable[[float], bool], str], ...] = ()
+    #: Text settings checked when the agent is made, where given (not None or ""):
+    #: ``(name, test, what the test requires)``.
+    TEXT_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str], ...] = ()
 
     def __init__(self, seed: int, **settings: Any) -> None:
         self.settings = settings
@@ -175,7 +178,12 @@ class Agent(abc.ABC):
 
     def _check_settings(self) -> None:
         """Raises ValueError naming the first of :attr:`NUMERIC_SETTINGS` that is not a number
-        (booleans are not) or fails its test."""
+        (booleans are not) or fails its test, or the first given :attr:`TEXT_SETTINGS` that
+        fails its test."""
+        for name, ok, expected in self.TEXT_SETTINGS:
+            raw = self.settings.get(name)
+            if raw not in (None, "") and not ok(raw):
+                raise ValueError(f"{self.kind} agent: {name} must be {expected}, not {raw!r}")
         for name, default, kind, ok, expected in self.NUMERIC_SETTINGS:
             raw = self.settings.get(name, default)
             try:

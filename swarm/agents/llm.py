@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import time
 from typing import Any
 
-from swarm.agents.base import Agent, Observation, Proposal, RunView
+from swarm.agents.base import Agent, Observation, Proposal, RunView, at_least
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +54,24 @@ class LLMAgent(Agent):
 
     kind = "llm"
     reads_context = True
+    TEXT_SETTINGS = (
+        ("base_url", lambda v: isinstance(v, str) and v.startswith(("http://", "https://")), "an http:// or https:// URL"),
+        ("model", lambda v: isinstance(v, str), "a model name"),
+        ("api_key", lambda v: isinstance(v, str), "a string"),
+    )
+    NUMERIC_SETTINGS = (
+        ("temperature", 0.4, float, (lambda v: 0.0 <= v <= 2.0), "in [0, 2]"),  # the OpenAI API's range
+        ("timeout_s", 120.0, float, (lambda v: 0.0 < v < math.inf), "> 0"),
+        ("max_attempts", 3, int, *at_least(1)),
+        ("backoff_s", 1.0, float, (lambda v: 0.0 <= v < math.inf), ">= 0"),
+        ("price_prompt_per_mtok", 0.0, float, (lambda v: 0.0 <= v < math.inf), ">= 0"),
+        ("price_completion_per_mtok", 0.0, float, (lambda v: 0.0 <= v < math.inf), ">= 0"),
+        ("best_k", 3, int, *at_least(0)),
+    )
 
     def propose(self, view: RunView, n: int) -> list[Proposal]:
         client = self._client()
-        prompt = build_prompt(view, int(self.settings.get("best_k", 3)))
+        prompt = build_prompt(view, self.setting("best_k"))
         return [self._one(client, prompt, view) for _ in range(n)]
 
     def _client(self):
@@ -66,15 +81,15 @@ class LLMAgent(Agent):
         return OpenAI(
             base_url=self.settings.get("base_url") or django_settings.LLM_BASE_URL,
             api_key=self.settings.get("api_key") or django_settings.LLM_API_KEY or "not-needed",
-            timeout=float(self.settings.get("timeout_s", 120)),
+            timeout=self.setting("timeout_s"),
             max_retries=0,  # retries are ours, so malformed answers and errors share one budget
         )
 
     def _one(self, client, prompt: str, view: RunView) -> Proposal:
         from django.conf import settings as django_settings
 
-        attempts = int(self.settings.get("max_attempts", 3))
-        delay = float(self.settings.get("backoff_s", 1.0))
+        attempts = self.setting("max_attempts")
+        delay = self.setting("backoff_s")
         model = self.settings.get("model") or django_settings.LLM_MODEL
         errors, raw = [], ""
         for attempt in range(attempts):
@@ -83,7 +98,7 @@ class LLMAgent(Agent):
             try:
                 response = client.chat.completions.create(
                     model=model,
-                    temperature=float(self.settings.get("temperature", 0.4)),
+                    temperature=self.setting("temperature"),
                     messages=[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}],
                 )
                 self._count(response)
@@ -101,8 +116,8 @@ class LLMAgent(Agent):
         usage = getattr(response, "usage", None)
         prompt = getattr(usage, "prompt_tokens", 0) or 0
         completion = getattr(usage, "completion_tokens", 0) or 0
-        cost = (prompt * float(self.settings.get("price_prompt_per_mtok", 0))
-                + completion * float(self.settings.get("price_completion_per_mtok", 0))) / 1e6
+        cost = (prompt * self.setting("price_prompt_per_mtok")
+                + completion * self.setting("price_completion_per_mtok")) / 1e6
         for k, v in (("calls", 1), ("prompt_tokens", prompt), ("completion_tokens", completion), ("cost_usd", cost)):
             self.usage[k] = self.usage.get(k, 0) + v
 

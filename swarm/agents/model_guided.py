@@ -54,6 +54,7 @@ class OptunaAgent(Agent):
     """
 
     kind = "optuna"
+    TEXT_SETTINGS = (("sampler", lambda v: v in ("tpe", "nsga2", "auto"), "'tpe', 'nsga2' or 'auto'"),)
     NUMERIC_SETTINGS = (("n_startup_trials", 10, int, *at_least(0)),
                         ("failure_penalty", 2.0, float, lambda v: math.isfinite(v) and v > 0, "finite and > 0"))
 
@@ -86,7 +87,7 @@ class OptunaAgent(Agent):
         return out + self.fill_random(view, n - len(out), taken)
 
     def _objectives(self, view: RunView) -> list[dict[str, str]]:
-        name = self.settings.get("sampler", "auto")
+        name = self.settings.get("sampler") or "auto"
         multi = name == "nsga2" or (name == "auto" and len(view.objectives) > 1)
         return list(view.objectives) if multi else list(view.objectives[:1])
 

@@ -1,5 +1,7 @@
 """The orchestrator end to end with the real sandboxed evaluator, driven in-process."""
 
+import re
+
 import pytest
 
 from swarm import orchestrator
@@ -159,12 +161,29 @@ def test_sources_logs_and_insights_reach_only_agents_that_read_them(monkeypatch,
     ("evolutionary", {"population": 0}, "population"), ("evolutionary", {"jump_rate": 2}, "jump_rate"),
     ("evolutionary", {"tournament": None}, "tournament"), ("local", {"kick": 0}, "kick"),
     ("local", {"bases": float("inf")}, "bases"), ("optuna", {"failure_penalty": -1}, "failure_penalty"),
+    ("llm", {"temperature": 5}, "temperature"), ("llm", {"max_attempts": 0}, "max_attempts"),
+    ("llm", {"backoff_s": float("inf")}, "backoff_s"), ("llm", {"timeout_s": "soon"}, "timeout_s"),
 ])
 def test_an_agent_with_bad_settings_is_refused_when_the_run_starts(kind, settings, named):
     from tests.swarm.synthetic import synthetic_goal
 
     goal = synthetic_goal()
     with pytest.raises(ValueError, match=f"{kind} agent: {named} must be a number"):
+        orchestrator.start_run(goal, budget=8, agents=[{"name": "a", "kind": kind, "settings": settings}])
+    assert not Run.objects.filter(goal=goal).exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("kind, settings, message", [
+    ("optuna", {"sampler": "cmaes"}, "optuna agent: sampler must be 'tpe', 'nsga2' or 'auto', not 'cmaes'"),
+    ("llm", {"base_url": "localhost:8000/v1"}, "llm agent: base_url must be an http:// or https:// URL"),
+    ("llm", {"model": 4}, "llm agent: model must be a model name, not 4"),
+])
+def test_an_agent_with_a_bad_text_setting_is_refused_when_the_run_starts(kind, settings, message):
+    from tests.swarm.synthetic import synthetic_goal
+
+    goal = synthetic_goal()
+    with pytest.raises(ValueError, match=re.escape(message)):
         orchestrator.start_run(goal, budget=8, agents=[{"name": "a", "kind": kind, "settings": settings}])
     assert not Run.objects.filter(goal=goal).exists()
 
