@@ -31,7 +31,9 @@ Protocol (DESIGN.md, "Evaluation protocol"):
    saves each set into the directory of the child that uses it (the children load instead of
    generating again; :class:`Expected`); it keeps its own copies, computes the float64
    references (ahead where always needed) and classifies in one place, :func:`_judge`:
-   guards intact, inputs unchanged, no late writes (else ``invalid``); finite, within
+   guards intact, inputs unchanged (the CPU child compares its input buffers with the files
+   it loaded and reports the differences; the CUDA child saves them for this process to
+   compare), no late writes (else ``invalid``); finite, within
    tolerance, repeated calls agreeing, timed and fresh-contents outputs correct (else
    ``wrong_result``); measured bandwidth and FLOP rate
    within ``roofline_margin`` times this host's measured copy bandwidth and FMA throughput
@@ -412,18 +414,30 @@ def _check_outputs(
     return None, "", outs, max_abs, max_rel
 
 
-def _check_inputs(inputs: dict[str, np.ndarray], workdir: Path, name_fmt: str) -> str:
-    """'' if every input (guards included) is unchanged, else what changed."""
+def _check_inputs(inputs: dict[str, np.ndarray], workdir: Path, name_fmt: str,
+                  reported: dict | None = None) -> str:
+    """'' if every input (guards included) is unchanged, else what changed.
+
+    ``reported``: the child's own check of this set (``{input: [body elements changed, guard
+    elements changed before, after]}``, the CPU child's ``result["inputs"]``); without one, the
+    inputs the child saved (``name_fmt``, the CUDA child's files) are compared here."""
     g = GUARD_ELEMS
     for name, arr in inputs.items():
-        n = arr.size
-        after = _load(workdir, name_fmt.format(inp=name), n + 2 * g)
-        before_hit, after_hit = _guard_hits(after, n)
+        if reported is not None:
+            counts = reported.get(name)
+            if not (isinstance(counts, list) and len(counts) == 3
+                    and all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c for c in counts)):
+                raise _Broken(f"the check of input '{name}' is missing or malformed")
+            changed, before_hit, after_hit = counts
+        else:
+            after = _load(workdir, name_fmt.format(inp=name), arr.size + 2 * g)
+            before_hit, after_hit = _guard_hits(after, arr.size)
+            body = after[g : g + arr.size].view(np.uint32)
+            changed = 0 if _same_bits(body, arr.reshape(-1)) else int(np.count_nonzero(
+                body != arr.reshape(-1).view(np.uint32)))
         if before_hit or after_hit:
             return f"wrote outside input '{name}' ({before_hit} guard elements before it, {after_hit} after it changed)"
-        body = after[g : g + n]
-        if not _same_bits(body, arr.reshape(-1)):
-            changed = int(np.count_nonzero(body.view(np.uint32) != arr.reshape(-1).view(np.uint32)))
+        if changed:
             return f"modified input '{name}' ({changed} elements changed)"
     return ""
 
@@ -433,11 +447,11 @@ def _record(kind: str, shape: dict, seed: int) -> dict:
             "max_abs_error": None, "max_rel_error": None, "passed": False, "reason": "", "verdict": None}
 
 
-def _validate_case(wl: Workload, case: dict, workdir: Path, expected: Expected) -> dict:
+def _validate_case(wl: Workload, case: dict, workdir: Path, expected: Expected, checks: dict) -> dict:
     shape, cid = case["shape"], case["id"]
     inputs, ref = expected.get(shape, case["seed"])
     record = _record(case.get("kind", "validation"), shape, case["seed"])
-    why = _check_inputs(inputs, workdir, f"{cid}_after_{{inp}}.npy")
+    why = _check_inputs(inputs, workdir, f"{cid}_after_{{inp}}.npy", checks.get(f"{cid}_after"))
     if why:
         record.update(reason=why, verdict=Outcome.invalid)
         return record
@@ -481,7 +495,7 @@ def _salted(inputs: dict[str, np.ndarray], swaps: dict) -> dict[str, np.ndarray]
 
 
 def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, workdir: Path,
-                    expected: Expected, last_salt: dict | None = None) -> list[dict]:
+                    expected: Expected, last_salt: dict | None = None, checks: dict | None = None) -> list[dict]:
     """Records of the last timed call (its reference from the inputs as the call saw them:
     the set with ``last_salt``'s swaps) and of the fresh-contents call after timing."""
     shape, tid = item["shape"], item["id"]
@@ -491,7 +505,8 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
     last = _record("timed", shape, item["seeds"][last_set])
     again = _record("fresh", shape, item["fresh_seed"])
     for j, inputs in enumerate(sets):
-        why = _check_inputs(fresh if j == fresh_slot else inputs, workdir, f"{tid}_after{j}_{{inp}}.npy")
+        why = _check_inputs(fresh if j == fresh_slot else inputs, workdir, f"{tid}_after{j}_{{inp}}.npy",
+                            (checks or {}).get(f"{tid}_after{j}"))
         if why:
             last.update(reason=f"during timing: {why}", verdict=Outcome.invalid)
             return [last]
@@ -511,7 +526,9 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
     return [last, again]
 
 
-def _parse_result(run: ChildRun, timed: list[dict]) -> dict[str, dict]:
+def _parse_result(run: ChildRun, timed: list[dict]) -> tuple[dict[str, dict], dict[str, dict]]:
+    """(timing data per timed item id, the child's input checks per set: ``result["inputs"]``,
+    empty where the child saved the inputs instead). Raises :class:`_Broken`."""
     try:
         result = json.loads(run.result.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
@@ -539,7 +556,10 @@ def _parse_result(run: ChildRun, timed: list[dict]) -> dict[str, dict]:
         )
         if not ok:
             raise _Broken(f"timing data for {shape_label(item['shape'])} is missing or malformed")
-    return out
+    checks = result.get("inputs", {})
+    if not (isinstance(checks, dict) and all(isinstance(v, dict) for v in checks.values())):
+        raise _Broken("the input checks are malformed")
+    return out, checks
 
 
 def _reported_flush(run: ChildRun) -> str | None:
@@ -652,14 +672,17 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
             return (*failure, [], {}, {})
     try:
         result: dict[str, dict] = {}
+        checks: dict[str, dict] = {}
         for i, r in enumerate(runs):
-            result.update(_parse_result(r, timed if i == len(runs) - 1 else []))
+            timing, reported = _parse_result(r, timed if i == len(runs) - 1 else [])
+            result.update(timing)
+            checks.update(reported)
         vdir, tdir = workdir if isinstance(workdir, tuple) else (workdir, workdir)
         cases = (list(validated) if validated is not None
-                 else [_validate_case(wl, c, vdir, expected) for c in cases_plan])
+                 else [_validate_case(wl, c, vdir, expected, checks) for c in cases_plan])
         for t in timed:
             cases += _validate_timed(wl, t, result[t["id"]]["last_set"], result[t["id"]]["fresh_slot"], tdir,
-                                     expected, result[t["id"]].get("last_salt"))
+                                     expected, result[t["id"]].get("last_salt"), checks)
     except _Broken as exc:
         return Outcome.runtime_error, str(exc), [], {}, {}
     metrics, samples = _metrics(wl, timed, result, cases, limits)

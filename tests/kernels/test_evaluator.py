@@ -174,6 +174,53 @@ def test_modifying_an_input_is_invalid(quick_bench):
     assert "modified input 'x'" in ev.log
 
 
+def test_modifying_an_input_during_timing_only_is_invalid(quick_bench):
+    # Validation calls each case's buffers twice; timing calls each input set's many times.
+    third_call_on_a_set = """
+        static const float *seen[256]; static int calls[256], n;
+        int k = 0;
+        while (k < n && seen[k] != x) ++k;
+        if (k == n && n < 256) { seen[n] = x; calls[n++] = 0; }
+        if (k < n && ++calls[k] == 3) ((float *)x)[1] += 1.0f;"""
+    ev = run(kernel(BEFORE=third_call_on_a_set), quick_bench)
+    assert ev.status == Outcome.invalid, ev.log
+    assert "during timing: modified input 'x' (1 elements changed)" in ev.log
+
+
+def test_the_child_reports_changed_input_elements_and_guards():
+    import numpy as np
+
+    from kernels._sandbox_child import _Io
+    from kernels.workloads import get_workload
+
+    wl = get_workload("rmsnorm").for_shape_set("test-small")
+    shape = wl.shapes("test-small")[0]
+    inputs = wl.generate(shape, 1)
+    io_ = _Io(wl, shape, inputs, 8)
+    assert io_.changes(inputs) == {"x": [0, 0, 0], "w": [0, 0, 0]}
+    io_.inputs["x"][8 + 2] += 1.0  # body
+    io_.inputs["x"][8 + 3] = np.nan
+    io_.inputs["w"][-1] = 0.0  # the guard after w
+    io_.inputs["w"][0] = 0.0  # and before it
+    assert io_.changes(inputs) == {"x": [2, 0, 0], "w": [0, 1, 1]}
+
+
+def test_the_parent_judges_the_reported_input_checks():
+    import numpy as np
+
+    from kernels.evaluator import _Broken, _check_inputs
+
+    inputs = {"x": np.zeros(4, np.float32), "w": np.ones(2, np.float32)}
+    assert _check_inputs(inputs, None, "", {"x": [0, 0, 0], "w": [0, 0, 0]}) == ""
+    assert _check_inputs(inputs, None, "", {"x": [3, 0, 0], "w": [0, 0, 0]}) == "modified input 'x' (3 elements changed)"
+    assert "wrote outside input 'w' (0 guard elements before it, 2 after it changed)" == \
+        _check_inputs(inputs, None, "", {"x": [0, 0, 0], "w": [0, 0, 2]})
+    for bad in ({"x": [0, 0, 0]}, {"x": [0, 0], "w": [0, 0, 0]}, {"x": [0, -1, 0], "w": [0, 0, 0]},
+                {"x": [0, True, 0], "w": [0, 0, 0]}, {"x": "0", "w": [0, 0, 0]}):
+        with pytest.raises(_Broken, match="is missing or malformed"):
+            _check_inputs(inputs, None, "", bad)
+
+
 def test_faster_than_the_physical_limit_is_invalid(quick_bench, monkeypatch):
     monkeypatch.setenv("KERNELS_CPU_PEAK_GBPS", "1e-9")
     ev = run(RMSNORM_CORRECT, quick_bench)
