@@ -61,11 +61,13 @@ AGENTS: dict[str, type[Agent]] = {
 #: 1.143/1.074/1.074/1.037 and GEMM 1.118/1.018/1.0/1.0: it loses convolution at 200 and 400 and
 #: GEMM's 2x check, 11 checks of 15 against 13.
 #: A Gaussian-process agent (Matérn 5/2 on value ranks) alone reaches time+energy 1.0 at 50
-#: (its median run within 1% after 29 evaluations; bayes_opt 32) but not convolution (1.509/
-#: 1.217/1.074/1.037; GEMM 1.177/1.067/1.0/1.0). In the swarm, seeds 0-19 (and 20-39):
-#:   mix above + GP (five agents):        conv 1.240/1.074/1.0/1.0,   GEMM 1.073/1.0/1.0/1.0,
+#: (its median run within 1% after 29 evaluations; bayes_opt 32) but not convolution (1.417/
+#: 1.260/1.093/1.0; GEMM 1.196/1.013/1.0/1.0). In the swarm, seeds 0-19 (and 20-39):
+#:   mix above + GP (five agents):        conv 1.309/1.074/1.037/1.0, GEMM 1.049/1.0/1.0/1.0,
+#:                                        time+energy 1.0 from 50 on
+#:   the same, the GP with Matérn 3/2:    conv 1.240/1.074/1.0/1.0,   GEMM 1.073/1.0/1.0/1.0,
 #:     time+energy 1.0 from 50 on         (conv 1.305/1.074/1.074/1.037, GEMM 1.171/1.0/1.0/1.0, t+e 1.0)
-#:   the same, GP starting after 20:      conv 1.197/1.101/1.0/1.0,   GEMM 1.116/1.009/1.0/1.0
+#:   five agents, the GP after 20:        conv 1.197/1.101/1.0/1.0,   GEMM 1.116/1.009/1.0/1.0
 #:   GP in place of the fine forest:      conv 1.265/1.074/1.0/1.0,   GEMM 1.121/1.0/1.0/1.0,
 #:     time+energy 1.0 from 50 on         (conv 1.187/1.128/1.074/1.0, GEMM 1.116/1.0/1.0/1.0, t+e 1.0)
 #:   the same with Matérn 3/2:            conv 1.321/1.116/1.074/1.0, GEMM 1.133/1.0/1.0/1.0
