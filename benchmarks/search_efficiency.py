@@ -454,7 +454,7 @@ def markdown(rows: list[dict]) -> str:
     head = "| dataset | strategy | budget | median best/optimum | IQR | evals to 5% | evals to 1% |" + (" HV fraction |" if energy else "")
     sep = "|---|---|---:|---:|---:|---:|---:|" + ("---:|" if energy else "")
     out = [head, sep]
-    fmt = lambda v: "—" if v is None else f"{v:.0f}"  # noqa: E731
+    fmt = lambda v: "—" if v is None else f"{v:g}"  # noqa: E731  (a median of 20 runs may end in .5)
     for r in rows:
         line = (f"| {r['dataset']} | {r['strategy']} | {r['budget']} | {r['median_ratio']:.4f} | {r['iqr']:.4f} | "
                 f"{fmt(r['evals_to_5pct'])} | {fmt(r['evals_to_1pct'])} |")

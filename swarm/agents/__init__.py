@@ -19,8 +19,8 @@ AGENTS: dict[str, type[Agent]] = {
 }
 
 #: The default swarm: a random-forest surrogate (SMAC-style expected improvement), a
-#: Gaussian-process surrogate (Kernel Tuner's bayes_opt model), evolutionary search and iterated
-#: local search, sharing each generation by credit. Chosen on the recorded landscapes
+#: Gaussian-process surrogate (as Kernel Tuner's bayes_opt), evolutionary search and
+#: iterated local search, sharing each generation by credit. Chosen on the recorded landscapes
 #: of ``benchmarks.search_efficiency`` (medians of best/optimum at 50/100/200/400 evaluations).
 #: 10 seeds, convolution, GEMM, GEMM time+energy:
 #:   evolutionary + optuna (TPE, 5 seeds):  1.208/1.074/1.074/1.074, 1.223/1.111/1.057/1.0, 1.024/1.0/1.0/1.0
@@ -61,7 +61,7 @@ AGENTS: dict[str, type[Agent]] = {
 #: 1.143/1.074/1.074/1.037 and GEMM 1.118/1.018/1.0/1.0: it loses convolution at 200 and 400 and
 #: GEMM's 2x check, 11 checks of 15 against 13.
 #: A Gaussian-process agent (Matérn 5/2 on value ranks) alone reaches time+energy 1.0 at 50
-#: (its median run within 1% after 29 evaluations; bayes_opt 32) but not convolution (1.417/
+#: (its median run within 1% after 29 evaluations; bayes_opt 32.5) but not convolution (1.417/
 #: 1.260/1.093/1.0; GEMM 1.196/1.013/1.0/1.0). In the swarm, seeds 0-19 (and 20-39):
 #:   mix above + GP (five agents):        conv 1.309/1.074/1.037/1.0, GEMM 1.049/1.0/1.0/1.0,
 #:                                        time+energy 1.0 from 50 on

@@ -154,9 +154,10 @@ class Agent(abc.ABC):
     #: Numeric settings checked when the agent is made (so when a run starts):
     #: ``(name, default, int or float, test, what the test requires)``.
     NUMERIC_SETTINGS: tuple[tuple[str, float, type, Callable[[float], bool], str], ...] = ()
-    #: Text settings checked when the agent is made, where given (not None or ""):
-    #: ``(name, test, what the test requires)``.
-    TEXT_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str], ...] = ()
+    #: Settings that are not numbers (names, URLs, switches), checked when the agent is made
+    #: where given (not None or ""): ``(name, test, what the test requires)``. A setting
+    #: declared in neither tuple is refused (a misspelt name would otherwise be ignored).
+    OTHER_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str], ...] = ()
 
     def __init__(self, seed: int, **settings: Any) -> None:
         self.settings = settings
@@ -177,10 +178,15 @@ class Agent(abc.ABC):
         raise KeyError(f"{self.kind} agent declares no numeric setting {name!r}")
 
     def _check_settings(self) -> None:
-        """Raises ValueError naming the first of :attr:`NUMERIC_SETTINGS` that is not a number
-        (booleans are not) or fails its test, or the first given :attr:`TEXT_SETTINGS` that
-        fails its test."""
-        for name, ok, expected in self.TEXT_SETTINGS:
+        """Raises ValueError naming the first setting that neither tuple declares, the first of
+        :attr:`NUMERIC_SETTINGS` that is not a number (booleans are not) or fails its test, or
+        the first given :attr:`OTHER_SETTINGS` that fails its test."""
+        declared = [s[0] for s in self.NUMERIC_SETTINGS] + [s[0] for s in self.OTHER_SETTINGS]
+        unknown = sorted(set(self.settings) - set(declared))
+        if unknown:
+            raise ValueError(f"{self.kind} agent has no setting {unknown[0]!r}; its settings: "
+                             f"{', '.join(sorted(declared)) or 'none'}")
+        for name, ok, expected in self.OTHER_SETTINGS:
             raw = self.settings.get(name)
             if raw not in (None, "") and not ok(raw):
                 raise ValueError(f"{self.kind} agent: {name} must be {expected}, not {raw!r}")

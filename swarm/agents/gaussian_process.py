@@ -1,10 +1,12 @@
-"""Model-based search with a Gaussian-process surrogate (the model of Kernel Tuner's bayes_opt).
+"""Model-based search with a Gaussian-process surrogate.
 
 After Snoek, Larochelle & Adams, "Practical Bayesian Optimization of Machine Learning
 Algorithms" (NIPS 2012): a Gaussian process with a Matérn 5/2 kernel, one length scale per
 parameter (automatic relevance determination), an amplitude and a white-noise term, fitted by
 maximising the log marginal likelihood (scikit-learn's ``GaussianProcessRegressor``), and
 expected improvement over the pool of :class:`~swarm.agents.surrogate.SurrogateAgent`.
+Kernel Tuner's bayes_opt is a GP too, with other choices (1.5.0: a Matérn 3/2 kernel with one
+fixed length scale and a portfolio of acquisition functions).
 
 A GP interpolates smoothly between evaluations where a forest predicts piecewise constants, so
 on a smooth landscape (a GEMM's tile and vector widths) it locates the optimum from a few tens
@@ -15,13 +17,15 @@ Each parameter enters the model as its rank among its sorted values, scaled to [
 parameters are mostly powers of two or evenly spaced, and ranks give one length scale the same
 meaning across a parameter's range.
 
-Cost: fitting the hyperparameters costs ``O(n^3)`` per optimiser step (1-1.5 s at 400
-evaluations on one core), so they are fitted only when the number of evaluations has grown by
-``retune_growth`` since the last fit, on at most ``tune_points`` of them; every generation the
-GP with those hyperparameters is conditioned on all evaluations (one Cholesky factorisation).
-The hyperparameters depend only on the evaluations up to that point of the schedule, so every
-process derives the same ones (agents are made anew each generation, possibly on another
-worker); a per-process cache keyed on those evaluations' content saves refitting them.
+Cost: a hyperparameter fit takes about 40 L-BFGS steps of ``O(n^3)`` each: 0.1-0.2 s on 100
+evaluations, 1.7-1.9 s on 400 (one core, 13 parameters). So the hyperparameters are fitted
+only when the number of evaluations has grown by ``retune_growth`` since the last fit, on at
+most ``tune_points`` of them (about 19 fits up to 400 evaluations at the defaults); every
+generation the GP with those hyperparameters is conditioned on all evaluations (one Cholesky
+factorisation). The hyperparameters depend only on the evaluations up to that point of the
+schedule, so every process derives the same ones (agents are made anew each generation,
+possibly on another worker; the same up to floating-point differences between BLAS builds or
+thread counts); a per-process cache keyed on those evaluations' content saves refitting them.
 """
 
 from __future__ import annotations
@@ -46,8 +50,7 @@ class GaussianProcessAgent(SurrogateAgent):
     """Expected improvement under a Gaussian-process surrogate of the primary objective.
 
     Settings (besides :class:`~swarm.agents.surrogate.SurrogateAgent`'s):
-        nu: smoothness of the Matérn kernel: 0.5, 1.5 or 2.5 (default 2.5, as Kernel Tuner's
-            bayes_opt and Snoek et al.).
+        nu: smoothness of the Matérn kernel: 0.5, 1.5 or 2.5 (default 2.5, as Snoek et al.).
         tune_points: most evaluations the hyperparameters are fitted on; a larger history is
             subsampled (default 100).
         retune_growth: the hyperparameters are fitted again once the evaluations have grown
@@ -65,11 +68,13 @@ class GaussianProcessAgent(SurrogateAgent):
 
     def _features(self, view: RunView, base: np.ndarray) -> np.ndarray:
         """``float64 [n, n_varying]``: each varying parameter's rank among its sorted values,
-        divided by (number of values - 1)."""
+        divided by (number of values - 1). A value the space no longer holds (history from
+        before a narrowing) is placed by linear interpolation between the ranks of its
+        neighbours, clipped to [0, 1]."""
         cols = []
         for j, i in enumerate(varying(view.space)):
             values = np.sort(np.array([float(v) for v in view.space.parameters[i].values]))
-            cols.append(np.searchsorted(values, base[:, j]) / (len(values) - 1))
+            cols.append(np.interp(base[:, j], values, np.arange(len(values)) / (len(values) - 1)))
         return np.column_stack(cols) if cols else base
 
     def _model(self, view: RunView, obs: list[Observation], X: np.ndarray, y: np.ndarray) -> Any:

@@ -54,7 +54,7 @@ class LLMAgent(Agent):
 
     kind = "llm"
     reads_context = True
-    TEXT_SETTINGS = (
+    OTHER_SETTINGS = (
         ("base_url", lambda v: isinstance(v, str) and v.startswith(("http://", "https://")), "an http:// or https:// URL"),
         ("model", lambda v: isinstance(v, str), "a model name"),
         ("api_key", lambda v: isinstance(v, str), "a string"),

@@ -54,7 +54,7 @@ class OptunaAgent(Agent):
     """
 
     kind = "optuna"
-    TEXT_SETTINGS = (("sampler", lambda v: v in ("tpe", "nsga2", "auto"), "'tpe', 'nsga2' or 'auto'"),)
+    OTHER_SETTINGS = (("sampler", lambda v: v in ("tpe", "nsga2", "auto"), "'tpe', 'nsga2' or 'auto'"),)
     NUMERIC_SETTINGS = (("n_startup_trials", 10, int, *at_least(0)),
                         ("failure_penalty", 2.0, float, lambda v: math.isfinite(v) and v > 0, "finite and > 0"))
 

@@ -52,7 +52,8 @@ class SurrogateAgent(Agent):
 
     NUMERIC_SETTINGS = (
         ("startup", 10, int, *at_least(0)), ("pool", 2000, int, *at_least(1)),
-        ("crossovers", 4, int, *at_least(0)), ("failure_quantile", 1.0, float, math.isfinite, "finite"),
+        ("crossovers", 4, int, *at_least(0)),
+        ("failure_quantile", 1.0, float, (lambda v: 0.0 <= v < math.inf), ">= 0 and finite"),
     )
 
     def propose(self, view: RunView, n: int) -> list[Proposal]:
@@ -86,6 +87,10 @@ class SurrogateAgent(Agent):
             return out
         mu, sigma = self._predict(model, self._features(view, pool_values))
         ei = _expected_improvement(mu, sigma, float(np.min(y)))
+        # Back to the objective's units for the rationale: undo the log's shift and the sign.
+        shift = _log_shift(np.array([view.score(o) for o in feasible]))
+        sign = 1.0 if view.objectives[0]["direction"] == "minimize" else -1.0
+        metric = view.objectives[0]["metric"]
         for i in np.argsort(-ei, kind="stable"):
             if len(out) >= n:
                 break
@@ -95,21 +100,22 @@ class SurrogateAgent(Agent):
                 continue
             taken.add(key)
             out.append(Proposal(params=params, rationale=(
-                f"{self.model_name} predicts {math.exp(mu[i]):.4g} (spread x{math.exp(sigma[i]):.2f}), "
-                f"expected improvement {ei[i]:.3g} in log units")))
+                f"{self.model_name} predicts {metric} {sign * (math.exp(mu[i]) - shift):.4g} "
+                f"(spread x{math.exp(sigma[i]):.2f} in log units), expected improvement {ei[i]:.3g} in log units")))
         return out + self.fill_random(view, n - len(out), taken)
 
     # -- model ---------------------------------------------------------------------------
 
     def _targets(self, view: RunView, obs) -> np.ndarray:
-        """log of the primary objective (minimised); failures and infeasible points at the
-        worst feasible value plus ``failure_quantile`` times the spread."""
+        """log of the primary objective as minimised (:meth:`RunView.score`; shifted to start
+        at 1 where some values are <= 0, as a maximised objective's negated values are);
+        failures and infeasible points at the worst feasible value plus ``failure_quantile``
+        times the spread."""
         scores = np.array([view.score(o) for o in obs], dtype=float)
         good = np.isfinite(scores) & (scores < 1e12)
         vals = scores[good]
         # log keeps multiplicative differences (2x slower) comparable across the range.
-        shift = 0.0 if np.all(vals > 0) else float(1.0 - vals.min())
-        logs = np.log(vals + shift)
+        logs = np.log(vals + _log_shift(vals))
         worst, best = float(logs.max()), float(logs.min())
         penalty = worst + self.setting("failure_quantile") * max(worst - best, 1e-3)
         y = np.full(len(obs), penalty)
@@ -178,11 +184,10 @@ class SurrogateAgent(Agent):
         """``crossovers`` uniform crossovers of each pair of the best eight evaluations."""
         names = view.space.names
         elite = [o.params for o in sorted((o for o in view.history if set(o.params) == set(names)
-                                           and math.isfinite(view.score(o))), key=view.score)[:8]]
+                                           and view.score(o) < 1e12), key=view.score)[:8]]
         for a, b in itertools.combinations(elite, 2):
             for _ in range(self.setting("crossovers")):
                 yield {k: (a[k] if self.rng.random() < 0.5 else b[k]) for k in names}
-
 
 
 class ForestAgent(SurrogateAgent):
@@ -203,6 +208,7 @@ class ForestAgent(SurrogateAgent):
         ("trees", 16, int, *at_least(1)), ("leaf", 3, int, *at_least(1)),
         ("max_features", 1.0, float, *fraction(open_low=True)),
     )
+    OTHER_SETTINGS = (("pairs", lambda v: isinstance(v, bool), "true or false"),)
 
     def _features(self, view: RunView, base: np.ndarray) -> np.ndarray:
         """Model inputs of points given as ``float64 [n, n_varying]`` (:func:`_values`): the
@@ -272,6 +278,12 @@ def _neighbours(view: RunView, params: dict[str, Any], distance: int):
             choices = [[v for v in p.values if v != params.get(p.name)] for p in group]
             for values in itertools.product(*choices):
                 yield {**params, **{p.name: v for p, v in zip(group, values)}}
+
+
+def _log_shift(scores: np.ndarray) -> float:
+    """What :meth:`SurrogateAgent._targets` adds to feasible scores before the log: 0 when all
+    are positive, else ``1 - min``."""
+    return 0.0 if np.all(scores > 0) else float(1.0 - scores.min())
 
 
 def _expected_improvement(mu: np.ndarray, sigma: np.ndarray, best: float) -> np.ndarray:

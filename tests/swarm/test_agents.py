@@ -85,6 +85,20 @@ class TestGaussianProcessAgent(AgentContract):
         X = make_agent("gp", 1)._features(view([], 1), base)
         np.testing.assert_allclose(X, [[0, 0, 0, 0], [0.25, 0.5, 1, 1], [1, 1, 2 / 3, 1]])
 
+    def test_values_outside_a_narrowed_space_stay_in_the_unit_interval(self):
+        import numpy as np
+
+        from kernels import DesignSpace
+
+        narrowed = DesignSpace.from_dict({"parameters": [
+            {"name": "BX", "values": [32, 64]}, {"name": "BY", "values": [1, 2, 4, 8, 16]},
+            {"name": "TILE", "values": [1, 2, 4, 8]}, {"name": "UNROLL", "values": [0, 1]}]})
+        from dataclasses import replace
+
+        base = np.array([[16, 1, 1, 0], [32, 1, 1, 0], [48, 1, 1, 0], [64, 1, 1, 0], [256, 1, 1, 0]], dtype=float)
+        X = make_agent("gp", 1)._features(replace(view([], 1), space=narrowed), base)
+        np.testing.assert_allclose(X[:, 0], [0, 0, 0.5, 1, 1])
+
     def test_hyperparameters_change_only_at_points_of_the_schedule(self):
         from swarm.agents import gaussian_process as gpmod
         from swarm.agents.surrogate import _values
@@ -105,6 +119,19 @@ class TestGaussianProcessAgent(AgentContract):
         again = kernel(31)
         assert repr(again) == repr(kernel(30)) and again.get_params().keys() == first.keys()
         assert repr(kernel(33)) != repr(again)  # the next point of the schedule: 33
+
+
+def test_surrogates_explain_a_maximised_objective_in_its_own_units():
+    from dataclasses import replace
+
+    history = [Observation(o.candidate, o.params, o.status, {"gbps": 100.0 / o.metrics["latency_ms"]}, o.feasible)
+               if o.status == "ok" else o for o in search("random", {}, 20, 20, seed=3)]
+    observed = [o.metrics["gbps"] for o in history if o.status == "ok"]
+    v = replace(view(history, 2), objectives=({"metric": "gbps", "direction": "maximize"},))
+    for kind in ("forest", "gp"):
+        proposals = make_agent(kind, 4).propose(v, 3)
+        predicted = [float(p.rationale.split("predicts gbps ")[1].split()[0]) for p in proposals]
+        assert all(0.5 * min(observed) <= g <= 2 * max(observed) for g in predicted), (kind, predicted, observed)
 
 
 class TestLocalSearchAgent(AgentContract):

@@ -163,6 +163,7 @@ def test_sources_logs_and_insights_reach_only_agents_that_read_them(monkeypatch,
     ("local", {"bases": float("inf")}, "bases"), ("optuna", {"failure_penalty": -1}, "failure_penalty"),
     ("llm", {"temperature": 5}, "temperature"), ("llm", {"max_attempts": 0}, "max_attempts"),
     ("llm", {"backoff_s": float("inf")}, "backoff_s"), ("llm", {"timeout_s": "soon"}, "timeout_s"),
+    ("forest", {"failure_quantile": -3}, "failure_quantile"),
 ])
 def test_an_agent_with_bad_settings_is_refused_when_the_run_starts(kind, settings, named):
     from tests.swarm.synthetic import synthetic_goal
@@ -178,8 +179,11 @@ def test_an_agent_with_bad_settings_is_refused_when_the_run_starts(kind, setting
     ("optuna", {"sampler": "cmaes"}, "optuna agent: sampler must be 'tpe', 'nsga2' or 'auto', not 'cmaes'"),
     ("llm", {"base_url": "localhost:8000/v1"}, "llm agent: base_url must be an http:// or https:// URL"),
     ("llm", {"model": 4}, "llm agent: model must be a model name, not 4"),
+    ("forest", {"pairs": "false"}, "forest agent: pairs must be true or false, not 'false'"),
+    ("evolutionary", {"populaton": 8}, "evolutionary agent has no setting 'populaton'; its settings: crossover_rate, "
+                                       "elite, jump_rate, mutation_rate, population, tournament"),
 ])
-def test_an_agent_with_a_bad_text_setting_is_refused_when_the_run_starts(kind, settings, message):
+def test_an_agent_with_a_bad_or_unknown_setting_is_refused_when_the_run_starts(kind, settings, message):
     from tests.swarm.synthetic import synthetic_goal
 
     goal = synthetic_goal()
