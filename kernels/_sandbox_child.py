@@ -214,7 +214,7 @@ def _prepare_cpu(req: dict):
                 io_.nan_outputs()
                 fn(*io_.args)
                 late.snapshot(io_.outputs, f"{cid}_call{call}")
-            checks[f"{cid}_after"] = io_.changes(_inputs(*origin, mmap=True))
+            checks[f"{cid}_after"] = io_.changes(_inputs(*origin, mapped=True))
         out = {}
         finished = []
         for item, sets, fresh, origins in timed:
@@ -268,17 +268,17 @@ def _prepare_cpu(req: dict):
         for item, sets, fresh, origins, *_ in finished:  # while late writes to the fresh outputs would show
             slot = out[item["id"]]["fresh_slot"]
             for j, io_ in enumerate(sets):
-                checks[f"{item['id']}_after{j}"] = io_.changes(fresh if j == slot else _inputs(*origins[j], mmap=True))
+                checks[f"{item['id']}_after{j}"] = io_.changes(fresh if j == slot else _inputs(*origins[j], mapped=True))
         late.check(wait=True)
         return {"ok": True, "timed": out, "flush": flush_method, "inputs": checks}
 
     return run
 
 
-def _inputs(workload, shape: dict, seed: int, files: dict | None, *, mmap: bool = False) -> dict:
+def _inputs(workload, shape: dict, seed: int, files: dict | None, *, mapped: bool = False) -> dict:
     """One input set: loaded from the files the parent saved in this directory (``{name:
     file}``, trusted: written before this process started; memory-mapped read-only with
-    ``mmap``), else generated from ``seed``.
+    ``mapped``), else generated from ``seed``.
 
     Raises:
         ValueError: a file does not hold a float32 array, or the files do not name exactly
@@ -290,7 +290,7 @@ def _inputs(workload, shape: dict, seed: int, files: dict | None, *, mmap: bool 
         raise ValueError(f"input files name {sorted(files)}, the workload's inputs are {sorted(workload.inputs)}")
     out = {}
     for name, fname in files.items():
-        arr = np.load(fname, allow_pickle=False, mmap_mode="r" if mmap else None)
+        arr = np.load(fname, allow_pickle=False, mmap_mode="r" if mapped else None)
         if arr.dtype != np.float32:
             raise ValueError(f"input file {fname} holds {arr.dtype}, not float32")
         out[name] = arr
