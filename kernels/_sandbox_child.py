@@ -29,21 +29,23 @@ Files written (``<o>``: output names), each a whole guarded buffer:
   ``<timed>_last_<o>.npy`` (+ ``_last_late_``)        output of the last timed call
   ``<timed>_fresh_<o>.npy`` (+ ``_fresh_late_``)      output of the fresh-contents call
 
-Inputs are checked here, after the calls, against the files the parent wrote (memory-mapped)
-or the same contents generated again, and reported as ``result["inputs"]``:
-``{"<case>_after" or "<timed>_after<j>": {input: [body elements changed, guard elements
-changed before, after]}}`` (set ``j`` at ``fresh_slot`` against the fresh contents). Saving
-every input for the parent to compare cost more than the calls for large inputs (24 MB: about
-60 ms to write and 25 ms to read back, against 14 ms to compare in place); the report is as
-trustworthy as those files were, since the child wrote them too.
+Inputs after the calls are reported as ``result["inputs"]``: ``{"<case>_after" or
+"<timed>_after<j>": {input: [sha256 of the body (:func:`kernels.hashing.array_digest`), guard
+elements changed before it, after it]}}``; the parent compares the digests with those of its
+own copies (set ``j`` at ``fresh_slot`` holds the fresh contents). Only an input whose digest
+differs from the one the request gives (or where the request gives none) is also saved, as
+``<case>_after_<i>.npy`` / ``<timed>_after<j>_<i>.npy``, for the parent to count the changed
+elements. Saving every input for the parent to compare cost more than the calls for large
+inputs (24 MB: about 60 ms to write and 25 ms to read back, against 15 ms to digest), and
+nothing the candidate can write (its directory, the input files) is what the check trusts.
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import io
 import json
-import mmap  # noqa: F401  (np.load(mmap_mode=...) imports it after the lockdown, when nothing can be)
 import os
 import sys
 import time
@@ -52,6 +54,7 @@ import traceback
 import numpy as np
 
 from kernels import _isolation
+from kernels.hashing import array_digest
 
 GUARD_BITS = np.uint32(0xA5A5A5A5)
 LATE_CHECK_DELAY_S = 0.02  # outputs are re-read at least this long after the last call
@@ -122,16 +125,17 @@ class _Io:
             body = self.inputs[k][g:]
             body[i], body[j] = body[j], body[i]
 
-    def changes(self, expected: dict) -> dict[str, list[int]]:
-        """Per input: ``[body elements that differ from expected[input], guard elements changed
-        before the body, after it]`` (bitwise: a NaN written over a NaN is no change)."""
+    def check_inputs(self, digests: dict | None, prefix: str) -> dict[str, list]:
+        """Per input: ``[digest of the body, guard elements changed before it, after it]``;
+        an input whose digest is not ``digests[input]`` is saved as ``<prefix>_<input>.npy``
+        (whole guarded buffer) for the parent to count what changed."""
         g, out = self.guard, {}
         for k, buf in self.inputs.items():
             bits, n = buf.view(np.uint32), buf.size - 2 * g
-            want = np.asarray(expected[k], dtype=np.float32).reshape(-1).view(np.uint32)
-            body = bits[g : g + n]
-            changed = 0 if np.array_equal(body, want) else int(np.count_nonzero(body != want))
-            out[k] = [changed, int(np.count_nonzero(bits[:g] != GUARD_BITS)),
+            digest = array_digest(buf[g : g + n])
+            if digest != (digests or {}).get(k):
+                np.save(f"{prefix}_{k}.npy", buf)
+            out[k] = [digest, int(np.count_nonzero(bits[:g] != GUARD_BITS)),
                       int(np.count_nonzero(bits[g + n :] != GUARD_BITS))]
         return out
 
@@ -187,19 +191,22 @@ def _prepare_cpu(req: dict):
     guard = int(req["guard"])
     cases = []
     for case in req["cases"]:
-        origin = (workload, case["shape"], case["seed"], case.get("inputs"))
-        cases.append((case["id"], _Io(workload, case["shape"], _inputs(*origin), guard), origin))
+        cases.append((case, _Io(workload, case["shape"], _inputs(workload, case["shape"], case["seed"],
+                                                                 case.get("inputs")), guard)))
     timed = []
     for item in req["timed"]:  # rotation sets: own input buffers, one shared output buffer
         files = item.get("inputs") or [None] * len(item["seeds"])
-        origins = [(workload, item["shape"], s, f) for s, f in zip(item["seeds"], files)]
-        first = _Io(workload, item["shape"], _inputs(*origins[0]), guard)
-        sets = [first] + [_Io(workload, item["shape"], _inputs(*o), guard, outputs=first.outputs) for o in origins[1:]]
+        first = _Io(workload, item["shape"], _inputs(workload, item["shape"], item["seeds"][0], files[0]), guard)
+        sets = [first] + [
+            _Io(workload, item["shape"], _inputs(workload, item["shape"], s, f), guard, outputs=first.outputs)
+            for s, f in zip(item["seeds"][1:], files[1:])
+        ]
         fresh = _inputs(workload, item["shape"], item["fresh_seed"], item.get("fresh_inputs"))
-        timed.append((item, sets, fresh, origins))
+        timed.append((item, sets, fresh))
     settings = BenchSettings(**req["bench"])
     flush_method, evictor, rewrite = _flush_for(req, settings, bool(timed))
     np.save(io.BytesIO(), np.zeros(2, np.float32))  # import numpy's lazy modules now
+    hashlib.sha256(b"").hexdigest()  # and load OpenSSL's digest before the lockdown
     traceback.format_exc()
 
     def run() -> dict:
@@ -207,17 +214,18 @@ def _prepare_cpu(req: dict):
         fn = bind(lib, workload)
         late = _Late()
         checks: dict[str, dict] = {}
-        for cid, io_, origin in cases:
+        for case, io_ in cases:
+            cid = case["id"]
             for call in (1, 2):
                 if call == 2:
                     late.check(wait=False)  # anything written after call 1 returned?
                 io_.nan_outputs()
                 fn(*io_.args)
                 late.snapshot(io_.outputs, f"{cid}_call{call}")
-            checks[f"{cid}_after"] = io_.changes(_inputs(*origin, mapped=True))
+            checks[f"{cid}_after"] = io_.check_inputs(case.get("digests"), f"{cid}_after")
         out = {}
         finished = []
-        for item, sets, fresh, origins in timed:
+        for item, sets, fresh in timed:
             cur = [len(sets) - 1]
             salt_rng = np.random.default_rng([int(item["fresh_seed"]), 1])
             salted: list = [None]  # (set, swaps) of the call about to run or just run
@@ -254,10 +262,10 @@ def _prepare_cpu(req: dict):
             late.snapshot(sets[cur[0]].outputs, f"{item['id']}_last")
             last_salt = salted[0][1] if salted[0] is not None else {}
             unsalt()  # the inputs as generated again (the parent checks them after the calls)
-            finished.append((item, sets, fresh, origins, cur[0], samples, last_salt))
+            finished.append((item, sets, fresh, cur[0], samples, last_salt))
         # One wait for every last timed call (the shared output buffers are reused below).
         late.check(wait=True)
-        for item, sets, fresh, _, last, samples, last_salt in finished:
+        for item, sets, fresh, last, samples, last_salt in finished:
             tid = item["id"]
             slot = (last + 1) % len(sets)
             sets[slot].refill(fresh)
@@ -265,20 +273,21 @@ def _prepare_cpu(req: dict):
             fn(*sets[slot].args)
             late.snapshot(sets[slot].outputs, f"{tid}_fresh")
             out[tid] = {"samples_ms": samples, "last_set": last, "fresh_slot": slot, "last_salt": last_salt}
-        for item, sets, fresh, origins, *_ in finished:  # while late writes to the fresh outputs would show
+        for item, sets, *_ in finished:  # while late writes to the fresh outputs would show
             slot = out[item["id"]]["fresh_slot"]
+            given = item.get("digests") or [None] * len(sets)
             for j, io_ in enumerate(sets):
-                checks[f"{item['id']}_after{j}"] = io_.changes(fresh if j == slot else _inputs(*origins[j], mapped=True))
+                tag = f"{item['id']}_after{j}"
+                checks[tag] = io_.check_inputs(item.get("fresh_digests") if j == slot else given[j], tag)
         late.check(wait=True)
         return {"ok": True, "timed": out, "flush": flush_method, "inputs": checks}
 
     return run
 
 
-def _inputs(workload, shape: dict, seed: int, files: dict | None, *, mapped: bool = False) -> dict:
+def _inputs(workload, shape: dict, seed: int, files: dict | None) -> dict:
     """One input set: loaded from the files the parent saved in this directory (``{name:
-    file}``, trusted: written before this process started; memory-mapped read-only with
-    ``mapped``), else generated from ``seed``.
+    file}``, trusted: written before this process started), else generated from ``seed``.
 
     Raises:
         ValueError: a file does not hold a float32 array, or the files do not name exactly
@@ -290,7 +299,7 @@ def _inputs(workload, shape: dict, seed: int, files: dict | None, *, mapped: boo
         raise ValueError(f"input files name {sorted(files)}, the workload's inputs are {sorted(workload.inputs)}")
     out = {}
     for name, fname in files.items():
-        arr = np.load(fname, allow_pickle=False, mmap_mode="r" if mapped else None)
+        arr = np.load(fname, allow_pickle=False)
         if arr.dtype != np.float32:
             raise ValueError(f"input file {fname} holds {arr.dtype}, not float32")
         out[name] = arr

@@ -31,9 +31,9 @@ Protocol (DESIGN.md, "Evaluation protocol"):
    saves each set into the directory of the child that uses it (the children load instead of
    generating again; :class:`Expected`); it keeps its own copies, computes the float64
    references (ahead where always needed) and classifies in one place, :func:`_judge`:
-   guards intact, inputs unchanged (the CPU child compares its input buffers with the files
-   it loaded and reports the differences; the CUDA child saves them for this process to
-   compare), no late writes (else ``invalid``); finite, within
+   guards intact, inputs unchanged (the CPU child reports a sha256 digest of each input
+   buffer after the calls, compared here with the digest of this process's copy; the CUDA
+   child saves its inputs for this process to compare), no late writes (else ``invalid``); finite, within
    tolerance, repeated calls agreeing, timed and fresh-contents outputs correct (else
    ``wrong_result``); measured bandwidth and FLOP rate
    within ``roofline_margin`` times this host's measured copy bandwidth and FMA throughput
@@ -60,7 +60,7 @@ import numpy as np
 
 from kernels import config, hostperf, stats
 from kernels.backends import get_backend
-from kernels.hashing import candidate_hash
+from kernels.hashing import array_digest, candidate_hash
 from kernels.outcome import Outcome
 from kernels.sandbox import ChildRun, SandboxPolicy, hand_over, make_workdir, place, remove_tree, run_child
 from kernels.space import SpaceError, format_defines
@@ -219,6 +219,7 @@ class Expected:
         self.ahead = [(c["shape"], c["seed"]) for c in cases] + [(t["shape"], t["fresh_seed"]) for t in timed]
         self.inputs_done: dict[tuple, dict] = {}
         self.refs_done: dict[tuple, dict] = {}
+        self.digests_done: dict[tuple, dict[str, str]] = {}  # key -> {input: sha256}
         self.files: dict[str, dict[str, str]] = {}  # prefix -> {input name: file} written
         self.used = 0
         self.ready = {phase: threading.Event() for phase in self.jobs}
@@ -262,6 +263,8 @@ class Expected:
                     if inputs is None:
                         inputs = self.wl.generate(shape, seed)
                         self._keep(self.inputs_done, key, inputs)
+                    if key not in self.digests_done:
+                        self.digests_done[key] = {k: array_digest(v) for k, v in inputs.items()}
                     self._save(phase, prefix, inputs)
                 self.ready[phase].set()
             for shape, seed in self.ahead:
@@ -305,15 +308,26 @@ class Expected:
     def with_files(self, phase: str, cases: list[dict], timed: list[dict]) -> tuple[list[dict], list[dict]]:
         """``cases`` and ``timed`` with the names of the input files saved for ``phase``:
         ``case["inputs"]``, ``item["inputs"]`` (one per seed) and ``item["fresh_inputs"]``,
-        where every file of the set was written (else the child generates that set)."""
+        where every file of the set was written (else the child generates that set), and
+        the digests of those sets (``digests``, ``fresh_digests``: the child saves an input
+        whose digest differs after the calls, for the judge to count the changes)."""
         if phase == "validation":
-            return [{**c, "inputs": self.files[c["id"]]} if c["id"] in self.files else c for c in cases], list(timed)
+            return [{**c, "inputs": self.files[c["id"]], "digests": self.digests(c["shape"], c["seed"])}
+                    if c["id"] in self.files else c for c in cases], list(timed)
         out = []
         for t in timed:
             sets = [self.files.get(f"{t['id']}s{j}") for j in range(len(t["seeds"]))]
             fresh = self.files.get(f"{t['id']}f")
-            out.append({**t, "inputs": sets, "fresh_inputs": fresh} if fresh and all(sets) else t)
+            out.append({**t, "inputs": sets, "fresh_inputs": fresh,
+                        "digests": [self.digests(t["shape"], s) for s in t["seeds"]],
+                        "fresh_digests": self.digests(t["shape"], t["fresh_seed"])}
+                       if fresh and all(sets) else t)
         return list(cases), out
+
+    def digests(self, shape: dict, seed: int) -> dict[str, str]:
+        """``{input: sha256}`` of the inputs of (shape, seed) (:func:`kernels.hashing.array_digest`)."""
+        hit = self.digests_done.get(self._key(shape, seed))
+        return hit if hit is not None else {k: array_digest(v) for k, v in self.inputs(shape, seed).items()}
 
     def inputs(self, shape: dict, seed: int) -> dict:
         """The inputs of (shape, seed): kept, or generated again (the same arrays)."""
@@ -415,30 +429,38 @@ def _check_outputs(
 
 
 def _check_inputs(inputs: dict[str, np.ndarray], workdir: Path, name_fmt: str,
-                  reported: dict | None = None) -> str:
+                  reported: dict | None = None, digests: dict[str, str] | None = None) -> str:
     """'' if every input (guards included) is unchanged, else what changed.
 
-    ``reported``: the child's own check of this set (``{input: [body elements changed, guard
-    elements changed before, after]}``, the CPU child's ``result["inputs"]``); without one, the
-    inputs the child saved (``name_fmt``, the CUDA child's files) are compared here."""
+    ``reported``: the child's check of this set, ``{input: [sha256 of the body after the
+    calls, guard elements changed before it, after it]}`` (the CPU child's
+    ``result["inputs"]``), judged against ``digests`` (this process's, of ``inputs``); a
+    changed input's count comes from the buffer the child saved under ``name_fmt``, when it
+    did. Without a report, the inputs the child saved (``name_fmt``, the CUDA child's files)
+    are compared here."""
     g = GUARD_ELEMS
     for name, arr in inputs.items():
+        n, after = arr.size, None
         if reported is not None:
-            counts = reported.get(name)
-            if not (isinstance(counts, list) and len(counts) == 3
-                    and all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c for c in counts)):
+            entry = reported.get(name)
+            if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
+                    and all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c for c in entry[1:])):
                 raise _Broken(f"the check of input '{name}' is missing or malformed")
-            changed, before_hit, after_hit = counts
+            digest, before_hit, after_hit = entry
+            changed = digest != (digests or {}).get(name)
         else:
-            after = _load(workdir, name_fmt.format(inp=name), arr.size + 2 * g)
-            before_hit, after_hit = _guard_hits(after, arr.size)
-            body = after[g : g + arr.size].view(np.uint32)
-            changed = 0 if _same_bits(body, arr.reshape(-1)) else int(np.count_nonzero(
-                body != arr.reshape(-1).view(np.uint32)))
+            after = _load(workdir, name_fmt.format(inp=name), n + 2 * g)
+            before_hit, after_hit = _guard_hits(after, n)
+            changed = not _same_bits(after[g : g + n], arr.reshape(-1))
         if before_hit or after_hit:
             return f"wrote outside input '{name}' ({before_hit} guard elements before it, {after_hit} after it changed)"
         if changed:
-            return f"modified input '{name}' ({changed} elements changed)"
+            if after is None:
+                after = _load(workdir, name_fmt.format(inp=name), n + 2 * g, missing_ok=True)
+            if after is None:
+                return f"modified input '{name}' (its digest after the calls differs)"
+            count = int(np.count_nonzero(after[g : g + n].view(np.uint32) != arr.reshape(-1).view(np.uint32)))
+            return f"modified input '{name}' ({count} elements changed)"
     return ""
 
 
@@ -451,7 +473,8 @@ def _validate_case(wl: Workload, case: dict, workdir: Path, expected: Expected, 
     shape, cid = case["shape"], case["id"]
     inputs, ref = expected.get(shape, case["seed"])
     record = _record(case.get("kind", "validation"), shape, case["seed"])
-    why = _check_inputs(inputs, workdir, f"{cid}_after_{{inp}}.npy", checks.get(f"{cid}_after"))
+    why = _check_inputs(inputs, workdir, f"{cid}_after_{{inp}}.npy", checks.get(f"{cid}_after"),
+                        expected.digests(shape, case["seed"]))
     if why:
         record.update(reason=why, verdict=Outcome.invalid)
         return record
@@ -505,8 +528,9 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
     last = _record("timed", shape, item["seeds"][last_set])
     again = _record("fresh", shape, item["fresh_seed"])
     for j, inputs in enumerate(sets):
+        seed = item["fresh_seed"] if j == fresh_slot else item["seeds"][j]
         why = _check_inputs(fresh if j == fresh_slot else inputs, workdir, f"{tid}_after{j}_{{inp}}.npy",
-                            (checks or {}).get(f"{tid}_after{j}"))
+                            (checks or {}).get(f"{tid}_after{j}"), expected.digests(shape, seed))
         if why:
             last.update(reason=f"during timing: {why}", verdict=Outcome.invalid)
             return [last]
@@ -528,7 +552,7 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
 
 def _parse_result(run: ChildRun, timed: list[dict]) -> tuple[dict[str, dict], dict[str, dict]]:
     """(timing data per timed item id, the child's input checks per set: ``result["inputs"]``,
-    empty where the child saved the inputs instead). Raises :class:`_Broken`."""
+    empty where the child saved its inputs instead). Raises :class:`_Broken`."""
     try:
         result = json.loads(run.result.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):

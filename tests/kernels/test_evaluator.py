@@ -187,38 +187,91 @@ def test_modifying_an_input_during_timing_only_is_invalid(quick_bench):
     assert "during timing: modified input 'x' (1 elements changed)" in ev.log
 
 
-def test_the_child_reports_changed_input_elements_and_guards():
-    import numpy as np
+def test_modifying_an_input_and_its_file_in_the_directory_is_still_invalid(quick_bench):
+    # The child's directory holds the input files the parent wrote; the check must not trust them.
+    patch_the_file_too = r"""
+        static const float *seen[256]; static int calls[256], n;
+        int k = 0;
+        while (k < n && seen[k] != x) ++k;
+        if (k == n && n < 256) { seen[n] = x; calls[n++] = 0; }
+        if (k < n && ++calls[k] == 2) {
+            long size = (long)rows * hidden * 4;
+            float *copy = malloc(size);
+            DIR *d = opendir(".");
+            struct dirent *e;
+            while ((e = readdir(d))) {
+                size_t len = strlen(e->d_name);
+                if (strncmp(e->d_name, "in_", 3) || len < 6 || strcmp(e->d_name + len - 6, "_x.npy")) continue;
+                struct stat st;
+                stat(e->d_name, &st);
+                int fd = open(e->d_name, O_RDONLY);
+                pread(fd, copy, size, st.st_size - size);
+                close(fd);
+                if (memcmp(copy, x, size)) continue;
+                chmod(e->d_name, 0600);
+                fd = open(e->d_name, O_RDWR);
+                float v = x[0] + 1.0f;
+                ((float *)x)[0] = v;
+                pwrite(fd, &v, 4, st.st_size - size);
+                close(fd);
+                break;
+            }
+            closedir(d);
+            free(copy);
+        }"""
+    source = ("#include <dirent.h>\n#include <fcntl.h>\n#include <string.h>\n#include <sys/stat.h>\n"
+              "#include <unistd.h>\n" + kernel(AFTER=patch_the_file_too))
+    ev = run(source, quick_bench)
+    assert ev.status == Outcome.invalid, ev.log
+    assert "modified input 'x' (1 elements changed)" in ev.log
 
+
+def test_the_child_reports_input_digests_and_saves_only_changed_inputs(tmp_path, monkeypatch):
     from kernels._sandbox_child import _Io
+    from kernels.hashing import array_digest
     from kernels.workloads import get_workload
 
+    monkeypatch.chdir(tmp_path)
     wl = get_workload("rmsnorm").for_shape_set("test-small")
     shape = wl.shapes("test-small")[0]
     inputs = wl.generate(shape, 1)
+    digests = {k: array_digest(v) for k, v in inputs.items()}
     io_ = _Io(wl, shape, inputs, 8)
-    assert io_.changes(inputs) == {"x": [0, 0, 0], "w": [0, 0, 0]}
+    assert io_.check_inputs(digests, "a") == {k: [digests[k], 0, 0] for k in ("x", "w")}
+    assert not list(tmp_path.iterdir())  # nothing changed: nothing saved
     io_.inputs["x"][8 + 2] += 1.0  # body
-    io_.inputs["x"][8 + 3] = np.nan
     io_.inputs["w"][-1] = 0.0  # the guard after w
-    io_.inputs["w"][0] = 0.0  # and before it
-    assert io_.changes(inputs) == {"x": [2, 0, 0], "w": [0, 1, 1]}
+    io_.inputs["w"][0] = 0.0  # and the one before it
+    report = io_.check_inputs(digests, "b")
+    assert report["x"][0] != digests["x"] and report["x"][1:] == [0, 0]
+    assert report["w"] == [digests["w"], 1, 1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b_x.npy"]
 
 
-def test_the_parent_judges_the_reported_input_checks():
+def test_the_parent_judges_the_reported_input_checks(tmp_path):
     import numpy as np
 
+    from kernels.evaluator import GUARD_ELEMS as G
     from kernels.evaluator import _Broken, _check_inputs
+    from kernels.hashing import array_digest
 
-    inputs = {"x": np.zeros(4, np.float32), "w": np.ones(2, np.float32)}
-    assert _check_inputs(inputs, None, "", {"x": [0, 0, 0], "w": [0, 0, 0]}) == ""
-    assert _check_inputs(inputs, None, "", {"x": [3, 0, 0], "w": [0, 0, 0]}) == "modified input 'x' (3 elements changed)"
-    assert "wrote outside input 'w' (0 guard elements before it, 2 after it changed)" == \
-        _check_inputs(inputs, None, "", {"x": [0, 0, 0], "w": [0, 0, 2]})
-    for bad in ({"x": [0, 0, 0]}, {"x": [0, 0], "w": [0, 0, 0]}, {"x": [0, -1, 0], "w": [0, 0, 0]},
-                {"x": [0, True, 0], "w": [0, 0, 0]}, {"x": "0", "w": [0, 0, 0]}):
+    inputs = {"x": np.arange(4, dtype=np.float32), "w": np.ones(2, np.float32)}
+    digests = {k: array_digest(v) for k, v in inputs.items()}
+    ok = {k: [d, 0, 0] for k, d in digests.items()}
+    assert _check_inputs(inputs, tmp_path, "{inp}.npy", ok, digests) == ""
+    changed = {**ok, "x": ["0" * 64, 0, 0]}
+    assert _check_inputs(inputs, tmp_path, "{inp}.npy", changed, digests) == \
+        "modified input 'x' (its digest after the calls differs)"
+    saved = np.full(4 + 2 * G, np.float32(0))
+    saved[G : G + 4] = [0, 1, 7, 9]
+    np.save(tmp_path / "x.npy", saved)  # what the child saves for a changed input
+    assert _check_inputs(inputs, tmp_path, "{inp}.npy", changed, digests) == "modified input 'x' (2 elements changed)"
+    assert _check_inputs(inputs, tmp_path, "{inp}.npy", {**ok, "w": [digests["w"], 0, 2]}, digests) == \
+        "wrote outside input 'w' (0 guard elements before it, 2 after it changed)"
+    for bad in ({"x": ok["x"]}, {**ok, "x": [digests["x"], 0]}, {**ok, "x": [digests["x"], -1, 0]},
+                {**ok, "x": [digests["x"], True, 0]}, {**ok, "x": [1, 0, 0]}, {**ok, "x": "0"}):
         with pytest.raises(_Broken, match="is missing or malformed"):
-            _check_inputs(inputs, None, "", bad)
+            _check_inputs(inputs, tmp_path, "{inp}.npy", bad, digests)
 
 
 def test_faster_than_the_physical_limit_is_invalid(quick_bench, monkeypatch):
