@@ -115,14 +115,17 @@ def start_run(
     if seed is not None and not 0 <= seed < 2**31:
         raise ValueError(f"seed must be in [0, 2**31), got {seed}")
     mix = list(agents or DEFAULT_MIX)
-    names = [a.get("name") or a["kind"] for a in mix]
-    if len(set(names)) != len(names):
-        raise ValueError(f"agent names must be unique, got {names}")
     for a in mix:
+        if not (isinstance(a, dict) and isinstance(a.get("kind"), str) and isinstance(a.get("settings") or {}, dict)
+                and isinstance(a.get("name") or a["kind"], str)):
+            raise ValueError(f"an agent is {{'name': str, 'kind': str, 'settings': dict}}, not {a!r}")
         try:
             make_agent(a["kind"], 0, a.get("settings"))
         except KeyError as exc:
             raise ValueError(str(exc).strip("\"'")) from None
+    names = [a.get("name") or a["kind"] for a in mix]
+    if len(set(names)) != len(names):
+        raise ValueError(f"agent names must be unique, got {names}")
     space = goal.design_space()
     if not any(a["kind"] == "llm" for a in mix) and not space.sample(np.random.default_rng(0), 1):
         raise ValueError("no point of the design space satisfies its restrictions: nothing to search")
@@ -179,7 +182,10 @@ def sweep() -> tuple[list[Candidate], list[Candidate]]:
     """
     to_dispatch: list[Candidate] = []
     for run in Run.objects.filter(state=Run.State.RUNNING):
-        to_dispatch += advance(run.pk)
+        try:
+            to_dispatch += advance(run.pk)
+        except Exception:  # noqa: BLE001 - one run's fault must not stop the others' recovery
+            log.exception("sweep: run %s could not advance", run.pk)
     now = timezone.now()
     queued: list[Candidate] = []
     new_ids = {c.pk for c in to_dispatch}
@@ -267,12 +273,17 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
         share = shares.get(record.name, 0)
         if share <= 0:
             continue
-        agent = make_agent(record.kind, _agent_seed(run.seed, number, record.name), record.settings)
-        for proposal in agent.propose(_with_seen(view, seen), share):
+        try:
+            agent = make_agent(record.kind, _agent_seed(run.seed, number, record.name), record.settings)
+            proposals = agent.propose(_with_seen(view, seen), share)
+        except Exception as exc:  # noqa: BLE001 - one agent's fault must not stop the run
+            log.exception("run %s: agent %r failed to propose in generation %s", run.pk, record.name, number)
+            agent, proposals = None, [Proposal(params={}, error=f"the agent failed: {type(exc).__name__}: {exc}")]
+        for proposal in proposals:
             proposed.append((record, proposal))
             if proposal.source is None and not proposal.error:
                 seen.add(view.space.point_key(proposal.params))
-        for k, v in agent.usage.items():
+        for k, v in (agent.usage if agent is not None else {}).items():
             usage[k] = usage.get(k, 0) + v
     created: list[Candidate] = []
     with transaction.atomic():

@@ -26,7 +26,7 @@ shape sets time the MLP's first projection unfused, as gate_proj (up_proj is ide
 shape and cost).
 
 The gate and down sets move 235 MB of weights per input set: one evaluation of the default
-template point takes 11-16 s on a 2-core AMD EPYC (21-27 s while the sandbox child saved
+template point takes 14-15 s on a 2-core AMD EPYC (20-28 s while the sandbox child saved
 every input for the parent to compare; 45-75 s on an earlier host), so run them with
 ``timeout_s`` (``EVAL_TIMEOUT_S``) of 120 s or more for slower candidates.
 

@@ -128,6 +128,11 @@ def at_least(low: float) -> tuple[Callable[[float], bool], str]:
     return (lambda v: v >= low), f">= {low:g}"
 
 
+def between(low: float, high: float) -> tuple[Callable[[float], bool], str]:
+    """A :attr:`Agent.NUMERIC_SETTINGS` test and its wording: ``low <= value <= high``."""
+    return (lambda v: low <= v <= high), f"in [{low:g}, {high:g}]"
+
+
 def fraction(open_low: bool = False) -> tuple[Callable[[float], bool], str]:
     """A :attr:`Agent.NUMERIC_SETTINGS` test and its wording: ``[0, 1]`` or ``(0, 1]``."""
     if open_low:
@@ -193,7 +198,9 @@ class Agent(abc.ABC):
         for name, default, kind, ok, expected in self.NUMERIC_SETTINGS:
             raw = self.settings.get(name, default)
             try:
-                value = None if isinstance(raw, bool) else kind(raw)
+                value = None if isinstance(raw, bool) else float(raw)
+                if value is not None and kind is int:  # 2.9 is refused, not truncated; "7" is 7
+                    value = int(value) if value.is_integer() else None
             except (TypeError, ValueError, OverflowError):
                 value = None
             if value is None or not ok(value):

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from swarm.agents.base import Observation, RunView, at_least
+from swarm.agents.base import Observation, RunView, between
 from swarm.agents.space_index import varying
 from swarm.agents.surrogate import SurrogateAgent
 
@@ -62,8 +62,8 @@ class GaussianProcessAgent(SurrogateAgent):
 
     NUMERIC_SETTINGS = SurrogateAgent.NUMERIC_SETTINGS + (
         ("nu", 2.5, float, (lambda v: v in (0.5, 1.5, 2.5)), "in {0.5, 1.5, 2.5}"),
-        ("tune_points", 100, int, *at_least(2)),
-        ("retune_growth", 1.2, float, (lambda v: 1.0 < v < math.inf), "> 1"),
+        ("tune_points", 100, int, *between(2, 2000)),
+        ("retune_growth", 1.2, float, (lambda v: 1.0 < v <= 100.0), "in (1, 100]"),
     )
 
     def _features(self, view: RunView, base: np.ndarray) -> np.ndarray:

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 import time
 from typing import Any
 
-from swarm.agents.base import Agent, Observation, Proposal, RunView, at_least
+from swarm.agents.base import Agent, Observation, Proposal, RunView, between
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +58,14 @@ class LLMAgent(Agent):
         ("model", lambda v: isinstance(v, str), "a model name"),
         ("api_key", lambda v: isinstance(v, str), "a string"),
     )
-    NUMERIC_SETTINGS = (
-        ("temperature", 0.4, float, (lambda v: 0.0 <= v <= 2.0), "in [0, 2]"),  # the OpenAI API's range
-        ("timeout_s", 120.0, float, (lambda v: 0.0 < v < math.inf), "> 0"),
-        ("max_attempts", 3, int, *at_least(1)),
-        ("backoff_s", 1.0, float, (lambda v: 0.0 <= v < math.inf), ">= 0"),
-        ("price_prompt_per_mtok", 0.0, float, (lambda v: 0.0 <= v < math.inf), ">= 0"),
-        ("price_completion_per_mtok", 0.0, float, (lambda v: 0.0 <= v < math.inf), ">= 0"),
-        ("best_k", 3, int, *at_least(0)),
+    NUMERIC_SETTINGS = (  # bounded: a retry loop must end in minutes, a cost stay finite
+        ("temperature", 0.4, float, *between(0, 2)),  # the OpenAI API's range
+        ("timeout_s", 120.0, float, (lambda v: 0.0 < v <= 3600.0), "in (0, 3600]"),
+        ("max_attempts", 3, int, *between(1, 20)),
+        ("backoff_s", 1.0, float, *between(0, 60)),
+        ("price_prompt_per_mtok", 0.0, float, *between(0, 1e4)),
+        ("price_completion_per_mtok", 0.0, float, *between(0, 1e4)),
+        ("best_k", 3, int, *between(0, 50)),
     )
 
     def propose(self, view: RunView, n: int) -> list[Proposal]:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from swarm.agents.base import Agent, Observation, Proposal, RunView, at_least, fraction
+from swarm.agents.base import Agent, Observation, Proposal, RunView, at_least, between, fraction
 from swarm.agents.space_index import SpaceIndex, index_of, varying
 
 
@@ -51,9 +51,8 @@ class SurrogateAgent(Agent):
     model_name = "surrogate"
 
     NUMERIC_SETTINGS = (
-        ("startup", 10, int, *at_least(0)), ("pool", 2000, int, *at_least(1)),
-        ("crossovers", 4, int, *at_least(0)),
-        ("failure_quantile", 1.0, float, (lambda v: 0.0 <= v < math.inf), ">= 0 and finite"),
+        ("startup", 10, int, *at_least(0)), ("pool", 2000, int, *between(1, 100_000)),
+        ("crossovers", 4, int, *between(0, 100)), ("failure_quantile", 1.0, float, *between(0, 100)),
     )
 
     def propose(self, view: RunView, n: int) -> list[Proposal]:
@@ -100,8 +99,8 @@ class SurrogateAgent(Agent):
                 continue
             taken.add(key)
             out.append(Proposal(params=params, rationale=(
-                f"{self.model_name} predicts {metric} {sign * (math.exp(mu[i]) - shift):.4g} "
-                f"(spread x{math.exp(sigma[i]):.2f} in log units), expected improvement {ei[i]:.3g} in log units")))
+                f"{self.model_name} predicts {metric} {sign * (float(np.exp(mu[i])) - shift):.4g} "
+                f"(spread x{float(np.exp(sigma[i])):.2f} in log units), expected improvement {ei[i]:.3g} in log units")))
         return out + self.fill_random(view, n - len(out), taken)
 
     # -- model ---------------------------------------------------------------------------
@@ -205,7 +204,7 @@ class ForestAgent(SurrogateAgent):
     model_name = "forest"
 
     NUMERIC_SETTINGS = SurrogateAgent.NUMERIC_SETTINGS + (
-        ("trees", 16, int, *at_least(1)), ("leaf", 3, int, *at_least(1)),
+        ("trees", 16, int, *between(1, 1000)), ("leaf", 3, int, *at_least(1)),
         ("max_features", 1.0, float, *fraction(open_low=True)),
     )
     OTHER_SETTINGS = (("pairs", lambda v: isinstance(v, bool), "true or false"),)

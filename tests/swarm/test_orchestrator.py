@@ -163,7 +163,10 @@ def test_sources_logs_and_insights_reach_only_agents_that_read_them(monkeypatch,
     ("local", {"bases": float("inf")}, "bases"), ("optuna", {"failure_penalty": -1}, "failure_penalty"),
     ("llm", {"temperature": 5}, "temperature"), ("llm", {"max_attempts": 0}, "max_attempts"),
     ("llm", {"backoff_s": float("inf")}, "backoff_s"), ("llm", {"timeout_s": "soon"}, "timeout_s"),
-    ("forest", {"failure_quantile": -3}, "failure_quantile"),
+    ("forest", {"failure_quantile": -3}, "failure_quantile"), ("forest", {"failure_quantile": 5000}, "failure_quantile"),
+    ("gp", {"tune_points": 2.9}, "tune_points"), ("gp", {"retune_growth": 1e308}, "retune_growth"),
+    ("llm", {"backoff_s": 1e300}, "backoff_s"), ("llm", {"max_attempts": 1030}, "max_attempts"),
+    ("llm", {"price_prompt_per_mtok": 1e306}, "price_prompt_per_mtok"),
 ])
 def test_an_agent_with_bad_settings_is_refused_when_the_run_starts(kind, settings, named):
     from tests.swarm.synthetic import synthetic_goal
@@ -190,6 +193,64 @@ def test_an_agent_with_a_bad_or_unknown_setting_is_refused_when_the_run_starts(k
     with pytest.raises(ValueError, match=re.escape(message)):
         orchestrator.start_run(goal, budget=8, agents=[{"name": "a", "kind": kind, "settings": settings}])
     assert not Run.objects.filter(goal=goal).exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("entry", [{"name": "a", "kind": "forest", "settings": [1, 2]}, {"name": "a"},
+                                   {"name": ["a"], "kind": "forest"}, {"kind": ["forest"]}, "forest"])
+def test_a_malformed_agent_entry_is_refused_when_the_run_starts(entry):
+    from tests.swarm.synthetic import synthetic_goal
+
+    goal = synthetic_goal()
+    with pytest.raises(ValueError, match="an agent is"):
+        orchestrator.start_run(goal, budget=8, agents=[entry])
+    assert not Run.objects.filter(goal=goal).exists()
+
+
+@pytest.mark.django_db
+def test_an_agent_that_raises_is_recorded_and_the_others_go_on(monkeypatch):
+    from swarm.agents.surrogate import ForestAgent
+    from swarm.models import ProposalFailure
+    from tests.swarm.synthetic import drive, synthetic_goal
+
+    def boom(self, view, n):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(ForestAgent, "propose", boom)
+    run, pending = orchestrator.start_run(synthetic_goal(), budget=12, seed=1, batch_size=4, agents=[
+        {"name": "f", "kind": "forest", "settings": {}}, {"name": "r", "kind": "random", "settings": {}}])
+    drive(run, pending)
+    run.refresh_from_db()
+    # Never stuck "running"; it ends early if a generation's whole share fell to the failing agent.
+    assert run.state == Run.State.FINISHED and run.candidates.count() >= 4
+    assert set(run.candidates.values_list("agent", flat=True)) == {"r"}
+    failures = ProposalFailure.objects.filter(run=run, agent="f")
+    assert failures.exists() and all(f.error == "the agent failed: RuntimeError: boom" for f in failures)
+
+    # With every agent failing, the run ends instead of staying "running".
+    run2, pending2 = orchestrator.start_run(synthetic_goal(name="other"), budget=8, seed=1, agents=[
+        {"name": "f", "kind": "forest", "settings": {"startup": 0}}])
+    drive(run2, pending2)
+    run2.refresh_from_db()
+    assert run2.state == Run.State.FINISHED
+
+
+@pytest.mark.django_db
+def test_a_run_that_cannot_advance_does_not_stop_the_sweep_of_the_others(monkeypatch):
+    from tests.swarm.synthetic import synthetic_goal
+
+    broken, _ = orchestrator.start_run(synthetic_goal(), budget=8, seed=1, agents=[{"name": "r", "kind": "random"}])
+    healthy, _ = orchestrator.start_run(synthetic_goal(name="other"), budget=8, seed=2, agents=[{"name": "r", "kind": "random"}])
+    real = orchestrator.advance
+
+    def advance(run_id, *args, **kwargs):
+        if run_id == broken.pk:
+            raise RuntimeError("database hiccup")
+        return real(run_id, *args, **kwargs)
+
+    monkeypatch.setattr(orchestrator, "advance", advance)
+    to_dispatch, queued = orchestrator.sweep()
+    assert {c.run_id for c in queued} == {broken.pk, healthy.pk}  # both runs' queued work is still found
 
 
 @pytest.mark.django_db
