@@ -36,8 +36,12 @@ own copies (set ``j`` at ``fresh_slot`` holds the fresh contents). Only an input
 differs from the one the request gives (or where the request gives none) is also saved, as
 ``<case>_after_<i>.npy`` / ``<timed>_after<j>_<i>.npy``, for the parent to count the changed
 elements. Saving every input for the parent to compare cost more than the calls for large
-inputs (24 MB: about 60 ms to write and 25 ms to read back, against 15 ms to digest), and
-nothing the candidate can write (its directory, the input files) is what the check trusts.
+inputs (24 MB: about 60 ms to write and 25 ms to read back, against 15 ms to digest). The
+verdict never rests on a file in this directory (the candidate can rewrite them), and a result
+without the report is a ``runtime_error``. Like every report of this process (the timing
+samples too), it is only as trustworthy as the process, whose address space the candidate
+shares: code written to forge reports from inside it (through the Python C API, say) can; the
+sandbox protects the host from such a candidate, not the figures.
 """
 
 from __future__ import annotations

@@ -672,7 +672,7 @@ def _run_failure(run: ChildRun, timeout_s: float) -> tuple[Outcome, str] | None:
 
 def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRun | list[ChildRun],
            workdir: Path | tuple[Path, Path], timeout_s: float, limits: dict | None = None,
-           expected: Expected | None = None, validated: list[dict] | None = None):
+           expected: Expected | None = None, validated: list[dict] | None = None, input_report: bool = False):
     """The one place that maps child runs to an Outcome.
 
     Args:
@@ -684,6 +684,8 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
             here.
         validated: records of ``cases_plan`` already judged (by an earlier call on the
             validation run alone), used instead of judging those cases again.
+        input_report: the child reports its input digests (the CPU child): a set without
+            one is a ``runtime_error``, never judged from files in the child's directory.
 
     Returns (status, reason, cases, metrics, samples_ms).
     """
@@ -701,6 +703,12 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
             timing, reported = _parse_result(r, timed if i == len(runs) - 1 else [])
             result.update(timing)
             checks.update(reported)
+        if input_report:  # a result without the report (e.g. forged through the pipe) is broken
+            wanted = [f"{c['id']}_after" for c in cases_plan if validated is None]
+            wanted += [f"{t['id']}_after{j}" for t in timed for j in range(len(t["seeds"]))]
+            missing = [w for w in wanted if w not in checks]
+            if missing:
+                raise _Broken(f"the child reported no input check for {', '.join(missing[:3])}")
         vdir, tdir = workdir if isinstance(workdir, tuple) else (workdir, workdir)
         cases = (list(validated) if validated is not None
                  else [_validate_case(wl, c, vdir, expected, checks) for c in cases_plan])
@@ -920,7 +928,8 @@ def evaluate(
             if phase == "validation" and not _run_failure(run, timeout_s):
                 waited = time.monotonic()
                 expected.join()
-                early = _judge(wl, cases_plan, [], [run], workdirs["validation"], timeout_s, limits, expected)
+                early = _judge(wl, cases_plan, [], [run], workdirs["validation"], timeout_s, limits, expected,
+                               input_report=True)
                 deadline += time.monotonic() - waited  # judging is ours too
                 if early[0] != Outcome.ok:
                     verdict = early
@@ -932,7 +941,7 @@ def evaluate(
         fingerprint["flush"] = _reported_flush(runs[-1]) if len(runs) > 1 else None
         status, reason, cases, metrics, samples = verdict or _judge(
             wl, cases_plan, timed, runs, (workdirs["validation"], workdirs["timing"]), timeout_s, limits, expected,
-            validated)
+            validated, input_report=True)
     finally:
         if expected is not None:
             expected.cancel()

@@ -140,6 +140,24 @@ def fraction(open_low: bool = False) -> tuple[Callable[[float], bool], str]:
     return (lambda v: 0.0 <= v <= 1.0), "in [0, 1]"
 
 
+def _number(raw: Any, kind: type) -> int | float:
+    """``raw`` (a number or its string) as ``kind``: ``"7"``, ``"7.0"`` and ``7.0`` are the int 7.
+
+    Raises:
+        ValueError: a boolean, not a number, or not integral where ``kind`` is int (2.9 is
+            refused, not truncated).
+        TypeError, OverflowError: as ``float(raw)`` / ``int(inf)``.
+    """
+    if isinstance(raw, bool):
+        raise ValueError("a boolean is not a number")
+    value = float(raw)
+    if kind is not int:
+        return value
+    if not value.is_integer():
+        raise ValueError(f"{raw!r} is not an integer")
+    return int(value)
+
+
 class Agent(abc.ABC):
     """A search strategy. Subclasses set ``name`` and implement :meth:`propose`.
 
@@ -179,7 +197,7 @@ class Agent(abc.ABC):
         """
         for declared, default, kind, *_ in self.NUMERIC_SETTINGS:
             if declared == name:
-                return kind(self.settings.get(name, default))
+                return _number(self.settings.get(name, default), kind)
         raise KeyError(f"{self.kind} agent declares no numeric setting {name!r}")
 
     def _check_settings(self) -> None:
@@ -198,13 +216,12 @@ class Agent(abc.ABC):
         for name, default, kind, ok, expected in self.NUMERIC_SETTINGS:
             raw = self.settings.get(name, default)
             try:
-                value = None if isinstance(raw, bool) else float(raw)
-                if value is not None and kind is int:  # 2.9 is refused, not truncated; "7" is 7
-                    value = int(value) if value.is_integer() else None
+                value = _number(raw, kind)
             except (TypeError, ValueError, OverflowError):
                 value = None
             if value is None or not ok(value):
-                raise ValueError(f"{self.kind} agent: {name} must be a number {expected}, not {raw!r}")
+                what = "an integer" if kind is int else "a number"
+                raise ValueError(f"{self.kind} agent: {name} must be {what} {expected}, not {raw!r}")
 
     @abc.abstractmethod
     def propose(self, view: RunView, n: int) -> list[Proposal]:

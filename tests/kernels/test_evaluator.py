@@ -162,6 +162,22 @@ def test_a_kernel_writing_into_the_result_pipe_cannot_be_ok(quick_bench):
     assert ev.status in (Outcome.runtime_error, Outcome.wrong_result)
 
 
+def test_a_result_forged_through_the_pipe_without_input_checks_is_runtime_error(quick_bench):
+    # The forged result replaces the child's own (the pipe is pointed at /dev/null after it).
+    forge = r"""
+    static int done = 0;
+    if (!done) { done = 1;
+        const char *m = "{\"ok\": true, \"timed\": {}}";
+        int null = open("/dev/null", O_WRONLY);
+        for (int fd = 3; fd < 64; ++fd)
+            if (fd != null && (fcntl(fd, F_GETFL) & O_ACCMODE) == O_WRONLY) { write(fd, m, strlen(m)); dup2(null, fd); }
+    }"""
+    source = "#include <fcntl.h>\n#include <string.h>\n#include <unistd.h>\n" + kernel(BEFORE=forge)
+    ev = run(source, quick_bench)
+    assert ev.status == Outcome.runtime_error, ev.log
+    assert "the child reported no input check for v0_after" in ev.log
+
+
 def test_writing_past_the_output_is_invalid(quick_bench):
     ev = run(kernel(AFTER="y[(long)rows * hidden + 3] = 1.0f;"), quick_bench)
     assert ev.status == Outcome.invalid

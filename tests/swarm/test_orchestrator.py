@@ -172,7 +172,7 @@ def test_an_agent_with_bad_settings_is_refused_when_the_run_starts(kind, setting
     from tests.swarm.synthetic import synthetic_goal
 
     goal = synthetic_goal()
-    with pytest.raises(ValueError, match=f"{kind} agent: {named} must be a number"):
+    with pytest.raises(ValueError, match=f"{kind} agent: {named} must be (a number|an integer) "):
         orchestrator.start_run(goal, budget=8, agents=[{"name": "a", "kind": kind, "settings": settings}])
     assert not Run.objects.filter(goal=goal).exists()
 
