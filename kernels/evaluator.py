@@ -473,8 +473,9 @@ def _validate_case(wl: Workload, case: dict, workdir: Path, expected: Expected, 
     shape, cid = case["shape"], case["id"]
     inputs, ref = expected.get(shape, case["seed"])
     record = _record(case.get("kind", "validation"), shape, case["seed"])
-    why = _check_inputs(inputs, workdir, f"{cid}_after_{{inp}}.npy", checks.get(f"{cid}_after"),
-                        expected.digests(shape, case["seed"]))
+    reported = checks.get(f"{cid}_after")
+    why = _check_inputs(inputs, workdir, f"{cid}_after_{{inp}}.npy", reported,
+                        expected.digests(shape, case["seed"]) if reported is not None else None)
     if why:
         record.update(reason=why, verdict=Outcome.invalid)
         return record
@@ -529,8 +530,9 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
     again = _record("fresh", shape, item["fresh_seed"])
     for j, inputs in enumerate(sets):
         seed = item["fresh_seed"] if j == fresh_slot else item["seeds"][j]
-        why = _check_inputs(fresh if j == fresh_slot else inputs, workdir, f"{tid}_after{j}_{{inp}}.npy",
-                            (checks or {}).get(f"{tid}_after{j}"), expected.digests(shape, seed))
+        reported = (checks or {}).get(f"{tid}_after{j}")
+        why = _check_inputs(fresh if j == fresh_slot else inputs, workdir, f"{tid}_after{j}_{{inp}}.npy", reported,
+                            expected.digests(shape, seed) if reported is not None else None)
         if why:
             last.update(reason=f"during timing: {why}", verdict=Outcome.invalid)
             return [last]
