@@ -19,6 +19,11 @@ from kernels import DesignSpace
 FAILED = frozenset({"compile_error", "runtime_error", "timeout", "wrong_result", "invalid"})
 
 
+#: Added to the score of an ``ok`` candidate outside the constraints (:meth:`RunView.score`):
+#: it ranks after every feasible one and before every failure.
+INFEASIBLE = 1e12
+
+
 @dataclass(frozen=True)
 class Observation:
     """One evaluated candidate as an agent sees it.
@@ -93,7 +98,12 @@ class RunView:
         value = obs.metrics.get(primary["metric"])
         if obs.status != "ok" or value is None or not math.isfinite(value):
             return math.inf
-        return sign * value + (0.0 if obs.feasible else 1e12)
+        return sign * value + (0.0 if obs.feasible else INFEASIBLE)
+
+    def is_feasible(self, obs: Observation) -> bool:
+        """``obs`` is an ``ok`` candidate within the constraints (its :meth:`score` is below
+        :data:`INFEASIBLE`)."""
+        return self.score(obs) < INFEASIBLE
 
     def ranked(self) -> list[Observation]:
         """Evaluated observations in this space, best first (failures last)."""
@@ -167,7 +177,8 @@ class Agent(abc.ABC):
         **settings: agent-specific settings (stored on the run's agent record).
 
     Raises:
-        ValueError: a setting of :attr:`NUMERIC_SETTINGS` is not a number or out of range.
+        ValueError: a setting neither :attr:`NUMERIC_SETTINGS` nor :attr:`OTHER_SETTINGS`
+            declares, or one that fails its test.
     """
 
     kind: str = "agent"
@@ -185,6 +196,7 @@ class Agent(abc.ABC):
     def __init__(self, seed: int, **settings: Any) -> None:
         self.settings = settings
         self.usage: dict[str, float] = {}
+        self._numbers: dict[str, int | float] = {}  # parsed once, by _check_settings
         self._check_settings()
         self.reseed(seed)
 
@@ -195,10 +207,10 @@ class Agent(abc.ABC):
         Raises:
             KeyError: ``name`` is not declared in :attr:`NUMERIC_SETTINGS`.
         """
-        for declared, default, kind, *_ in self.NUMERIC_SETTINGS:
-            if declared == name:
-                return _number(self.settings.get(name, default), kind)
-        raise KeyError(f"{self.kind} agent declares no numeric setting {name!r}")
+        try:
+            return self._numbers[name]
+        except KeyError:
+            raise KeyError(f"{self.kind} agent declares no numeric setting {name!r}") from None
 
     def _check_settings(self) -> None:
         """Raises ValueError naming the first setting that neither tuple declares, the first of
@@ -222,6 +234,7 @@ class Agent(abc.ABC):
             if value is None or not ok(value):
                 what = "an integer" if kind is int else "a number"
                 raise ValueError(f"{self.kind} agent: {name} must be {what} {expected}, not {raw!r}")
+            self._numbers[name] = value
 
     @abc.abstractmethod
     def propose(self, view: RunView, n: int) -> list[Proposal]:

@@ -95,7 +95,7 @@ class GaussianProcessAgent(SurrogateAgent):
         evaluations), subsampled to ``tune_points``."""
         m = _schedule_point(len(obs), max(self.setting("startup"), 2), self.setting("retune_growth"))
         prefix = obs[:m]
-        if sum(1 for o in prefix if math.isfinite(view.score(o)) and view.score(o) < 1e12) < 2:
+        if sum(1 for o in prefix if view.is_feasible(o)) < 2:
             m, prefix = len(obs), obs
         Xt, yt = X[:m], self._targets(view, prefix)
         limit = self.setting("tune_points")

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import abc
 import itertools
-import math
 from typing import Any
 
 import numpy as np
 
-from swarm.agents.base import Agent, Observation, Proposal, RunView, at_least, between, fraction
+from swarm.agents.base import INFEASIBLE, Agent, Observation, Proposal, RunView, at_least, between, fraction
 from swarm.agents.space_index import SpaceIndex, index_of, varying
 
 
@@ -61,7 +60,7 @@ class SurrogateAgent(Agent):
         obs = [o for o in view.history if set(o.params) == names]
         taken: set[str] = set()
         out: list[Proposal] = []
-        feasible = [o for o in obs if math.isfinite(view.score(o)) and view.score(o) < 1e12]
+        feasible = [o for o in obs if view.is_feasible(o)]
         if len(obs) < startup or len(feasible) < 2 or not varying(view.space):
             for params in view.warm_start:
                 if len(out) < n and view.space.contains(params):
@@ -111,7 +110,7 @@ class SurrogateAgent(Agent):
         failures and infeasible points at the worst feasible value plus ``failure_quantile``
         times the spread."""
         scores = np.array([view.score(o) for o in obs], dtype=float)
-        good = np.isfinite(scores) & (scores < 1e12)
+        good = scores < INFEASIBLE
         vals = scores[good]
         # log keeps multiplicative differences (2x slower) comparable across the range.
         logs = np.log(vals + _log_shift(vals))
@@ -183,7 +182,7 @@ class SurrogateAgent(Agent):
         """``crossovers`` uniform crossovers of each pair of the best eight evaluations."""
         names = view.space.names
         elite = [o.params for o in sorted((o for o in view.history if set(o.params) == set(names)
-                                           and view.score(o) < 1e12), key=view.score)[:8]]
+                                           and view.is_feasible(o)), key=view.score)[:8]]
         for a, b in itertools.combinations(elite, 2):
             for _ in range(self.setting("crossovers")):
                 yield {k: (a[k] if self.rng.random() < 0.5 else b[k]) for k in names}
