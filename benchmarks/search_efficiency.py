@@ -31,8 +31,9 @@ configuration (Kernel Tuner's GA and PSO revisit their cache) are counted once.
   budget (budget-independent).
 
 Per (dataset, strategy, budget), over seeds: the median and IQR of best-found time / recorded
-optimum, and the median number of evaluations to come within 5% and 1% of the optimum
-(``null`` when the median run does not get there). For files that record NVML energy, also
+optimum, the median number of evaluations to come within 5% and 1% of the optimum (``null``
+when the median run does not get there) and how many runs are within 1% at that budget (on a
+lone-spike optimum, see ``benchmarks.landscape``, the median flips when that count passes half). For files that record NVML energy, also
 the hypervolume of the time/energy frontier found, as a fraction of the recorded frontier's.
 
 Output in ``--out`` (default ``benchmarks/results``): ``search_efficiency.md`` (table and
@@ -405,6 +406,7 @@ def summarise(traces: dict, datasets: dict[str, Dataset], budgets: list[int]) ->
                 "iqr": float(q75 - q25),
                 "evals_to_5pct": _median_or_null([evals_to(t, b, ds.optimum, 0.05) for t in runs]),
                 "evals_to_1pct": _median_or_null([evals_to(t, b, ds.optimum, 0.01) for t in runs]),
+                "runs_within_1pct": sum(r <= 1.01 + 1e-12 for r in ratios),
                 "seeds": len(runs),
             }
             if ds.energy:
@@ -417,9 +419,10 @@ def verdict(rows: list[dict]) -> list[str]:
     """The targets of the benchmark, checked: swarm vs the best peer at every budget, and the
     swarm at budget 100 vs the best peer at budget 200."""
     lines = []
-    by = defaultdict(dict)
+    by, hits = defaultdict(dict), {}
     for r in rows:
         by[(r["dataset"], r["budget"])][r["strategy"]] = r["median_ratio"]
+        hits[(r["dataset"], r["budget"], r["strategy"])] = f"{r.get('runs_within_1pct', '?')}/{r.get('seeds', '?')}"
     for dataset in sorted({r["dataset"] for r in rows}):
         budgets = sorted(b for d, b in by if d == dataset)
         for b in budgets:
@@ -438,7 +441,8 @@ def verdict(rows: list[dict]) -> list[str]:
                 s100 = by[(dataset, 100)]["swarm"]
                 ok = s100 <= peers200[best_peer] + 1e-12
                 outcome = "met (2x sample efficiency)" if ok else f"short by {_gap(s100, peers200[best_peer])}"
-                lines.append(f"{dataset}: swarm@100 {s100:.4f} vs best peer@200 {best_peer} {peers200[best_peer]:.4f} -> {outcome}")
+                lines.append(f"{dataset}: swarm@100 {s100:.4f} ({hits[(dataset, 100, 'swarm')]} runs within 1%) vs best "
+                             f"peer@200 {best_peer} {peers200[best_peer]:.4f} ({hits[(dataset, 200, best_peer)]}) -> {outcome}")
     return lines
 
 
@@ -451,13 +455,14 @@ def _gap(ours: float, peer: float) -> str:
 
 def markdown(rows: list[dict]) -> str:
     energy = any("median_hv_fraction" in r for r in rows)
-    head = "| dataset | strategy | budget | median best/optimum | IQR | evals to 5% | evals to 1% |" + (" HV fraction |" if energy else "")
-    sep = "|---|---|---:|---:|---:|---:|---:|" + ("---:|" if energy else "")
+    head = ("| dataset | strategy | budget | median best/optimum | IQR | evals to 5% | evals to 1% | runs within 1% |"
+            + (" HV fraction |" if energy else ""))
+    sep = "|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if energy else "")
     out = [head, sep]
     fmt = lambda v: "—" if v is None else f"{v:g}"  # noqa: E731  (a median of 20 runs may end in .5)
     for r in rows:
         line = (f"| {r['dataset']} | {r['strategy']} | {r['budget']} | {r['median_ratio']:.4f} | {r['iqr']:.4f} | "
-                f"{fmt(r['evals_to_5pct'])} | {fmt(r['evals_to_1pct'])} |")
+                f"{fmt(r['evals_to_5pct'])} | {fmt(r['evals_to_1pct'])} | {r['runs_within_1pct']}/{r['seeds']} |")
         if energy:
             line += f" {r['median_hv_fraction']:.3f} |" if "median_hv_fraction" in r else " |"
         out.append(line)

@@ -98,6 +98,7 @@ def prepare(req: dict):
         ResolvedLaunch, arch_of_device, bench_events, bind_launches, device_info, import_cupy,
         kernel_attributes, load_kernels, make_l2_flush, prepare_kernels, run_bound,
     )
+    from kernels._sandbox_child import save_new
     from kernels.timing import BenchSettings
     from kernels.workloads import get_workload
 
@@ -158,7 +159,7 @@ def prepare(req: dict):
 
     def save(io_: _DeviceIo, group: str, prefix: str) -> None:
         for k, buf in getattr(io_, group).items():
-            np.save(f"{prefix}_{k}.npy", cp.asnumpy(buf))
+            save_new(f"{prefix}_{k}.npy", cp.asnumpy(buf))
 
     def run() -> dict:
         for cid, io_ in cases:

@@ -64,6 +64,21 @@ GUARD_BITS = np.uint32(0xA5A5A5A5)
 LATE_CHECK_DELAY_S = 0.02  # outputs are re-read at least this long after the last call
 
 
+def save_new(name: str, array: np.ndarray) -> None:
+    """``np.save`` to a file this call creates: a name the candidate took first (a planted
+    FIFO would block the open, a link would redirect it) raises ``FileExistsError`` naming it.
+
+    Raises:
+        FileExistsError: ``name`` exists already.
+    """
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        raise FileExistsError(f"{name} exists already: something other than the evaluator created it") from None
+    with os.fdopen(fd, "wb") as f:
+        np.save(f, array)
+
+
 def guarded(n: int, guard: int, fill: np.ndarray | None = None) -> np.ndarray:
     """A float32 buffer ``[guard | n | guard]``: sentinel guards, middle NaN or ``fill``."""
     buf = np.empty(n + 2 * guard, dtype=np.float32)
@@ -138,7 +153,7 @@ class _Io:
             bits, n = buf.view(np.uint32), buf.size - 2 * g
             digest = array_digest(buf[g : g + n])
             if digest != (digests or {}).get(k):
-                np.save(f"{prefix}_{k}.npy", buf)
+                save_new(f"{prefix}_{k}.npy", buf)
             out[k] = [digest, int(np.count_nonzero(bits[:g] != GUARD_BITS)),
                       int(np.count_nonzero(bits[g + n :] != GUARD_BITS))]
         return out
@@ -162,7 +177,7 @@ class _Late:
         self.last_call = time.monotonic()
         snaps = {k: buf.copy() for k, buf in outputs.items()}  # copy first, save after
         for k, snap in snaps.items():
-            np.save(f"{prefix}_{k}.npy", snap)
+            save_new(f"{prefix}_{k}.npy", snap)
             self.pending.append((outputs[k], snap, f"{prefix}_late_{k}.npy"))
 
     def check(self, *, wait: bool) -> None:
@@ -171,7 +186,7 @@ class _Late:
             time.sleep(max(0.0, LATE_CHECK_DELAY_S - (time.monotonic() - self.last_call)))
         for live, snap, name in self.pending:
             if not np.array_equal(live.view(np.uint32), snap.view(np.uint32)):
-                np.save(name, live.copy())
+                save_new(name, live.copy())
         self.pending.clear()
 
 

@@ -1,10 +1,10 @@
 """Agent credit and the bandit rule that shares a generation's budget among agents.
 
-Credit is frontier improvements per evaluation. Shares come from UCB1 (Auer, Cesa-Bianchi &
+Credit is frontier improvements per slot used (evaluations plus failed proposals). Shares come from UCB1 (Auer, Cesa-Bianchi &
 Fischer, "Finite-time Analysis of the Multiarmed Bandit Problem", Machine Learning 47, 2002),
 allocated slot by slot with each slot counted as a pull, so one generation's batch spreads
 over agents instead of going all to the current leader; an agent with fewer than
-:data:`COLD_START_EVALUATIONS` evaluations gets at least one slot when the batch has room.
+:data:`COLD_START_EVALUATIONS` slots used gets at least one slot when the batch has room.
 """
 
 from __future__ import annotations
@@ -28,13 +28,20 @@ class Arm:
     improvements: int
     boost: float = 1.0
     paused: bool = False
+    failures: int = 0  # proposals recorded as failures (the agent raised, or left the space)
+
+    @property
+    def pulls(self) -> int:
+        """Slots this agent has used: evaluations plus failed proposals, so an agent that
+        keeps failing loses credit and leaves the cold-start floor like one that never improves."""
+        return self.evaluations + self.failures
 
 
 def ucb_score(arm: Arm, pulls: int, total: int, exploration: float) -> float:
     """UCB1 score ``boost * (mean + c * sqrt(2 ln N / n))``; ``inf`` for an unpulled arm."""
     if pulls == 0:
         return math.inf
-    mean = arm.improvements / arm.evaluations if arm.evaluations else 0.0
+    mean = arm.improvements / arm.pulls if arm.pulls else 0.0
     return arm.boost * (mean + exploration * math.sqrt(2.0 * math.log(max(total, 2)) / pulls))
 
 
@@ -47,10 +54,10 @@ def allocate(arms: Sequence[Arm], n: int, exploration: float = 0.3) -> tuple[dic
     """
     active = [a for a in arms if not a.paused and a.boost > 0]
     shares = {a.name: 0 for a in arms}
-    pulls = {a.name: a.evaluations for a in active}
+    pulls = {a.name: a.pulls for a in active}
     total = sum(pulls.values())
     scores = {a.name: ucb_score(a, pulls[a.name], total, exploration) for a in active}
-    cold = [a for a in active if a.evaluations < COLD_START_EVALUATIONS]
+    cold = [a for a in active if a.pulls < COLD_START_EVALUATIONS]
     if cold and n >= len(cold):
         # A floor of one slot for agents still starting: early credit is noise, and an agent
         # starved in the first generations would never earn any.

@@ -260,7 +260,7 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
         return []
     records = list(run.agents.all())
     shares, scores = allocate(
-        [Arm(r.name, r.evaluations, r.improvements, r.boost, r.paused) for r in records], n,
+        [Arm(r.name, r.evaluations, r.improvements, r.boost, r.paused, r.failed_proposals) for r in records], n,
         exploration=float(getattr(settings, "SWARM_UCB_EXPLORATION", 0.3)),
     )
     # Agents think outside any transaction: an LLM call or a model fit must not hold a lock.
@@ -269,22 +269,46 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
     seen = set(view.seen)
     proposed: list[tuple[AgentRecord, Proposal]] = []
     usage = dict(run.llm_usage)
-    for record in records:
-        share = shares.get(record.name, 0)
-        if share <= 0:
-            continue
+    failed: set[str] = set()
+
+    def ask(record: AgentRecord, k: int) -> int:
+        """Ask ``record``'s agent for ``k`` proposals; returns how many are new, valid points."""
         try:
             agent = make_agent(record.kind, _agent_seed(run.seed, number, record.name), record.settings)
-            proposals = agent.propose(_with_seen(view, seen), share)
+            proposals = agent.propose(_with_seen(view, seen), k)
         except Exception as exc:  # noqa: BLE001 - one agent's fault must not stop the run
             log.exception("run %s: agent %r failed to propose in generation %s", run.pk, record.name, number)
             agent, proposals = None, [Proposal(params={}, error=f"the agent failed: {type(exc).__name__}: {exc}")]
+            failed.add(record.name)
+        usable = 0
         for proposal in proposals:
             proposed.append((record, proposal))
-            if proposal.source is None and not proposal.error:
-                seen.add(view.space.point_key(proposal.params))
-        for k, v in (agent.usage if agent is not None else {}).items():
-            usage[k] = usage.get(k, 0) + v
+            if proposal.error:
+                continue
+            if proposal.source is not None:
+                usable += 1
+            elif view.space.contains(proposal.params) and (key := view.space.point_key(proposal.params)) not in seen:
+                seen.add(key)
+                usable += 1
+        for name, v in (agent.usage if agent is not None else {}).items():
+            usage[name] = usage.get(name, 0) + v
+        return usable
+
+    short = 0
+    for record in records:
+        if shares.get(record.name, 0) > 0:
+            short += shares[record.name] - ask(record, shares[record.name])
+    # Slots an agent could not fill (it failed, or had nothing new) go to the others, best
+    # credit first, each asked once: a failing agent neither ends the run early nor shrinks
+    # the generation while another agent still has something to propose.
+    for record in sorted(records, key=lambda r: -scores.get(r.name, 0.0)):
+        if short <= 0:
+            break
+        if record.paused or record.boost <= 0 or record.name in failed:
+            continue
+        got = ask(record, short)
+        shares[record.name] = shares.get(record.name, 0) + got
+        short -= got
     created: list[Candidate] = []
     with transaction.atomic():
         run = _locked_run(run_id, with_goal=False)

@@ -41,6 +41,8 @@ def test_summary_and_targets():
     assert cell[("swarm", 1)]["median_ratio"] == pytest.approx(1.1)
     assert cell[("swarm", 2)]["median_ratio"] == 1.0 and cell[("swarm", 2)]["evals_to_1pct"] == 1.5
     assert cell[("kt:random_sample", 2)]["evals_to_5pct"] is None
+    assert cell[("swarm", 1)]["runs_within_1pct"] == 1 and cell[("swarm", 2)]["runs_within_1pct"] == 2
+    assert cell[("kt:random_sample", 2)]["runs_within_1pct"] == 0
     lines = verdict(rows)
     assert any("d @ 1: swarm" in line and "met" in line for line in lines)
 

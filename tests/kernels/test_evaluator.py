@@ -242,6 +242,17 @@ def test_modifying_an_input_and_its_file_in_the_directory_is_still_invalid(quick
     assert "modified input 'x' (1 elements changed)" in ev.log
 
 
+def test_a_fifo_planted_where_the_child_saves_is_named_not_a_hang(quick_bench):
+    # The first call plants FIFOs at the names of the first case's second-call output and of its
+    # inputs; opening one for writing would block until the timeout.
+    plant = r"""
+        static int planted;
+        if (!planted++) { mkfifo("v0_call2_y.npy", 0600); mkfifo("v0_after_x.npy", 0600); }"""
+    ev = run("#include <sys/stat.h>\n" + kernel(BEFORE=plant), quick_bench, timeout_s=60)
+    assert ev.status == Outcome.runtime_error, ev.log
+    assert "v0_call2_y.npy exists already" in ev.log and ev.duration_s < 30
+
+
 def test_the_child_reports_input_digests_and_saves_only_changed_inputs(tmp_path, monkeypatch):
     from kernels._sandbox_child import _Io
     from kernels.hashing import array_digest

@@ -16,6 +16,14 @@ def test_budget_moves_to_the_agent_that_improves_the_frontier():
     assert shares["good"] > shares["bad"] >= 0 and scores["good"] > scores["bad"]
 
 
+def test_failed_proposals_use_up_credit_and_the_cold_start_floor():
+    # Eight failures and no evaluations: no longer cold, and no better than an agent that never improves.
+    shares, scores = allocate([Arm("failing", 0, 0, failures=8), Arm("good", 8, 4)], 1)
+    assert shares == {"failing": 0, "good": 1} and scores["failing"] < scores["good"]
+    shares, _ = allocate([Arm("failing", 0, 0, failures=40), Arm("good", 40, 10)], 10)
+    assert shares["good"] > shares["failing"]
+
+
 def test_paused_agents_get_nothing_and_boost_multiplies():
     shares, _ = allocate([Arm("a", 10, 1, paused=True), Arm("b", 10, 1)], 4)
     assert shares == {"a": 0, "b": 4}

@@ -221,11 +221,13 @@ def test_an_agent_that_raises_is_recorded_and_the_others_go_on(monkeypatch):
         {"name": "f", "kind": "forest", "settings": {}}, {"name": "r", "kind": "random", "settings": {}}])
     drive(run, pending)
     run.refresh_from_db()
-    # Never stuck "running"; it ends early if a generation's whole share fell to the failing agent.
-    assert run.state == Run.State.FINISHED and run.candidates.count() >= 4
+    # Never stuck "running", never short: the failing agent's slots go to the other agent.
+    assert run.state == Run.State.FINISHED and run.candidates.count() == 12
     assert set(run.candidates.values_list("agent", flat=True)) == {"r"}
     failures = ProposalFailure.objects.filter(run=run, agent="f")
     assert failures.exists() and all(f.error == "the agent failed: RuntimeError: boom" for f in failures)
+    agents = {a.name: a for a in run.agents.all()}
+    assert agents["f"].failed_proposals == failures.count() and agents["r"].evaluations == 12
 
     # With every agent failing, the run ends instead of staying "running".
     run2, pending2 = orchestrator.start_run(synthetic_goal(name="other"), budget=8, seed=1, agents=[

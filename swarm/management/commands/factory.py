@@ -155,23 +155,32 @@ class Command(BaseCommand):
         counts = ", ".join(f"{k}: {v}" for k, v in sorted(summary["status_counts"].items()))
         console.print(f"run {summary['id']} {summary['state']}: {summary['evaluated']} evaluated ({counts})")
         table = Table(title="Pareto frontier (feasible ok candidates)")
-        for col in ("id", "params", "latency_ms", "max_rel_error", "GB/s"):
-            table.add_column(col)
+        # The metrics the frontier's evidence has: a kernel's latency, error and bandwidth, a
+        # replayed configuration's recorded time and energy; the usual ones first.
+        present = {k for c in summary["frontier"] for k, v in c["metrics"].items() if isinstance(v, (int, float))}
+        known = [k for k in ("latency_ms", "energy_j", "max_rel_error", "gbps", "gflops") if k in present]
+        columns = known or sorted(present)[:4]
+        for col in ("id", "params", *columns):
+            table.add_column({"gbps": "GB/s", "gflops": "GFLOP/s"}.get(col, col))
         for c in summary["frontier"]:
             m = c["metrics"]
-            table.add_row(
-                str(c["id"]),
-                " ".join(f"{k}={v}" for k, v in c["params"].items()),
-                f"{m.get('latency_ms', float('nan')):.4f}",
-                f"{m.get('max_rel_error', float('nan')):.2e}",
-                f"{m.get('gbps', float('nan')):.1f}",
-            )
+            table.add_row(str(c["id"]), " ".join(f"{k}={v}" for k, v in c["params"].items()),
+                          *(_cell(k, m.get(k)) for k in columns))
         console.print(table)
         if summary["best"]:
-            console.print(f"best: candidate {summary['best']['id']}, {summary['best']['metrics']['latency_ms']:.4f} ms")
+            m = summary["best"]["metrics"]
+            ms = m.get("latency_ms")
+            console.print(f"best: candidate {summary['best']['id']}" + (f", {ms:.4f} ms" if isinstance(ms, (int, float)) else ""))
         if summary.get("baseline"):
             b = summary["baseline"]
             line = f"numpy baseline: {b['latency_ms']:.4f} ms"
             if "speedup" in b:
                 line += f" (best is {b['speedup']:.2f}x faster)"
             console.print(line)
+
+
+def _cell(name: str, value: Any) -> str:
+    """One metric for the table: '-' when the candidate has none, errors in scientific notation."""
+    if not isinstance(value, (int, float)):
+        return "-"
+    return f"{value:.2e}" if "error" in name else f"{value:.4g}"

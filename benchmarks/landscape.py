@@ -1,0 +1,161 @@
+"""How hard each recorded landscape makes its optimum to find: the figures behind the search
+benchmark's medians.
+
+    python -m benchmarks.landscape [--cache FILE ...] [--out DIR] [--json]
+
+Per Kernel Tuner cache file (default: every file of the shared tuning-cache folder), over the
+recorded configurations with a valid ``time`` (ms; failures excluded):
+
+- ``second_best``: the second-best time / the optimum (the optimum's margin).
+- ``best_neighbour``: the best time among the optimum's recorded Hamming-1 neighbours (one
+  parameter changed) / the optimum. A large value makes the optimum a lone spike: no
+  neighbour leads to it.
+- ``within_1pct``, ``within_5pct``: configurations within 1% / 5% of the optimum, and
+  ``random_evals_1pct``: the expected number of uniform random evaluations without
+  replacement to reach one of the ``k`` within 1% among ``n``, ``(n + 1) / (k + 1)`` (the
+  expected position of the first of ``k`` marked items in a random order of ``n``).
+- ``fdc``: fitness-distance correlation (Jones & Forrest, "Fitness Distance Correlation as a
+  Measure of Problem Difficulty for Genetic Algorithms", ICGA 1995): the Pearson correlation
+  of log(time / optimum) with the Hamming distance to the optimum (parameters that differ).
+  Near 1, fast configurations sit near the optimum and a search is led to it; near 0 the
+  distance says nothing.
+- ``neighbour_corr``: the Pearson correlation of a configuration's log time with the mean
+  log time of its recorded Hamming-1 neighbours (Weinberger's autocorrelation at distance
+  one, "Correlated and uncorrelated fitness landscapes", Biological Cybernetics 63, 1990):
+  1 for a smooth landscape, 0 for one whose neighbours are unrelated.
+- ``neighbour_rank``: the rank of the optimum's best neighbour among all configurations
+  (the optimum is 1): a search that climbs from its best ``k`` configurations steps onto the
+  optimum from a neighbour only once ``k`` reaches this rank.
+
+Output: ``<out>/landscape.md`` (table) and ``landscape.json``; ``--json`` prints the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks._report import emit  # noqa: E402
+from benchmarks.search_efficiency import default_caches  # noqa: E402
+from kernels.tuning_cache import load_cache  # noqa: E402
+
+COLUMNS = ("dataset", "configurations", "failed", "second_best", "best_neighbour", "within_1pct", "within_5pct",
+           "neighbour_rank", "random_evals_1pct", "fdc", "neighbour_corr")
+
+
+def _pearson(x: np.ndarray, y: np.ndarray) -> float | None:
+    if len(x) < 3 or np.std(x) == 0 or np.std(y) == 0:
+        return None
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def _neighbour_corr(index: np.ndarray, log_t: np.ndarray, rows: np.ndarray, sizes: list[int]) -> float | None:
+    """Correlation of log time with the mean log time of the recorded Hamming-1 neighbours, over
+    ``rows`` (indices into ``index``, an [n, p] int array of value indices; ``sizes[j]`` values
+    for parameter j) that have a neighbour among ``rows``."""
+    where = {tuple(index[r]): r for r in rows}
+    own, around = [], []
+    for r in rows:
+        key = list(index[r])
+        found = []
+        for j, size in enumerate(sizes):
+            kept = key[j]
+            for other in range(size):
+                if other != kept:
+                    key[j] = other
+                    q = where.get(tuple(key))
+                    if q is not None:
+                        found.append(log_t[q])
+            key[j] = kept
+        if found:
+            own.append(log_t[r])
+            around.append(float(np.mean(found)))
+    return _pearson(np.array(own), np.array(around))
+
+
+def describe(path: Path) -> dict:
+    """The difficulty figures of one cache file (see the module docstring).
+
+    Raises:
+        kernels.tuning_cache.TuningCacheError: the file is not a Kernel Tuner cache.
+    """
+    cache = load_cache(path)
+    names = list(cache.tune_params_keys)
+    values = {k: list(cache.tune_params[k]) for k in names}
+    keys, times = [], []
+    for key, rec in cache.entries.items():
+        t = rec.get("time")
+        if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0:
+            keys.append(key)
+            times.append(float(t))
+    t = np.array(times)
+    params = [cache.params_of(k) for k in keys]
+    index = np.array([[values[k].index(p[k]) for k in names] for p in params])
+    sizes = [len(values[k]) for k in names]
+    opt = int(np.argmin(t))
+    log_t = np.log(t / t[opt])
+    hamming = (index != index[opt]).sum(axis=1)
+    neighbours = np.flatnonzero(hamming == 1)
+    within = {pct: int(np.count_nonzero(t <= t[opt] * (1 + pct / 100) + 1e-12)) for pct in (1, 5)}
+    ordered = np.sort(t)
+    return {
+        "dataset": cache.name,
+        "configurations": int(len(t)),
+        "failed": int(cache.failed_count),
+        "second_best": float(ordered[1] / ordered[0]) if len(t) > 1 else None,
+        "best_neighbour": float(t[neighbours].min() / t[opt]) if len(neighbours) else None,
+        "neighbour_rank": 1 + int(np.count_nonzero(t < t[neighbours].min())) if len(neighbours) else None,
+        "within_1pct": within[1],
+        "within_5pct": within[5],
+        "random_evals_1pct": (len(t) + 1) / (within[1] + 1),
+        "fdc": _pearson(hamming.astype(float), log_t),
+        "neighbour_corr": _neighbour_corr(index, log_t, np.arange(len(t)), sizes),
+    }
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 100 else f"{v:.0f}"
+    return str(v)
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_fmt(r[c]) for c in COLUMNS) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", action="append", type=Path, help="Kernel Tuner cache file (repeatable)")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    args = parser.parse_args(argv)
+    caches = args.cache or default_caches()
+    if not caches:
+        parser.error("no cache files: pass --cache FILE")
+    started = time.perf_counter()
+    rows = [describe(Path(c)) for c in caches]
+    payload = {"results": rows, "seconds": time.perf_counter() - started}
+    lone = [r["dataset"] for r in rows if (r["best_neighbour"] or 1.0) >= 1.1 and r["within_1pct"] == 1]
+    verdict = (f"Lone-spike optima (no other configuration within 1%, best neighbour 10% or more behind): "
+               f"{', '.join(lone) or 'none'}.")
+    emit(args.out, "landscape", "Landscape difficulty of the recorded tuning data", argv, f"{len(rows)} files.",
+         payload, markdown(rows), verdict, as_json=args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,46 @@
+"""The landscape-difficulty figures, on small recorded spaces whose answers are known."""
+
+import json
+import math
+
+import pytest
+
+from benchmarks import landscape
+
+
+def _cache(tmp_path, name, times):
+    """A Kernel Tuner cache file over A, B in {1, 2, 3} with ``times[(a, b)]`` (ms)."""
+    cache = {f"{a},{b}": {"A": a, "B": b, "time": t} for (a, b), t in times.items()}
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"device_name": "test", "tune_params_keys": ["A", "B"],
+                                "tune_params": {"A": [1, 2, 3], "B": [1, 2, 3]}, "cache": cache}))
+    return path
+
+
+def test_a_lone_spike_is_measured_as_one(tmp_path):
+    # The optimum (3, 3) is surrounded by slow neighbours; the far corner is nearly as fast.
+    times = {(3, 3): 1.0, (3, 1): 2.0, (3, 2): 2.0, (1, 3): 2.0, (2, 3): 2.0,
+             (1, 1): 1.2, (1, 2): 1.3, (2, 1): 1.25, (2, 2): 1.5}
+    row = landscape.describe(_cache(tmp_path, "spike", times))
+    assert row["configurations"] == 9 and row["failed"] == 0
+    assert row["second_best"] == pytest.approx(1.2) and row["best_neighbour"] == pytest.approx(2.0)
+    assert row["neighbour_rank"] == 6  # five configurations are faster than its best neighbour
+    assert row["within_1pct"] == row["within_5pct"] == 1 and row["random_evals_1pct"] == pytest.approx(5.0)
+    assert row["fdc"] < 0  # deceptive: the farther from the optimum, the faster
+
+
+def test_a_smooth_bowl_has_high_correlations(tmp_path):
+    times = {(a, b): 1.0 + 0.1 * ((3 - a) + (3 - b)) for a in (1, 2, 3) for b in (1, 2, 3)}
+    row = landscape.describe(_cache(tmp_path, "bowl", times))
+    assert row["best_neighbour"] == pytest.approx(1.1) and row["neighbour_rank"] == 2
+    assert row["fdc"] > 0.8 and row["neighbour_corr"] > 0.5
+
+
+def test_the_command_writes_its_table_and_json(tmp_path, capsys):
+    times = {(a, b): 1.0 + a + b for a in (1, 2, 3) for b in (1, 2, 3)}
+    path = _cache(tmp_path, "plain", times)
+    assert landscape.main(["--cache", str(path), "--out", str(tmp_path / "out"), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert [r["dataset"] for r in payload["results"]] == ["plain"]
+    assert math.isfinite(payload["results"][0]["fdc"])
+    assert "| plain | 9 |" in (tmp_path / "out" / "landscape.md").read_text()
