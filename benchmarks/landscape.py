@@ -33,7 +33,6 @@ Output: ``<out>/landscape.md`` (table) and ``landscape.json``; ``--json`` prints
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time

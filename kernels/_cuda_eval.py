@@ -196,6 +196,7 @@ class CudaEvaluation:
             return self.finish(Outcome.invalid, f"bad launch plan: {exc}")
         self.fingerprint["launch_plan"] = plan.to_dict()
         self.custom_plan = plan.to_dict() if self.launch_plan is not None else None  # part of the hash
+        compiling = time.monotonic()
         try:
             artifact = self.be.compile(self.source, defines, self.compile_options)
         except CompileError as exc:
@@ -205,6 +206,7 @@ class CudaEvaluation:
             return self.finish(Outcome.invalid, f"bad compile options: {exc}")
         self.artifact = artifact
         self.fingerprint["compile_options"] = artifact.options.to_dict()
+        self.fingerprint["compile_s"] = round(time.monotonic() - compiling, 4)
         self.sections.append(f"== compile ({artifact.kind}) ==\n"
                              f"{'(cached)' if artifact.cached else artifact.log or '(no output)'}")
         found = artifact.static.get("kernels")
@@ -267,6 +269,7 @@ class CudaEvaluation:
     def judge(self, run: ChildRun, workdir: Path) -> Evidence:
         """Classify the child's run (its files in ``workdir``) and finish the evidence."""
         self.fingerprint["sandbox"] = run.sandbox or {"error": "the child exited before reporting its sandbox"}
+        self.fingerprint["child_wall_s"] = {"cuda": round(run.wall_s, 4)}
         if run.stdout:
             self.sections.append(f"== child stdout (tail) ==\n{run.stdout}")
         if run.stderr:

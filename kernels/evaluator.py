@@ -98,8 +98,9 @@ class Evidence:
         fingerprint: backend environment (compiler, flags, CPU) plus evaluation settings:
             ``bench``, ``seed``, ``omp`` / ``omp_validation`` (OpenMP environment of the
             timing / validation child), ``limits`` (physical limits and their source),
-            ``sandbox`` (what the sandbox applied, see :mod:`kernels.sandbox`) and
-            ``child_wall_s`` (seconds per child, start to exit).
+            ``sandbox`` (what the sandbox applied, see :mod:`kernels.sandbox`),
+            ``child_wall_s`` (seconds per child, start to exit) and ``compile_s`` (seconds in
+            the compiler, or reading the compile cache).
         duration_s: wall-clock seconds of the whole evaluation.
         static: static evidence (CUDA: nvcc's registers, spills, shared memory per kernel
             and the theoretical occupancy of every launch, see
@@ -878,11 +879,13 @@ def evaluate(
             workdirs[phase] = make_workdir(policy, {}, hand_over_dir=False)
         logdir = Path(tempfile.mkdtemp(prefix="int21-log-"))
         expected = Expected(wl, cases_plan, timed, workdirs=workdirs, policy=policy).start()
+        compiling = time.monotonic()
         try:
             artifact = be.compile(source, defines)
         except CompileError as exc:
             sections.append(f"== compile ==\n{exc.log}")
             return finish(Outcome.compile_error, str(exc))
+        fingerprint["compile_s"] = round(time.monotonic() - compiling, 4)
         sections.append(f"== compile ==\n{'(cached)' if artifact.cached else artifact.log or '(no output)'}")
         evict_lib = _evict_library(be, bench, sections)
         # Each child gets its own copy of the library. The eviction helper is loaded before the

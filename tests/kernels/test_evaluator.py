@@ -58,6 +58,8 @@ def test_the_default_template_is_ok_with_timings(params, quick_bench):
     ev = run(load_template("rmsnorm"), quick_bench, params)
     assert ev.status == Outcome.ok, ev.log
     assert ev.metrics["latency_ms"] > 0
+    assert 0 < ev.fingerprint["compile_s"] and set(ev.fingerprint["child_wall_s"]) == {"validation", "timing"}
+    assert ev.fingerprint["compile_s"] + sum(ev.fingerprint["child_wall_s"].values()) < ev.duration_s
     assert ev.metrics["latency_ci_low_ms"] <= ev.metrics["latency_ms"] <= ev.metrics["latency_ci_high_ms"]
     assert ev.metrics["gbps"] > 0 and ev.metrics["gflops"] > 0
     assert ev.metrics["max_rel_error"] < 5e-5
