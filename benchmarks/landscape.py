@@ -46,7 +46,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks._report import emit  # noqa: E402
 from benchmarks.search_efficiency import default_caches  # noqa: E402
-from kernels.tuning_cache import load_cache  # noqa: E402
+from kernels.tuning_cache import TuningCacheError, load_cache  # noqa: E402
 
 COLUMNS = ("dataset", "configurations", "failed", "second_best", "best_neighbour", "within_1pct", "within_5pct",
            "neighbour_rank", "random_evals_1pct", "fdc", "neighbour_corr")
@@ -86,7 +86,9 @@ def describe(path: Path) -> dict:
     """The difficulty figures of one cache file (see the module docstring).
 
     Raises:
-        kernels.tuning_cache.TuningCacheError: the file is not a Kernel Tuner cache.
+        FileNotFoundError: no such file.
+        kernels.tuning_cache.TuningCacheError: the file is not a Kernel Tuner cache, or it
+            records no configuration with a valid time.
     """
     cache = load_cache(path)
     names = list(cache.tune_params_keys)
@@ -97,6 +99,8 @@ def describe(path: Path) -> dict:
         if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0:
             keys.append(key)
             times.append(float(t))
+    if not times:
+        raise TuningCacheError(f"{path}: no configuration with a valid time")
     t = np.array(times)
     params = [cache.params_of(k) for k in keys]
     index = np.array([[values[k].index(p[k]) for k in names] for p in params])
@@ -146,7 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     if not caches:
         parser.error("no cache files: pass --cache FILE")
     started = time.perf_counter()
-    rows = [describe(Path(c)) for c in caches]
+    try:
+        rows = [describe(Path(c)) for c in caches]
+    except (OSError, TuningCacheError) as exc:
+        parser.error(str(exc))
     payload = {"results": rows, "seconds": time.perf_counter() - started}
     lone = [r["dataset"] for r in rows if (r["best_neighbour"] or 1.0) >= 1.1 and r["within_1pct"] == 1]
     verdict = (f"Lone-spike optima (no other configuration within 1%, best neighbour 10% or more behind): "

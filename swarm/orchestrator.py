@@ -297,7 +297,9 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
     short = 0
     for record in records:
         if shares.get(record.name, 0) > 0:
-            short += shares[record.name] - ask(record, shares[record.name])
+            got = ask(record, shares[record.name])
+            short += shares[record.name] - got
+            shares[record.name] = min(got, shares[record.name])  # what it filled
     # Slots an agent could not fill (it failed, or had nothing new) go to the others, best
     # credit first, each asked once: a failing agent neither ends the run early nor shrinks
     # the generation while another agent still has something to propose.

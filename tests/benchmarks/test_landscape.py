@@ -44,3 +44,18 @@ def test_the_command_writes_its_table_and_json(tmp_path, capsys):
     assert [r["dataset"] for r in payload["results"]] == ["plain"]
     assert math.isfinite(payload["results"][0]["fdc"])
     assert "| plain | 9 |" in (tmp_path / "out" / "landscape.md").read_text()
+
+
+def test_files_without_valid_times_or_not_caches_are_refused_clearly(tmp_path, capsys):
+    failed = tmp_path / "failed.json"
+    failed.write_text(json.dumps({"tune_params_keys": ["A"], "tune_params": {"A": [1, 2]},
+                                  "cache": {"1": {"A": 1, "time": "RuntimeFailedConfig"}}}))
+    with pytest.raises(SystemExit):
+        landscape.main(["--cache", str(failed), "--out", str(tmp_path)])
+    assert "no configuration with a valid time" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        landscape.main(["--cache", str(tmp_path / "missing.json"), "--out", str(tmp_path)])
+    assert "missing.json" in capsys.readouterr().err
+    single = _cache(tmp_path, "single", {(1, 1): 2.0})
+    row = landscape.describe(single)
+    assert row["second_best"] is None and row["best_neighbour"] is None and row["fdc"] is None

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from swarm import orchestrator
-from swarm.models import Candidate, CandidateStatus, Evidence, Run
+from swarm.models import Candidate, CandidateStatus, Evidence, Generation, Run
 
 
 def drive(run, pending):
@@ -228,6 +228,8 @@ def test_an_agent_that_raises_is_recorded_and_the_others_go_on(monkeypatch):
     assert failures.exists() and all(f.error == "the agent failed: RuntimeError: boom" for f in failures)
     agents = {a.name: a for a in run.agents.all()}
     assert agents["f"].failed_proposals == failures.count() and agents["r"].evaluations == 12
+    # Each generation's shares are the slots filled: all four by the random agent.
+    assert [g.shares for g in Generation.objects.filter(run=run).order_by("number")] == [{"f": 0, "r": 4}] * 3
 
     # With every agent failing, the run ends instead of staying "running".
     run2, pending2 = orchestrator.start_run(synthetic_goal(name="other"), budget=8, seed=1, agents=[
