@@ -62,6 +62,7 @@ from kernels.hashing import array_digest
 
 GUARD_BITS = np.uint32(0xA5A5A5A5)
 LATE_CHECK_DELAY_S = 0.02  # outputs are re-read at least this long after the last call
+UNWRITTEN_SAMPLE = 64  # output elements per output checked for NaN after every timed-phase call
 
 
 def save_new(name: str, array: np.ndarray) -> None:
@@ -248,6 +249,17 @@ def _prepare_cpu(req: dict):
             cur = [len(sets) - 1]
             salt_rng = np.random.default_rng([int(item["fresh_seed"]), 1])
             salted: list = [None]  # (set, swaps) of the call about to run or just run
+            # Every call's outputs were NaN-filled before it: a call that left a sampled
+            # element NaN skipped its work (the later calls' checks cannot see that).
+            sample = {k: np.unique(np.linspace(0, n - 1, min(n, UNWRITTEN_SAMPLE)).astype(np.intp))
+                      for k, n in sets[0].sizes.items()}
+            made, unwritten = [0], [0]
+
+            def check_written() -> None:
+                """Untimed, after each call: its sampled output elements are not NaN."""
+                s = sets[cur[0]]
+                if any(np.isnan(s.outputs[k][s.guard + idx]).any() for k, idx in sample.items()):
+                    unwritten[0] += 1
 
             def unsalt() -> None:
                 if salted[0] is not None:
@@ -256,6 +268,9 @@ def _prepare_cpu(req: dict):
 
             def rotate() -> None:
                 # Fresh input contents each call: the next set, with two values of a row swapped.
+                if made[0]:
+                    check_written()  # the call just made, before its set's outputs are reused
+                made[0] += 1
                 unsalt()
                 cur[0] = (cur[0] + 1) % len(sets)
                 salted[0] = (cur[0], sets[cur[0]].salt(salt_rng))
@@ -279,19 +294,21 @@ def _prepare_cpu(req: dict):
             samples = bench(call, settings, prepare=prepare, flush=evict if plans else rewrite,
                             timed_prepare=rotate if fills else None)
             late.snapshot(sets[cur[0]].outputs, f"{item['id']}_last")
+            check_written()  # the last call (the parent also validates its output in full)
             last_salt = salted[0][1] if salted[0] is not None else {}
             unsalt()  # the inputs as generated again (the parent checks them after the calls)
-            finished.append((item, sets, fresh, cur[0], samples, last_salt))
+            finished.append((item, sets, fresh, cur[0], samples, last_salt, made[0], unwritten[0]))
         # One wait for every last timed call (the shared output buffers are reused below).
         late.check(wait=True)
-        for item, sets, fresh, last, samples, last_salt in finished:
+        for item, sets, fresh, last, samples, last_salt, calls, skipped in finished:
             tid = item["id"]
             slot = (last + 1) % len(sets)
             sets[slot].refill(fresh)
             sets[slot].nan_outputs()
             fn(*sets[slot].args)
             late.snapshot(sets[slot].outputs, f"{tid}_fresh")
-            out[tid] = {"samples_ms": samples, "last_set": last, "fresh_slot": slot, "last_salt": last_salt}
+            out[tid] = {"samples_ms": samples, "last_set": last, "fresh_slot": slot, "last_salt": last_salt,
+                        "calls": calls, "unwritten": skipped}
         for item, sets, *_ in finished:  # while late writes to the fresh outputs would show
             slot = out[item["id"]]["fresh_slot"]
             given = item.get("digests") or [None] * len(sets)

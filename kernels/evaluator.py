@@ -520,9 +520,11 @@ def _salted(inputs: dict[str, np.ndarray], swaps: dict) -> dict[str, np.ndarray]
 
 
 def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, workdir: Path,
-                    expected: Expected, last_salt: dict | None = None, checks: dict | None = None) -> list[dict]:
+                    expected: Expected, last_salt: dict | None = None, checks: dict | None = None,
+                    unwritten: tuple[int, int] | None = None) -> list[dict]:
     """Records of the last timed call (its reference from the inputs as the call saw them:
-    the set with ``last_salt``'s swaps) and of the fresh-contents call after timing."""
+    the set with ``last_salt``'s swaps) and of the fresh-contents call after timing.
+    ``unwritten``: (calls of the timing phase that left a sampled output element NaN, calls)."""
     shape, tid = item["shape"], item["id"]
     expected.join()
     sets = [expected.inputs(shape, s) for s in item["seeds"]]
@@ -537,6 +539,10 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
         if why:
             last.update(reason=f"during timing: {why}", verdict=Outcome.invalid)
             return [last]
+    if unwritten and unwritten[0]:
+        last.update(reason=f"{unwritten[0]} of {unwritten[1]} calls while timing left output elements NaN (not "
+                           "written): the timings include calls that skipped the work", verdict=Outcome.wrong_result)
+        return [last]
     last_ref = (wl.reference(_salted(sets[last_set], last_salt), wl.attrs) if last_salt
                 else expected.get(shape, item["seeds"][last_set])[1])
     for rec, prefix, ref, what in (
@@ -580,6 +586,7 @@ def _parse_result(run: ChildRun, timed: list[dict]) -> tuple[dict[str, dict], di
             and all(isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s >= 0 for s in t["samples_ms"])
             and index_ok(t.get("last_set"), len(item["seeds"]))
             and index_ok(t.get("fresh_slot"), len(item["seeds"]))
+            and ("unwritten" not in t or (index_ok(t.get("calls"), 2**62) and index_ok(t["unwritten"], t["calls"] + 1)))
         )
         if not ok:
             raise _Broken(f"timing data for {shape_label(item['shape'])} is missing or malformed")
@@ -712,12 +719,16 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
             missing = [w for w in wanted if w not in checks]
             if missing:
                 raise _Broken(f"the child reported no input check for {', '.join(missing[:3])}")
+            missing = [shape_label(t["shape"]) for t in timed if "unwritten" not in result[t["id"]]]
+            if missing:
+                raise _Broken(f"the child reported no check of unwritten outputs for {', '.join(missing[:3])}")
         vdir, tdir = workdir if isinstance(workdir, tuple) else (workdir, workdir)
         cases = (list(validated) if validated is not None
                  else [_validate_case(wl, c, vdir, expected, checks) for c in cases_plan])
         for t in timed:
-            cases += _validate_timed(wl, t, result[t["id"]]["last_set"], result[t["id"]]["fresh_slot"], tdir,
-                                     expected, result[t["id"]].get("last_salt"), checks)
+            r = result[t["id"]]
+            cases += _validate_timed(wl, t, r["last_set"], r["fresh_slot"], tdir, expected, r.get("last_salt"),
+                                     checks, (r["unwritten"], r["calls"]) if "unwritten" in r else None)
     except _Broken as exc:
         return Outcome.runtime_error, str(exc), [], {}, {}
     metrics, samples = _metrics(wl, timed, result, cases, limits)

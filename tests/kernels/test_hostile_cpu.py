@@ -86,6 +86,14 @@ WRITES_PAST_INPUT = k("rms_rows(x, w, y, rows, hidden, eps); ((float *)w)[hidden
 
 # A static buffer filled on the first call and copied out whenever the size matches: caught
 # by the second seed of the odd shape (and by every timed output re-validated).
+# Returns without working on its fifth call, only in a process that has not seen the odd
+# validation shape (hidden 259): the timing child, where that call is an early warm-up or timed
+# call whose output no later check reads. Its timings would average in a call that did nothing.
+SKIPS_A_TIMED_CALL = k("""
+    static int calls, saw_odd;
+    if (hidden % 2) saw_odd = 1;
+    if (++calls == 5 && !saw_odd) return;
+    rms_rows(x, w, y, rows, hidden, eps);""")
 CACHES_BY_SIZE = k(
     """
     static float *cache = 0; static long cached = -1;
@@ -313,6 +321,7 @@ HOSTILE = [
     ("exits the process", EXITS, {}, "test-small", {Outcome.runtime_error}),
     ("forges the result pipe", FORGES_THE_RESULT_PIPE, {}, "test-small", {Outcome.runtime_error}),
     ("does no work", DOES_NO_WORK, {}, "test-small", {Outcome.wrong_result}),
+    ("skips the work on one timed call", SKIPS_A_TIMED_CALL, {}, "test-small", {Outcome.wrong_result}),
     ("writes past its output", WRITES_PAST_OUTPUT, {}, "test-small", {Outcome.invalid}),
     ("writes before its output", WRITES_BEFORE_OUTPUT, {}, "test-small", {Outcome.invalid}),
     ("modifies its input", MODIFIES_INPUT, {}, "test-small", {Outcome.invalid}),
@@ -376,6 +385,7 @@ def test_the_reasons_name_what_was_caught(quick_bench):
     assert "wrote before the start of output 'y'" in run(WRITES_BEFORE_OUTPUT, quick_bench).log
     assert "wrote outside input 'w'" in run(WRITES_PAST_INPUT, quick_bench).log
     assert "SIGSEGV" in run(SEGFAULTS, quick_bench).log
+    assert "1 of" in (log := run(SKIPS_A_TIMED_CALL, quick_bench).log) and "left output elements NaN" in log
 
 
 # -- attacks the sandbox must stop -------------------------------------------------------------
