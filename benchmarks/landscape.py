@@ -53,9 +53,12 @@ COLUMNS = ("dataset", "configurations", "failed", "second_best", "best_neighbour
 
 
 def _pearson(x: np.ndarray, y: np.ndarray) -> float | None:
-    if len(x) < 3 or np.std(x) == 0 or np.std(y) == 0:
-        return None
-    return float(np.corrcoef(x, y)[0, 1])
+    """Pearson correlation, or None where it is undefined (constant or too few values)."""
+    with np.errstate(all="ignore"):
+        if len(x) < 3 or not np.std(x) > 0 or not np.std(y) > 0:
+            return None
+        r = float(np.corrcoef(x, y)[0, 1])
+    return r if math.isfinite(r) else None
 
 
 def _neighbour_corr(index: np.ndarray, log_t: np.ndarray, rows: np.ndarray, sizes: list[int]) -> float | None:
@@ -102,8 +105,11 @@ def describe(path: Path) -> dict:
     if not times:
         raise TuningCacheError(f"{path}: no configuration with a valid time")
     t = np.array(times)
-    params = [cache.params_of(k) for k in keys]
-    index = np.array([[values[k].index(p[k]) for k in names] for p in params])
+    position = {k: {v: i for i, v in enumerate(values[k])} for k in names}
+    try:
+        index = np.array([[position[k][p[k]] for k in names] for p in map(cache.params_of, keys)])
+    except (KeyError, TypeError) as exc:
+        raise TuningCacheError(f"{path}: an entry's parameters do not match tune_params ({exc!r})") from None
     sizes = [len(values[k]) for k in names]
     opt = int(np.argmin(t))
     log_t = np.log(t / t[opt])
@@ -114,7 +120,7 @@ def describe(path: Path) -> dict:
     return {
         "dataset": cache.name,
         "configurations": int(len(t)),
-        "failed": int(cache.failed_count),
+        "failed": int(len(cache.entries) - len(t)),  # no valid time: failures and anything else
         "second_best": float(ordered[1] / ordered[0]) if len(t) > 1 else None,
         "best_neighbour": float(t[neighbours].min() / t[opt]) if len(neighbours) else None,
         "neighbour_rank": 1 + int(np.count_nonzero(t < t[neighbours].min())) if len(neighbours) else None,
@@ -130,7 +136,7 @@ def _fmt(v) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
-        return f"{v:.3f}" if abs(v) < 100 else f"{v:.0f}"
+        return f"{v:.3f}" if abs(v) < 100 else f"{v:.4g}"
     return str(v)
 
 

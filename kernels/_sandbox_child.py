@@ -2,9 +2,9 @@
 
 Nothing here judges correctness: the trusted parent generates the inputs from (shape, seed)
 (saved into this directory before the child starts; generated here when absent), keeps its
-own copies, computes the reference and classifies. The child reports timing samples and the
-unchanged-input checks on a dedicated pipe and leaves raw outputs as ``.npy`` files in its
-private cwd.
+own copies, computes the reference and classifies. The child reports timing samples, the
+unchanged-input checks and the digests of the files it saved on a dedicated pipe and leaves
+raw outputs as ``.npy`` files in its private cwd.
 
 Phases:
 
@@ -36,9 +36,13 @@ own copies (set ``j`` at ``fresh_slot`` holds the fresh contents). Only an input
 differs from the one the request gives (or where the request gives none) is also saved, as
 ``<case>_after_<i>.npy`` / ``<timed>_after<j>_<i>.npy``, for the parent to count the changed
 elements. Saving every input for the parent to compare cost more than the calls for large
-inputs (24 MB: about 60 ms to write and 25 ms to read back, against 15 ms to digest). The
-verdict never rests on a file in this directory (the candidate can rewrite them), and a result
-without the report is a ``runtime_error``. Like every report of this process (the timing
+inputs (24 MB: about 60 ms to write and 25 ms to read back, against 15 ms to digest).
+
+Every file this process saves is created anew (``O_EXCL``, no links followed) and its digest
+reported as ``result["files"]`` (``{file name: sha256}``): the candidate can rewrite files in
+this directory, so the parent reads a file only if it still holds the bytes this process saved,
+and ignores any file not reported. A result without these reports is a ``runtime_error``. Like
+every report of this process (the timing
 samples too), it is only as trustworthy as the process, whose address space the candidate
 shares: code written to forge reports from inside it (through the Python C API, say) can; the
 sandbox protects the host from such a candidate, not the figures.
@@ -65,13 +69,21 @@ LATE_CHECK_DELAY_S = 0.02  # outputs are re-read at least this long after the la
 UNWRITTEN_SAMPLE = 64  # output elements per output checked for NaN after every timed-phase call
 
 
+#: sha256 (:func:`kernels.hashing.array_digest`) of every array this process saved, by file
+#: name, reported with the result: the parent judges a file only if it still holds these bytes
+#: (the candidate can rewrite files in this directory).
+SAVED: dict[str, str] = {}
+
+
 def save_new(name: str, array: np.ndarray) -> None:
-    """``np.save`` to a file this call creates: a name the candidate took first (a planted
-    FIFO would block the open, a link would redirect it) raises ``FileExistsError`` naming it.
+    """``np.save`` to a file this call creates, and its digest into :data:`SAVED`: a name the
+    candidate took first (a planted FIFO would block the open, a link would redirect it)
+    raises ``FileExistsError`` naming it.
 
     Raises:
         FileExistsError: ``name`` exists already.
     """
+    SAVED[name] = array_digest(array)
     try:
         fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
@@ -154,7 +166,7 @@ class _Io:
             bits, n = buf.view(np.uint32), buf.size - 2 * g
             digest = array_digest(buf[g : g + n])
             if digest != (digests or {}).get(k):
-                save_new(f"{prefix}_{k}.npy", buf)
+                save_new(f"{prefix}_{k}.npy", buf.copy())  # one state: digest and file agree
             out[k] = [digest, int(np.count_nonzero(bits[:g] != GUARD_BITS)),
                       int(np.count_nonzero(bits[g + n :] != GUARD_BITS))]
         return out
@@ -245,21 +257,25 @@ def _prepare_cpu(req: dict):
             checks[f"{cid}_after"] = io_.check_inputs(case.get("digests"), f"{cid}_after")
         out = {}
         finished = []
+        spot = np.random.default_rng()  # seeded from OS entropy: unknown to the candidate
         for item, sets, fresh in timed:
             cur = [len(sets) - 1]
             salt_rng = np.random.default_rng([int(item["fresh_seed"]), 1])
             salted: list = [None]  # (set, swaps) of the call about to run or just run
             # Every call's outputs were NaN-filled before it: a call that left a sampled
-            # element NaN skipped its work (the later calls' checks cannot see that).
-            sample = {k: np.unique(np.linspace(0, n - 1, min(n, UNWRITTEN_SAMPLE)).astype(np.intp))
-                      for k, n in sets[0].sizes.items()}
+            # element NaN skipped its work (the later calls' checks cannot see that). The
+            # elements are drawn anew for every call from OS entropy, so a candidate cannot
+            # write just those.
             made, unwritten = [0], [0]
 
             def check_written() -> None:
                 """Untimed, after each call: its sampled output elements are not NaN."""
                 s = sets[cur[0]]
-                if any(np.isnan(s.outputs[k][s.guard + idx]).any() for k, idx in sample.items()):
-                    unwritten[0] += 1
+                for k, n in s.sizes.items():
+                    idx = spot.integers(0, n, UNWRITTEN_SAMPLE) + s.guard
+                    if np.isnan(s.outputs[k][idx]).any():
+                        unwritten[0] += 1
+                        return
 
             def unsalt() -> None:
                 if salted[0] is not None:
@@ -316,7 +332,7 @@ def _prepare_cpu(req: dict):
                 tag = f"{item['id']}_after{j}"
                 checks[tag] = io_.check_inputs(item.get("fresh_digests") if j == slot else given[j], tag)
         late.check(wait=True)
-        return {"ok": True, "timed": out, "flush": flush_method, "inputs": checks}
+        return {"ok": True, "timed": out, "flush": flush_method, "inputs": checks, "files": SAVED}
 
     return run
 

@@ -350,9 +350,26 @@ class _Broken(Exception):
     """The child's results are missing or malformed (-> runtime_error)."""
 
 
-def _load(workdir: Path, name: str, size: int, *, missing_ok: bool = False) -> np.ndarray | None:
+class _Tampered(_Broken):
+    """A file the child saved was changed afterwards: the candidate rewrote its evidence."""
+
+
+def _load(workdir: Path, name: str, size: int, *, missing_ok: bool = False,
+          digests: dict[str, str] | None = None) -> np.ndarray | None:
     """A float32 array of ``size`` elements saved by the child, read defensively: no symlinks,
-    regular files only, bounded size (the child owned the directory)."""
+    regular files only, bounded size (the child owned the directory).
+
+    ``digests``: the child's report of the files it saved (``result["files"]``, the CPU
+    child's). A file it does not list is treated as absent (the candidate may have planted
+    it), and a listed file must still hold the bytes the child saved (the candidate may have
+    rewritten it: :class:`_Tampered`). Raises :class:`_Broken`."""
+    want = None
+    if digests is not None:
+        want = digests.get(name)
+        if want is None:
+            if missing_ok:
+                return None
+            raise _Broken(f"result file {name}: the child reported no such file")
     path = workdir / name
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -372,7 +389,10 @@ def _load(workdir: Path, name: str, size: int, *, missing_ok: bool = False) -> n
             raise _Broken(f"result file {name} unreadable: {exc}") from None
     if arr.dtype != np.float32 or arr.size != size:
         raise _Broken(f"result file {name} has dtype {arr.dtype} shape {arr.shape}, expected {size} float32")
-    return np.ascontiguousarray(arr).reshape(-1)
+    arr = np.ascontiguousarray(arr).reshape(-1)
+    if want is not None and array_digest(arr) != want:
+        raise _Tampered(f"result file {name} no longer holds what the child saved: rewritten after the call")
+    return arr
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -388,9 +408,11 @@ def _guard_hits(buf: np.ndarray, n: int) -> tuple[int, int]:
 
 
 def _check_outputs(
-    wl: Workload, shape: dict, prefix: str, workdir: Path, ref: dict[str, np.ndarray]
+    wl: Workload, shape: dict, prefix: str, workdir: Path, ref: dict[str, np.ndarray],
+    files: dict[str, str] | None = None,
 ) -> tuple[Outcome | None, str, dict[str, np.ndarray], float, float]:
-    """Guards, late writes and accuracy of one call's outputs (files ``<prefix>_<out>.npy``).
+    """Guards, late writes and accuracy of one call's outputs (files ``<prefix>_<out>.npy``,
+    checked against the child's ``files`` digests where it reports them, see :func:`_load`).
 
     Returns (verdict or None if passed, reason, outputs, max_abs_error, max_rel_error).
     """
@@ -399,13 +421,13 @@ def _check_outputs(
     g = GUARD_ELEMS
     for name, oshape in wl.output_shapes(shape).items():
         n = int(np.prod(oshape))
-        buf = _load(workdir, f"{prefix}_{name}.npy", n + 2 * g)
+        buf = _load(workdir, f"{prefix}_{name}.npy", n + 2 * g, digests=files)
         before, after = _guard_hits(buf, n)
         if after:
             return Outcome.invalid, f"wrote past the end of output '{name}' ({after} of {g} guard elements changed)", outs, math.nan, math.nan
         if before:
             return Outcome.invalid, f"wrote before the start of output '{name}' ({before} of {g} guard elements changed)", outs, math.nan, math.nan
-        late = _load(workdir, f"{prefix}_late_{name}.npy", n + 2 * g, missing_ok=True)
+        late = _load(workdir, f"{prefix}_late_{name}.npy", n + 2 * g, missing_ok=True, digests=files)
         if late is not None and not _same_bits(late, buf):
             changed = int(np.count_nonzero(late.view(np.uint32) != buf.view(np.uint32)))
             return Outcome.invalid, (
@@ -430,7 +452,8 @@ def _check_outputs(
 
 
 def _check_inputs(inputs: dict[str, np.ndarray], workdir: Path, name_fmt: str,
-                  reported: dict | None = None, digests: dict[str, str] | None = None) -> str:
+                  reported: dict | None = None, digests: dict[str, str] | None = None,
+                  files: dict[str, str] | None = None) -> str:
     """'' if every input (guards included) is unchanged, else what changed.
 
     ``reported``: the child's check of this set, ``{input: [sha256 of the body after the
@@ -457,7 +480,7 @@ def _check_inputs(inputs: dict[str, np.ndarray], workdir: Path, name_fmt: str,
             return f"wrote outside input '{name}' ({before_hit} guard elements before it, {after_hit} after it changed)"
         if changed:
             if after is None:
-                after = _load(workdir, name_fmt.format(inp=name), n + 2 * g, missing_ok=True)
+                after = _load(workdir, name_fmt.format(inp=name), n + 2 * g, missing_ok=True, digests=files)
             if after is None:
                 return f"modified input '{name}' (its digest after the calls differs)"
             count = int(np.count_nonzero(after[g : g + n].view(np.uint32) != arr.reshape(-1).view(np.uint32)))
@@ -470,22 +493,23 @@ def _record(kind: str, shape: dict, seed: int) -> dict:
             "max_abs_error": None, "max_rel_error": None, "passed": False, "reason": "", "verdict": None}
 
 
-def _validate_case(wl: Workload, case: dict, workdir: Path, expected: Expected, checks: dict) -> dict:
+def _validate_case(wl: Workload, case: dict, workdir: Path, expected: Expected, checks: dict,
+                   files: dict[str, str] | None = None) -> dict:
     shape, cid = case["shape"], case["id"]
     inputs, ref = expected.get(shape, case["seed"])
     record = _record(case.get("kind", "validation"), shape, case["seed"])
     reported = checks.get(f"{cid}_after")
     why = _check_inputs(inputs, workdir, f"{cid}_after_{{inp}}.npy", reported,
-                        expected.digests(shape, case["seed"]) if reported is not None else None)
+                        expected.digests(shape, case["seed"]) if reported is not None else None, files)
     if why:
         record.update(reason=why, verdict=Outcome.invalid)
         return record
-    v1, why1, y1, a1, r1 = _check_outputs(wl, shape, f"{cid}_call1", workdir, ref)
+    v1, why1, y1, a1, r1 = _check_outputs(wl, shape, f"{cid}_call1", workdir, ref, files)
     record.update(max_abs_error=a1, max_rel_error=r1)
     if v1:
         record.update(reason=f"first call: {why1}", verdict=v1)
         return record
-    v2, why2, y2, a2, r2 = _check_outputs(wl, shape, f"{cid}_call2", workdir, ref)
+    v2, why2, y2, a2, r2 = _check_outputs(wl, shape, f"{cid}_call2", workdir, ref, files)
     if v2:
         record.update(reason=f"second call (repeatability): {why2}", verdict=v2)
         return record
@@ -521,7 +545,7 @@ def _salted(inputs: dict[str, np.ndarray], swaps: dict) -> dict[str, np.ndarray]
 
 def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, workdir: Path,
                     expected: Expected, last_salt: dict | None = None, checks: dict | None = None,
-                    unwritten: tuple[int, int] | None = None) -> list[dict]:
+                    unwritten: tuple[int, int] | None = None, files: dict[str, str] | None = None) -> list[dict]:
     """Records of the last timed call (its reference from the inputs as the call saw them:
     the set with ``last_salt``'s swaps) and of the fresh-contents call after timing.
     ``unwritten``: (calls of the timing phase that left a sampled output element NaN, calls)."""
@@ -535,7 +559,7 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
         seed = item["fresh_seed"] if j == fresh_slot else item["seeds"][j]
         reported = (checks or {}).get(f"{tid}_after{j}")
         why = _check_inputs(fresh if j == fresh_slot else inputs, workdir, f"{tid}_after{j}_{{inp}}.npy", reported,
-                            expected.digests(shape, seed) if reported is not None else None)
+                            expected.digests(shape, seed) if reported is not None else None, files)
         if why:
             last.update(reason=f"during timing: {why}", verdict=Outcome.invalid)
             return [last]
@@ -550,7 +574,7 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
         (again, f"{tid}_fresh", expected.get(shape, item["fresh_seed"])[1],
          "call on fresh contents in the timed buffers"),
     ):
-        verdict, why, _, a, r = _check_outputs(wl, shape, prefix, workdir, ref)
+        verdict, why, _, a, r = _check_outputs(wl, shape, prefix, workdir, ref, files)
         rec.update(max_abs_error=a, max_rel_error=r)
         if verdict:
             rec.update(reason=f"{what}: {why}", verdict=verdict)
@@ -559,9 +583,10 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
     return [last, again]
 
 
-def _parse_result(run: ChildRun, timed: list[dict]) -> tuple[dict[str, dict], dict[str, dict]]:
+def _parse_result(run: ChildRun, timed: list[dict]) -> tuple[dict[str, dict], dict[str, dict], dict[str, str] | None]:
     """(timing data per timed item id, the child's input checks per set: ``result["inputs"]``,
-    empty where the child saved its inputs instead). Raises :class:`_Broken`."""
+    empty where the child saved its inputs instead, the digests of the files it saved:
+    ``result["files"]``, None where it reports none). Raises :class:`_Broken`."""
     try:
         result = json.loads(run.result.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
@@ -593,7 +618,10 @@ def _parse_result(run: ChildRun, timed: list[dict]) -> tuple[dict[str, dict], di
     checks = result.get("inputs", {})
     if not (isinstance(checks, dict) and all(isinstance(v, dict) for v in checks.values())):
         raise _Broken("the input checks are malformed")
-    return out, checks
+    files = result.get("files")
+    if files is not None and not (isinstance(files, dict) and all(isinstance(v, str) for v in files.values())):
+        raise _Broken("the digests of the saved files are malformed")
+    return out, checks, files
 
 
 def _reported_flush(run: ChildRun) -> str | None:
@@ -694,8 +722,10 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
             here.
         validated: records of ``cases_plan`` already judged (by an earlier call on the
             validation run alone), used instead of judging those cases again.
-        input_report: the child reports its input digests (the CPU child): a set without
-            one is a ``runtime_error``, never judged from files in the child's directory.
+        input_report: the child reports its input digests and those of the files it saved
+            (the CPU child): a set without its input check or a run without the file
+            digests is a ``runtime_error``, a file that no longer matches its digest
+            ``invalid``.
 
     Returns (status, reason, cases, metrics, samples_ms).
     """
@@ -709,10 +739,15 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
     try:
         result: dict[str, dict] = {}
         checks: dict[str, dict] = {}
+        files: dict[str, str] | None = {} if input_report else None
         for i, r in enumerate(runs):
-            timing, reported = _parse_result(r, timed if i == len(runs) - 1 else [])
+            timing, reported, saved = _parse_result(r, timed if i == len(runs) - 1 else [])
             result.update(timing)
             checks.update(reported)
+            if input_report:
+                if saved is None:
+                    raise _Broken("the child reported no digests of the files it saved")
+                files.update(saved)  # file names differ between the two children
         if input_report:  # a result without the report (e.g. forged through the pipe) is broken
             wanted = [f"{c['id']}_after" for c in cases_plan if validated is None]
             wanted += [f"{t['id']}_after{j}" for t in timed for j in range(len(t["seeds"]))]
@@ -724,11 +759,13 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
                 raise _Broken(f"the child reported no check of unwritten outputs for {', '.join(missing[:3])}")
         vdir, tdir = workdir if isinstance(workdir, tuple) else (workdir, workdir)
         cases = (list(validated) if validated is not None
-                 else [_validate_case(wl, c, vdir, expected, checks) for c in cases_plan])
+                 else [_validate_case(wl, c, vdir, expected, checks, files) for c in cases_plan])
         for t in timed:
             r = result[t["id"]]
             cases += _validate_timed(wl, t, r["last_set"], r["fresh_slot"], tdir, expected, r.get("last_salt"),
-                                     checks, (r["unwritten"], r["calls"]) if "unwritten" in r else None)
+                                     checks, (r["unwritten"], r["calls"]) if "unwritten" in r else None, files)
+    except _Tampered as exc:
+        return Outcome.invalid, str(exc), [], {}, {}
     except _Broken as exc:
         return Outcome.runtime_error, str(exc), [], {}, {}
     metrics, samples = _metrics(wl, timed, result, cases, limits)

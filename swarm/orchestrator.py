@@ -269,7 +269,7 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
     seen = set(view.seen)
     proposed: list[tuple[AgentRecord, Proposal]] = []
     usage = dict(run.llm_usage)
-    failed: set[str] = set()
+    fell_short: set[str] = set()
 
     def ask(record: AgentRecord, k: int) -> int:
         """Ask ``record``'s agent for ``k`` proposals; returns how many are new, valid points."""
@@ -279,9 +279,12 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
         except Exception as exc:  # noqa: BLE001 - one agent's fault must not stop the run
             log.exception("run %s: agent %r failed to propose in generation %s", run.pk, record.name, number)
             agent, proposals = None, [Proposal(params={}, error=f"the agent failed: {type(exc).__name__}: {exc}")]
-            failed.add(record.name)
-        usable = 0
+        usable = given = 0
         for proposal in proposals:
+            if not proposal.error:
+                if given >= k:
+                    continue  # more than asked for: the run's budget is not the agent's to spend
+                given += 1
             proposed.append((record, proposal))
             if proposal.error:
                 continue
@@ -290,6 +293,8 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
             elif view.space.contains(proposal.params) and (key := view.space.point_key(proposal.params)) not in seen:
                 seen.add(key)
                 usable += 1
+        if usable < k:
+            fell_short.add(record.name)  # raised, failed (an unreachable LLM) or had nothing new
         for name, v in (agent.usage if agent is not None else {}).items():
             usage[name] = usage.get(name, 0) + v
         return usable
@@ -299,14 +304,15 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
         if shares.get(record.name, 0) > 0:
             got = ask(record, shares[record.name])
             short += shares[record.name] - got
-            shares[record.name] = min(got, shares[record.name])  # what it filled
-    # Slots an agent could not fill (it failed, or had nothing new) go to the others, best
-    # credit first, each asked once: a failing agent neither ends the run early nor shrinks
-    # the generation while another agent still has something to propose.
+            shares[record.name] = got  # what it filled
+    # Slots an agent could not fill (it failed, or had nothing new) go to the agents that filled
+    # theirs, best credit first, each asked once: a failing agent neither ends the run early nor
+    # shrinks the generation while another agent still has something to propose, and one that
+    # fell short is not asked again (an LLM call that failed is not repeated at once).
     for record in sorted(records, key=lambda r: -scores.get(r.name, 0.0)):
         if short <= 0:
             break
-        if record.paused or record.boost <= 0 or record.name in failed:
+        if record.paused or record.boost <= 0 or record.name in fell_short:
             continue
         got = ask(record, short)
         shares[record.name] = shares.get(record.name, 0) + got

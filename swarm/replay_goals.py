@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from kernels.backends import replay
-from kernels.tuning_cache import load_cache
+from kernels.tuning_cache import TuningCacheError, load_cache
 from swarm.models import Goal
 
 
@@ -24,12 +24,17 @@ def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tup
 
     Raises:
         FileNotFoundError: no such file.
-        kernels.tuning_cache.TuningCacheError: not a readable cache file.
+        kernels.tuning_cache.TuningCacheError: not a readable cache file, or one without a
+            valid recorded time.
         ValueError: a data set of that name is registered for another file.
     """
     path = Path(path).expanduser().resolve()
-    dataset = replay.register_dataset(path, name)
     cache = load_cache(path)
+    try:
+        optimum_params, optimum = cache.optimum("time")
+    except KeyError as exc:  # nothing to replay: no goal, no registered data set
+        raise TuningCacheError(f"{path}: {exc.args[0] if exc.args else exc}") from None
+    dataset = replay.register_dataset(path, name)
     objectives = [{"metric": "latency_ms", "direction": "minimize"}]
     if "nvml_energy" in cache.objectives_available:
         objectives.append({"metric": "energy_j", "direction": "minimize"})
@@ -47,7 +52,6 @@ def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tup
         dataset_path=str(path),
         created_by=user,
     )
-    optimum_params, optimum = cache.optimum("time")
     return goal, {
         "goal": goal.pk,
         "target": goal.target,

@@ -59,3 +59,12 @@ def test_files_without_valid_times_or_not_caches_are_refused_clearly(tmp_path, c
     single = _cache(tmp_path, "single", {(1, 1): 2.0})
     row = landscape.describe(single)
     assert row["second_best"] is None and row["best_neighbour"] is None and row["fdc"] is None
+
+
+def test_an_entry_outside_the_recorded_parameter_values_is_refused_clearly(tmp_path, capsys):
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"tune_params_keys": ["A"], "tune_params": {"A": [1, 2]},
+                                   "cache": {"1": {"A": 1, "time": 1.0}, "9": {"A": 9, "time": 2.0}}}))
+    with pytest.raises(SystemExit):
+        landscape.main(["--cache", str(outside), "--out", str(tmp_path)])
+    assert "parameters do not match tune_params" in capsys.readouterr().err

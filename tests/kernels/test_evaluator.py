@@ -177,7 +177,7 @@ def test_a_result_forged_through_the_pipe_without_input_checks_is_runtime_error(
     source = "#include <fcntl.h>\n#include <string.h>\n#include <unistd.h>\n" + kernel(BEFORE=forge)
     ev = run(source, quick_bench)
     assert ev.status == Outcome.runtime_error, ev.log
-    assert "the child reported no input check for v0_after" in ev.log
+    assert "the child reported no digests of the files it saved" in ev.log
 
 
 def test_writing_past_the_output_is_invalid(quick_bench):
@@ -242,6 +242,26 @@ def test_modifying_an_input_and_its_file_in_the_directory_is_still_invalid(quick
     ev = run(source, quick_bench)
     assert ev.status == Outcome.invalid, ev.log
     assert "modified input 'x' (1 elements changed)" in ev.log
+
+
+def test_rewriting_a_saved_output_file_is_invalid(quick_bench):
+    # From its second call on, the candidate changes the last 4 bytes of the first call's saved
+    # output (the file is in its own directory); the child's digest of it no longer matches.
+    rewrite = r"""
+        static int calls;
+        if (++calls > 1) {
+            int fd = open("v0_call1_y.npy", O_WRONLY);
+            if (fd >= 0) {
+                struct stat st;
+                float one = 1.0f;
+                if (!fstat(fd, &st)) (void)!pwrite(fd, &one, 4, st.st_size - 4);
+                close(fd);
+            }
+        }"""
+    ev = run("#include <fcntl.h>\n#include <sys/stat.h>\n#include <unistd.h>\n" + kernel(BEFORE=rewrite),
+             quick_bench)
+    assert ev.status == Outcome.invalid, ev.log
+    assert "v0_call1_y.npy no longer holds what the child saved: rewritten after the call" in ev.log
 
 
 def test_a_fifo_planted_where_the_child_saves_is_named_not_a_hang(quick_bench):

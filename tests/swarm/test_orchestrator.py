@@ -240,6 +240,19 @@ def test_an_agent_that_raises_is_recorded_and_the_others_go_on(monkeypatch):
 
 
 @pytest.mark.django_db
+def test_an_agent_that_proposes_more_than_asked_does_not_overspend_the_budget(monkeypatch):
+    from swarm.agents.random_search import RandomAgent
+    from tests.swarm.synthetic import drive, synthetic_goal
+
+    real = RandomAgent.propose
+    monkeypatch.setattr(RandomAgent, "propose", lambda self, view, n: real(self, view, n + 3))
+    run, pending = orchestrator.start_run(synthetic_goal(), budget=10, seed=1, batch_size=4, agents=[
+        {"name": "g", "kind": "random", "settings": {}}])
+    drive(run, pending)
+    assert run.candidates.count() == 10
+
+
+@pytest.mark.django_db
 def test_a_run_that_cannot_advance_does_not_stop_the_sweep_of_the_others(monkeypatch):
     from tests.swarm.synthetic import synthetic_goal
 

@@ -74,4 +74,9 @@ def test_a_missing_or_broken_cache_file_is_a_clear_error(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(CommandError, match="cannot import"):
         factory("import-cache", str(bad))
+    failed = tmp_path / "failed.json"
+    failed.write_text(json.dumps({"tune_params_keys": ["A"], "tune_params": {"A": [1, 2]},
+                                  "cache": {"1": {"A": 1, "time": "RuntimeFailedConfig"}}}))
+    with pytest.raises(CommandError, match="cannot import .*no valid entry"):
+        factory("import-cache", str(failed))
     assert not Goal.objects.exists()

@@ -149,6 +149,7 @@ class Command(BaseCommand):
 
     def _print_table(self, summary: dict[str, Any]) -> None:
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
         console = Console(file=self.stdout._out)
@@ -161,7 +162,7 @@ class Command(BaseCommand):
         known = [k for k in ("latency_ms", "energy_j", "max_rel_error", "gbps", "gflops") if k in present]
         columns = known or sorted(present)[:4]
         for col in ("id", "params", *columns):
-            table.add_column({"gbps": "GB/s", "gflops": "GFLOP/s"}.get(col, col))
+            table.add_column(escape({"gbps": "GB/s", "gflops": "GFLOP/s"}.get(col, col)))
         for c in summary["frontier"]:
             m = c["metrics"]
             table.add_row(str(c["id"]), " ".join(f"{k}={v}" for k, v in c["params"].items()),
