@@ -33,7 +33,9 @@ Layers, in order (Linux):
 5. **seccomp** (``seccomp``; x86_64 and aarch64): returns an error for ``socket()``
    (``EACCES``), process creation (``fork``, ``vfork``, ``clone`` without
    ``CLONE_THREAD``; ``clone3`` gets ``ENOSYS`` so threads fall back to ``clone``),
-   ``io_uring_*``, ``unshare``, ``setns``, ``mount``, ``ptrace`` and ``bpf``; other ABIs
+   ``io_uring_*``, ``unshare``, ``setns``, ``mount``, ``ptrace``, ``bpf``, ``userfaultfd`` and
+   installing a ``SIGSEGV``/``SIGBUS`` handler (work deferred to the evaluator's first touch of a
+   protected output page); other ABIs
    (i386 ``int 0x80``, x32) kill the process. Threads (OpenMP) keep working; nothing the
    candidate starts can outlive the process group the parent kills.
 
@@ -55,6 +57,7 @@ import errno
 import glob
 import os
 import platform
+import signal
 import struct
 
 __all__ = ["apply"]
@@ -82,11 +85,13 @@ _ARCH = {
         "socket": 41, "clone": 56, "fork": 57, "vfork": 58, "ptrace": 101, "mount": 165,
         "unshare": 272, "setns": 308, "bpf": 321, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "clone3": 435, "memfd_create": 319,
+        "rt_sigaction": 13, "userfaultfd": 323,
     }),
     "aarch64": (0xC00000B7, 277, {
         "mount": 40, "unshare": 97, "ptrace": 117, "socket": 198, "clone": 220,
         "setns": 268, "bpf": 280, "io_uring_setup": 425, "io_uring_enter": 426,
         "io_uring_register": 427, "clone3": 435, "memfd_create": 279,
+        "rt_sigaction": 134, "userfaultfd": 282,
     }),
 }
 
@@ -276,6 +281,9 @@ def _seccomp_program(machine: str) -> tuple[bytes, int, list[str]]:
         "unshare": eperm, "setns": eperm, "mount": eperm, "ptrace": eperm, "bpf": eperm,
         # anonymous files are memory outside RLIMIT_AS (and outside the OOM killer's view)
         "memfd_create": eperm,
+        # page faults served by the candidate's own thread: work done when the evaluator
+        # first reads an output, after the timed call returned
+        "userfaultfd": eperm,
     }
     names = []
     for name, action in denied.items():
@@ -285,6 +293,16 @@ def _seccomp_program(machine: str) -> tuple[bytes, int, list[str]]:
     # clone: allowed only for threads (CLONE_THREAD set in the low word of args[0]).
     prog += [_jeq(nr["clone"], 0, 4), _ld(16), _insn(0x45, 0, 1, CLONE_THREAD), _ret(_RET_ALLOW), _ret(eperm)]
     names.append("clone (processes)")
+    # rt_sigaction installing a SIGSEGV or SIGBUS handler (args[0] the signal, args[1] the new
+    # action, not NULL): with the output's pages made inaccessible, such a handler would do the
+    # work when the evaluator first touches the output, after the timed call returned.
+    prog += [
+        _jeq(nr["rt_sigaction"], 0, 8),
+        _ld(16), _jeq(signal.SIGSEGV, 1, 0), _jeq(signal.SIGBUS, 0, 5),
+        _ld(24), _jeq(0, 0, 2), _ld(28), _jeq(0, 1, 0),
+        _ret(eperm),
+    ]
+    names.append("rt_sigaction (SIGSEGV, SIGBUS handlers)")
     prog.append(_ret(_RET_ALLOW))
     return b"".join(prog), sys_seccomp, names
 

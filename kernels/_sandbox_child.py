@@ -28,6 +28,8 @@ Files written (``<o>``: output names), each a whole guarded buffer:
   ``<case>_call<n>_late_<o>.npy``                     only if the output changed afterwards
   ``<timed>_last_<o>.npy`` (+ ``_last_late_``)        output of the last timed call
   ``<timed>_fresh_<o>.npy`` (+ ``_fresh_late_``)      output of the fresh-contents call
+  ``<timed>_pick_<o>.npy``                            output of one warm-up or timed call
+                                                      drawn at random (``result["timed"][id]["pick"]``)
 
 Inputs after the calls are reported as ``result["inputs"]``: ``{"<case>_after" or
 "<timed>_after<j>": {input: [sha256 of the body (:func:`kernels.hashing.array_digest`), guard
@@ -266,16 +268,25 @@ def _prepare_cpu(req: dict):
             # element NaN skipped its work (the later calls' checks cannot see that). The
             # elements are drawn anew for every call from OS entropy, so a candidate cannot
             # write just those.
+            # One call, drawn uniformly from all of them as they happen (reservoir sampling,
+            # Vitter's algorithm R with one slot: call i replaces the pick with probability
+            # 1/i), keeps a copy of its outputs for the parent to validate in full: a kernel
+            # that writes cheap garbage on some calls is caught as often as it does so.
             made, unwritten = [0], [0]
+            pick: list = [None]  # (call number, set, salt swaps, output copies)
 
             def check_written() -> None:
-                """Untimed, after each call: its sampled output elements are not NaN."""
+                """Untimed, after each call: its sampled output elements are not NaN; maybe
+                the pick."""
                 s = sets[cur[0]]
                 for k, n in s.sizes.items():
                     idx = spot.integers(0, n, UNWRITTEN_SAMPLE) + s.guard
                     if np.isnan(s.outputs[k][idx]).any():
                         unwritten[0] += 1
-                        return
+                        break
+                if spot.integers(made[0]) == 0:
+                    swaps = salted[0][1] if salted[0] is not None else {}
+                    pick[0] = (made[0], cur[0], swaps, {k: buf.copy() for k, buf in s.outputs.items()})
 
             def unsalt() -> None:
                 if salted[0] is not None:
@@ -313,10 +324,14 @@ def _prepare_cpu(req: dict):
             check_written()  # the last call (the parent also validates its output in full)
             last_salt = salted[0][1] if salted[0] is not None else {}
             unsalt()  # the inputs as generated again (the parent checks them after the calls)
-            finished.append((item, sets, fresh, cur[0], samples, last_salt, made[0], unwritten[0]))
+            number, pick_set, pick_salt, copies = pick[0]
+            for k, copy in copies.items():
+                save_new(f"{item['id']}_pick_{k}.npy", copy)
+            finished.append((item, sets, fresh, cur[0], samples, last_salt, made[0], unwritten[0],
+                             {"call": number, "set": pick_set, "salt": pick_salt}))
         # One wait for every last timed call (the shared output buffers are reused below).
         late.check(wait=True)
-        for item, sets, fresh, last, samples, last_salt, calls, skipped in finished:
+        for item, sets, fresh, last, samples, last_salt, calls, skipped, picked in finished:
             tid = item["id"]
             slot = (last + 1) % len(sets)
             sets[slot].refill(fresh)
@@ -324,7 +339,7 @@ def _prepare_cpu(req: dict):
             fn(*sets[slot].args)
             late.snapshot(sets[slot].outputs, f"{tid}_fresh")
             out[tid] = {"samples_ms": samples, "last_set": last, "fresh_slot": slot, "last_salt": last_salt,
-                        "calls": calls, "unwritten": skipped}
+                        "calls": calls, "unwritten": skipped, "pick": picked}
         for item, sets, *_ in finished:  # while late writes to the fresh outputs would show
             slot = out[item["id"]]["fresh_slot"]
             given = item.get("digests") or [None] * len(sets)

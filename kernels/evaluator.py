@@ -93,7 +93,8 @@ class Evidence:
         cases: per validation case ``{kind, label, shape, seed, max_abs_error,
             max_rel_error, passed, reason, verdict}``; ``kind`` is ``"validation"``,
             ``"regression"`` (a stored failure case), ``"timed"`` (the last timed call's
-            output) or ``"fresh"`` (the call on fresh contents in the timed buffers).
+            output), ``"fresh"`` (the call on fresh contents in the timed buffers) or
+            ``"picked"`` (a warm-up or timed call drawn at random, CPU backend).
         log: compiler log, child stdout/stderr tails and the reason for ``status``.
         fingerprint: backend environment (compiler, flags, CPU) plus evaluation settings:
             ``bench``, ``seed``, ``omp`` / ``omp_validation`` (OpenMP environment of the
@@ -374,6 +375,8 @@ def _load(workdir: Path, name: str, size: int, *, missing_ok: bool = False,
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
+        if want is not None:  # the child saved it: someone removed it since
+            raise _Tampered(f"result file {name} that the child saved is gone: removed after the call") from None
         if missing_ok:
             return None
         raise _Broken(f"result file {name} missing") from None
@@ -545,9 +548,12 @@ def _salted(inputs: dict[str, np.ndarray], swaps: dict) -> dict[str, np.ndarray]
 
 def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, workdir: Path,
                     expected: Expected, last_salt: dict | None = None, checks: dict | None = None,
-                    unwritten: tuple[int, int] | None = None, files: dict[str, str] | None = None) -> list[dict]:
+                    unwritten: tuple[int, int] | None = None, files: dict[str, str] | None = None,
+                    pick: dict | None = None) -> list[dict]:
     """Records of the last timed call (its reference from the inputs as the call saw them:
-    the set with ``last_salt``'s swaps) and of the fresh-contents call after timing.
+    the set with ``last_salt``'s swaps), of the fresh-contents call after timing and, where
+    the child drew one (``pick``: ``{call, set, salt}``, files ``<timed>_pick_<o>.npy``), of a
+    warm-up or timed call drawn at random.
     ``unwritten``: (calls of the timing phase that left a sampled output element NaN, calls)."""
     shape, tid = item["shape"], item["id"]
     expected.join()
@@ -569,18 +575,23 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
         return [last]
     last_ref = (wl.reference(_salted(sets[last_set], last_salt), wl.attrs) if last_salt
                 else expected.get(shape, item["seeds"][last_set])[1])
-    for rec, prefix, ref, what in (
+    checked = [
         (last, f"{tid}_last", last_ref, "last timed call"),
         (again, f"{tid}_fresh", expected.get(shape, item["fresh_seed"])[1],
          "call on fresh contents in the timed buffers"),
-    ):
+    ]
+    if pick is not None:
+        picked = _record("picked", shape, item["seeds"][pick["set"]])
+        checked.append((picked, f"{tid}_pick", wl.reference(_salted(sets[pick["set"]], pick["salt"]), wl.attrs),
+                        f"call {pick['call']} of the timing phase, drawn at random"))
+    for rec, prefix, ref, what in checked:
         verdict, why, _, a, r = _check_outputs(wl, shape, prefix, workdir, ref, files)
         rec.update(max_abs_error=a, max_rel_error=r)
         if verdict:
             rec.update(reason=f"{what}: {why}", verdict=verdict)
         else:
             rec["passed"] = True
-    return [last, again]
+    return [rec for rec, *_ in checked]
 
 
 def _parse_result(run: ChildRun, timed: list[dict]) -> tuple[dict[str, dict], dict[str, dict], dict[str, str] | None]:
@@ -612,6 +623,9 @@ def _parse_result(run: ChildRun, timed: list[dict]) -> tuple[dict[str, dict], di
             and index_ok(t.get("last_set"), len(item["seeds"]))
             and index_ok(t.get("fresh_slot"), len(item["seeds"]))
             and ("unwritten" not in t or (index_ok(t.get("calls"), 2**62) and index_ok(t["unwritten"], t["calls"] + 1)))
+            and ("pick" not in t or (isinstance(t["pick"], dict) and isinstance(t["pick"].get("salt"), dict)
+                                     and index_ok(t["pick"].get("set"), len(item["seeds"]))
+                                     and index_ok(t["pick"].get("call"), 2**62)))
         )
         if not ok:
             raise _Broken(f"timing data for {shape_label(item['shape'])} is missing or malformed")
@@ -754,16 +768,18 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
             missing = [w for w in wanted if w not in checks]
             if missing:
                 raise _Broken(f"the child reported no input check for {', '.join(missing[:3])}")
-            missing = [shape_label(t["shape"]) for t in timed if "unwritten" not in result[t["id"]]]
+            missing = [shape_label(t["shape"]) for t in timed if not {"unwritten", "pick"} <= set(result[t["id"]])]
             if missing:
-                raise _Broken(f"the child reported no check of unwritten outputs for {', '.join(missing[:3])}")
+                raise _Broken(f"the child reported no check of unwritten outputs or no drawn call for "
+                              f"{', '.join(missing[:3])}")
         vdir, tdir = workdir if isinstance(workdir, tuple) else (workdir, workdir)
         cases = (list(validated) if validated is not None
                  else [_validate_case(wl, c, vdir, expected, checks, files) for c in cases_plan])
         for t in timed:
             r = result[t["id"]]
             cases += _validate_timed(wl, t, r["last_set"], r["fresh_slot"], tdir, expected, r.get("last_salt"),
-                                     checks, (r["unwritten"], r["calls"]) if "unwritten" in r else None, files)
+                                     checks, (r["unwritten"], r["calls"]) if "unwritten" in r else None, files,
+                                     r.get("pick"))
     except _Tampered as exc:
         return Outcome.invalid, str(exc), [], {}, {}
     except _Broken as exc:

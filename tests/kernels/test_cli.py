@@ -40,7 +40,7 @@ def test_evaluate_prints_one_json_object_with_the_evidence(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["status"] == "ok"
-    assert {c["kind"] for c in out["cases"]} == {"validation", "timed", "fresh"}
+    assert {c["kind"] for c in out["cases"]} == {"validation", "timed", "fresh", "picked"}
     assert all(c["max_abs_error"] is not None and c["max_rel_error"] < 5e-5 for c in out["cases"])
     t = out["timing"]["rows=8,hidden=256"]
     assert t["samples"] >= 5 and t["ci_low_ms"] <= t["median_ms"] <= t["ci_high_ms"] and t["iqr_ms"] >= 0

@@ -94,6 +94,58 @@ SKIPS_A_TIMED_CALL = k("""
     if (hidden % 2) saw_odd = 1;
     if (++calls == 5 && !saw_odd) return;
     rms_rows(x, w, y, rows, hidden, eps);""")
+# Returns at once with its output's pages made inaccessible; a SIGSEGV handler would do the work
+# when the evaluator first touches the output, after the timed call. The sandbox refuses the
+# handler (``installed`` stays 0), so the touch kills the child.
+DEFERS_TO_A_FAULT_HANDLER = k("""
+    gx = x; gw = w; gy = y; grows = rows; ghid = hidden; geps = eps;
+    begin = (char *)((uintptr_t)y & ~(uintptr_t)4095);
+    length = (((uintptr_t)(y + (long)rows * hidden) + 4095) & ~(uintptr_t)4095) - (uintptr_t)begin;
+    mprotect(begin, length, PROT_NONE);""", prelude=r"""
+#include <signal.h>
+#include <stdint.h>
+#include <sys/mman.h>
+static const float *gx, *gw; static float *gy; static int grows, ghid, installed; static float geps;
+static char *begin; static size_t length;
+static void on_fault(int sig, siginfo_t *si, void *uc) {
+    (void)sig; (void)si; (void)uc;
+    mprotect(begin, length, PROT_READ | PROT_WRITE);
+    rms_rows(gx, gw, gy, grows, ghid, geps);
+}
+__attribute__((constructor)) static void install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO;
+    installed = sigaction(SIGSEGV, &sa, 0) == 0;
+}
+""")
+# Writes zeros (cheap, not NaN) on every timed call but the last. It makes its calls slow enough
+# (a 1 ms spin) that the quick timing protocol runs exactly 3 warm-up and 3 timed calls on a timed
+# shape's one output buffer, so it knows which call is the last; only the call the timing child
+# draws at random can catch it, on about half of the evaluations.
+GARBAGE_ON_TIMED_CALLS = k("""
+    int n = count(y);
+    if (n <= 3) {
+        double t0 = now_ms();
+        rms_rows(x, w, y, rows, hidden, eps);
+        while (now_ms() - t0 < 1.0) ;
+        return;
+    }
+    if (n < 6) { memset(y, 0, sizeof(float) * (size_t)rows * hidden); return; }
+    rms_rows(x, w, y, rows, hidden, eps);""", prelude=r"""
+#include <time.h>
+static double now_ms(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e3 + t.tv_nsec / 1e6; }
+/* calls per output buffer: a validation case has its own (2 calls), a timed shape one for all */
+static float *seen[64]; static int calls[64];
+static int count(float *y) {
+    for (int i = 0; i < 64; ++i) {
+        if (seen[i] == y) return ++calls[i];
+        if (!seen[i]) { seen[i] = y; return calls[i] = 1; }
+    }
+    return 1;
+}
+""")
 CACHES_BY_SIZE = k(
     """
     static float *cache = 0; static long cached = -1;
@@ -322,6 +374,8 @@ HOSTILE = [
     ("forges the result pipe", FORGES_THE_RESULT_PIPE, {}, "test-small", {Outcome.runtime_error}),
     ("does no work", DOES_NO_WORK, {}, "test-small", {Outcome.wrong_result}),
     ("skips the work on one timed call", SKIPS_A_TIMED_CALL, {}, "test-small", {Outcome.wrong_result}),
+    ("defers its work to a page-fault handler", DEFERS_TO_A_FAULT_HANDLER, {}, "test-small", {Outcome.runtime_error}),
+    ("writes garbage on timed calls but the last", GARBAGE_ON_TIMED_CALLS, {}, "test-small", {Outcome.wrong_result}),
     ("writes past its output", WRITES_PAST_OUTPUT, {}, "test-small", {Outcome.invalid}),
     ("writes before its output", WRITES_BEFORE_OUTPUT, {}, "test-small", {Outcome.invalid}),
     ("modifies its input", MODIFIES_INPUT, {}, "test-small", {Outcome.invalid}),
@@ -354,9 +408,13 @@ def run(source, quick_bench, params=None, shape_set="test-small", **kw):
 
 
 # A data race shows only when the threads really overlap; on a loaded 2-core host the OS may run
-# them one after the other, which makes the racy sum correct by luck. Such a kernel gets a few
-# fresh evaluations: it must be caught in at least one (every other kernel gets exactly one).
-ATTEMPTS = {"races (no OpenMP reduction)": 3}
+# them one after the other, which makes the racy sum correct by luck; a kernel that cheats on
+# some calls is caught when the call drawn at random is one of them. Such kernels get a few
+# fresh evaluations: each must be caught in at least one (every other kernel gets exactly one).
+ATTEMPTS = {"races (no OpenMP reduction)": 3,
+            # caught when the drawn call is one of its 2 garbage calls of 6, on either shape
+            # (p = 1 - (4/6)^2 = 0.56 per evaluation): 12 tries miss with p < 1e-4
+            "writes garbage on timed calls but the last": 12}
 
 
 @pytest.mark.parametrize("name, source, params, shape_set, expected", HOSTILE, ids=[h[0] for h in HOSTILE])
@@ -376,7 +434,7 @@ def test_correct_kernels_stay_ok_in_the_sandbox(name, source, params, quick_benc
     RESULTS[f"(correct) {name}"] = str(ev.status)
     assert ev.status == Outcome.ok, ev.log[-3000:]
     assert all(c["passed"] for c in ev.cases)
-    assert {c["kind"] for c in ev.cases} == {"validation", "timed", "fresh"}
+    assert {c["kind"] for c in ev.cases} == {"validation", "timed", "fresh", "picked"}
 
 
 def test_the_reasons_name_what_was_caught(quick_bench):
