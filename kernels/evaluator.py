@@ -24,9 +24,13 @@ Protocol (DESIGN.md, "Evaluation protocol"):
      caches flushed before every rep (the call's own buffers evicted from every cache level,
      :class:`~kernels.timing.Evictor`); then one more call with *fresh contents written into
      the same buffers* (same pointers), which a kernel that caches results by pointer or by
-     call count gets wrong.
+     call count gets wrong. After every warm-up and timed call (untimed) 64 output elements
+     drawn from OS entropy must be written (not NaN), and one such call per shape, drawn
+     uniformly as the calls happen, keeps its outputs for full validation (CPU child).
    Every output is copied right after the call returns and compared with the buffer again
    later: a change means work continued after the return (e.g. a thread outliving the call).
+   Every file the CPU child saves is reported with its sha256, and judged only while it
+   matches (the candidate can write in the child's directory).
 4. This process generates every input from (shape, seed) once, while the compiler runs, and
    saves each set into the directory of the child that uses it (the children load instead of
    generating again; :class:`Expected`); it keeps its own copies, computes the float64
@@ -34,8 +38,8 @@ Protocol (DESIGN.md, "Evaluation protocol"):
    guards intact, inputs unchanged (the CPU child reports a sha256 digest of each input
    buffer after the calls, compared here with the digest of this process's copy; the CUDA
    child saves its inputs for this process to compare), no late writes (else ``invalid``); finite, within
-   tolerance, repeated calls agreeing, timed and fresh-contents outputs correct (else
-   ``wrong_result``); measured bandwidth and FLOP rate
+   tolerance, repeated calls agreeing, timed, drawn and fresh-contents outputs correct and
+   no timed call leaving its output unwritten (else ``wrong_result``); measured bandwidth and FLOP rate
    within ``roofline_margin`` times this host's measured copy bandwidth and FMA throughput
    (:mod:`kernels.hostperf`; else ``invalid``). Inputs that exposed a wrong result are added
    to the validation store.
