@@ -43,10 +43,11 @@ inputs (24 MB: about 60 ms to write and 25 ms to read back, against 15 ms to dig
 Every file this process saves is created anew (``O_EXCL``, no links followed) and its digest
 reported as ``result["files"]`` (``{file name: sha256}``): the candidate can rewrite files in
 this directory, so the parent reads a file only if it still holds the bytes this process saved,
-and ignores any file not reported. A result without these reports is a ``runtime_error``. Like
-every report of this process (the timing
-samples too), it is only as trustworthy as the process, whose address space the candidate
-shares: code written to forge reports from inside it (through the Python C API, say) can; the
+and ignores any file not reported. A result without these reports is a ``runtime_error``.
+
+Like every report of this process (the timing samples too), these are only as trustworthy as
+the process, whose address space the candidate shares: code written to forge reports from
+inside it (through the Python C API, or by relaying the result pipe through its own) can; the
 sandbox protects the host from such a candidate, not the figures.
 """
 
@@ -268,6 +269,7 @@ def _prepare_cpu(req: dict):
             # element NaN skipped its work (the later calls' checks cannot see that). The
             # elements are drawn anew for every call from OS entropy, so a candidate cannot
             # write just those.
+            #
             # One call, drawn uniformly from all of them as they happen (reservoir sampling,
             # Vitter's algorithm R with one slot: call i replaces the pick with probability
             # 1/i), keeps a copy of its outputs for the parent to validate in full: a kernel
