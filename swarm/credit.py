@@ -2,9 +2,10 @@
 
 Credit is frontier improvements per slot used (evaluations plus failed proposals). Shares come
 from UCB1 (Auer, Cesa-Bianchi & Fischer, "Finite-time Analysis of the Multiarmed Bandit
-Problem", Machine Learning 47, 2002), allocated slot by slot with each slot counted as a pull, so one generation's batch spreads
-over agents instead of going all to the current leader; an agent with fewer than
-:data:`COLD_START_EVALUATIONS` slots used gets at least one slot when the batch has room.
+Problem", Machine Learning 47, 2002), allocated slot by slot with each slot counted as a pull,
+so one generation's batch spreads over agents instead of going all to the current leader; an
+agent with fewer than :data:`COLD_START_EVALUATIONS` slots used gets at least one slot when the
+batch has room.
 """
 
 from __future__ import annotations
