@@ -45,9 +45,11 @@ reported as ``result["files"]`` (``{file name: sha256}``): the candidate can rew
 this directory, so the parent reads a file only if it still holds the bytes this process saved,
 and ignores any file not reported. A result without these reports is a ``runtime_error``.
 
-Like every report of this process (the timing samples too), these are only as trustworthy as
-the process, whose address space the candidate shares: code written to forge reports from
-inside it (through the Python C API, or by relaying the result pipe through its own) can; the
+The result is signed (HMAC-SHA256 under the request's ``result_key``, a line of its own after
+it), so a result the candidate writes to the pipe, or relays through a pipe of its own, is
+refused. Like every report of this process (the timing samples too), these are still only as
+trustworthy as the process, whose address space the candidate shares: code written to forge
+reports from inside it (through the Python C API, or by finding the key in memory) can; the
 sandbox protects the host from such a candidate, not the figures.
 """
 
@@ -55,6 +57,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import hmac
 import io
 import json
 import os
@@ -427,19 +430,29 @@ def main(result_fd: int) -> None:
     """Read the request (JSON) from stdin, prepare, lock down, run; report on ``result_fd``.
 
     The pipe carries two JSON documents: first line the sandbox report (written before the
-    candidate is loaded), then the result. A failed lockdown writes ``{"error": ...}`` as
+    candidate is loaded), then the result and, on the last line, its HMAC-SHA256 (hex) under
+    the request's ``result_key``. A failed lockdown writes ``{"error": ...}`` as
     the first line and exits with code 70 without loading the candidate.
     """
     serve(json.loads(sys.stdin.read()), result_fd)
 
 
+def _signed(key: bytes, result: dict) -> bytes:
+    """The result document and, on a line of its own, its HMAC-SHA256 under the request's
+    ``result_key``: the parent accepts only a result this process wrote (a candidate writing
+    to the pipe, or relaying it through one of its own, does not know the key)."""
+    body = json.dumps(result).encode()  # one line: JSON escapes newlines in strings
+    return body + b"\n" + hmac.new(key, body, hashlib.sha256).hexdigest().encode()
+
+
 def serve(req: dict, result_fd: int) -> None:
     """:func:`main` on a request already read (the fork server's children start here)."""
+    key = bytes.fromhex(req.pop("result_key", ""))  # out of the request the candidate phase sees
     try:
         run = _prepare(req)
     except BaseException as exc:  # the parent classifies; no candidate code has run
-        _write(result_fd, b"{}\n" + json.dumps({"ok": False, "error": f"prepare: {type(exc).__name__}: {exc}",
-                                                "traceback": traceback.format_exc()[-4000:]}).encode())
+        _write(result_fd, b"{}\n" + _signed(key, {"ok": False, "error": f"prepare: {type(exc).__name__}: {exc}",
+                                                  "traceback": traceback.format_exc()[-4000:]}))
         return
     try:
         report = _isolation.apply(req.get("sandbox", {}), os.getcwd())
@@ -451,6 +464,6 @@ def serve(req: dict, result_fd: int) -> None:
         result = run()
     except BaseException as exc:  # report, then let the parent classify runtime_error
         result = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
-    _write(result_fd, json.dumps(result).encode())
+    _write(result_fd, _signed(key, result))
     sys.stdout.flush()
     sys.stderr.flush()

@@ -723,6 +723,9 @@ def _run_failure(run: ChildRun, timeout_s: float) -> tuple[Outcome, str] | None:
         return Outcome.runtime_error, f"child exited with code {rc}"
     if not run.result:
         return Outcome.runtime_error, "child exited with code 0 without reporting a result"
+    if not run.authentic:
+        return Outcome.runtime_error, ("the result on the pipe is not the child's own report (its authentication "
+                                       "code does not match): written or relayed by the candidate")
     return None
 
 

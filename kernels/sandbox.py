@@ -55,11 +55,14 @@ accidentally-cheating kernels that search agents and LLMs produce.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
 import os
 import pwd
 import resource
+import secrets
 import select
 import shutil
 import signal
@@ -190,6 +193,8 @@ class ChildRun:
         sandbox: the child's sandbox report (:func:`kernels._isolation.apply`), None when
             the child died before writing it.
         wall_s: wall-clock seconds from start to exit.
+        authentic: the result carried the child's HMAC under this run's key (see
+            :func:`run_child`); False when something else wrote to or relayed the pipe.
     """
 
     returncode: int | None
@@ -199,6 +204,7 @@ class ChildRun:
     result: bytes
     sandbox: dict | None = None
     wall_s: float = 0.0
+    authentic: bool = True
 
 
 def make_workdir(policy: SandboxPolicy, files: Mapping[str, Path], *, hand_over_dir: bool = True) -> Path:
@@ -433,7 +439,8 @@ def run_child(
         OSError: the child could not be started.
     """
     policy = policy or SandboxPolicy.from_env()
-    request = {**request, "sandbox": policy.to_child()}
+    key = secrets.token_bytes(32)  # per run: the child signs its result with it
+    request = {**request, "sandbox": policy.to_child(), "result_key": key.hex()}
     cpus = os.cpu_count() or 1
     limits = [
         (resource.RLIMIT_AS, policy.memory_bytes),
@@ -482,7 +489,10 @@ def run_child(
         report["spawn"] = mode
     if report is not None and "error" in report and returncode == 70:
         raise SandboxError(f"the sandbox child could not confine itself: {report['error']}")
+    result = rest if sep else raw
+    body, nl, mac = result.rpartition(b"\n")
+    authentic = bool(nl) and hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).hexdigest().encode())
     return ChildRun(
         returncode, timed_out, _tail(out_path), _tail(err_path),
-        rest if sep else raw, report or None, wall_s,
+        body if authentic else result, report or None, wall_s, authentic or not result,
     )
