@@ -285,6 +285,8 @@ def _prepare_cpu(req: dict):
                 the pick."""
                 s = sets[cur[0]]
                 for k, n in s.sizes.items():
+                    if not n:
+                        continue  # an empty output: nothing to write
                     idx = spot.integers(0, n, UNWRITTEN_SAMPLE) + s.guard
                     if np.isnan(s.outputs[k][idx]).any():
                         unwritten[0] += 1
