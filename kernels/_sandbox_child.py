@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import hmac
 import io
 import json
 import os
@@ -68,7 +67,7 @@ import traceback
 import numpy as np
 
 from kernels import _isolation
-from kernels.hashing import array_digest
+from kernels.hashing import array_digest, result_mac
 
 GUARD_BITS = np.uint32(0xA5A5A5A5)
 LATE_CHECK_DELAY_S = 0.02  # outputs are re-read at least this long after the last call
@@ -444,7 +443,7 @@ def _signed(key: bytes, result: dict) -> bytes:
     ``result_key``: the parent accepts only a result this process wrote (a candidate writing
     to the pipe, or relaying it through one of its own, does not know the key)."""
     body = json.dumps(result).encode()  # one line: JSON escapes newlines in strings
-    return body + b"\n" + hmac.new(key, body, hashlib.sha256).hexdigest().encode()
+    return body + b"\n" + result_mac(key, body)
 
 
 def serve(req: dict, result_fd: int) -> None:

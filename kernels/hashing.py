@@ -1,8 +1,9 @@
-"""Content hashes identifying candidates and input arrays."""
+"""Content hashes identifying candidates and arrays, and the sandbox child's result MAC."""
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -37,3 +38,9 @@ def array_digest(arr: Any) -> str:
 
     data = np.ascontiguousarray(arr, dtype=np.float32)
     return hashlib.sha256(memoryview(data).cast("B")).hexdigest()
+
+
+def result_mac(key: bytes, body: bytes) -> bytes:
+    """HMAC-SHA256 (hex, ASCII bytes) of a sandbox child's result document under its run's
+    key: the child signs with it, :func:`kernels.sandbox.run_child` checks it."""
+    return hmac.new(key, body, hashlib.sha256).hexdigest().encode()

@@ -55,7 +55,6 @@ accidentally-cheating kernels that search agents and LLMs produce.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import math
@@ -76,6 +75,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernels import config
+from kernels.hashing import result_mac
 
 __all__ = ["ChildRun", "SandboxError", "SandboxPolicy", "make_workdir", "remove_tree", "run_child"]
 
@@ -491,7 +491,7 @@ def run_child(
         raise SandboxError(f"the sandbox child could not confine itself: {report['error']}")
     result = rest if sep else raw
     body, nl, mac = result.rpartition(b"\n")
-    authentic = bool(nl) and hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).hexdigest().encode())
+    authentic = bool(nl) and hmac.compare_digest(mac, result_mac(key, body))
     return ChildRun(
         returncode, timed_out, _tail(out_path), _tail(err_path),
         body if authentic else result, report or None, wall_s, authentic or not result,
