@@ -274,7 +274,7 @@ class CudaEvaluation:
             self.sections.append(f"== child stdout (tail) ==\n{run.stdout}")
         if run.stderr:
             self.sections.append(f"== child stderr (tail) ==\n{run.stderr}")
-        nvrtc = None if run.timed_out else _child_compile_failure(run.result)
+        nvrtc = None if run.timed_out or run.disk else _child_compile_failure(run.result)
         if nvrtc is not None:
             self.sections.append(f"== compile (NVRTC, in the sandbox) ==\n{nvrtc}")
             return self.finish(Outcome.compile_error, "NVRTC rejected the source")

@@ -97,6 +97,13 @@ def sandbox_memory_bytes() -> int:
     return int(_env_float("KERNELS_SANDBOX_MEMORY_BYTES", 8 * 2**30))
 
 
+def sandbox_disk_bytes() -> int:
+    """Bytes the sandbox child may add to its private directory (``$KERNELS_SANDBOX_DISK_BYTES``,
+    1 GiB: about 8 times the most any shape set's outputs need, 119 MiB for ``softmax``
+    llama3-8b)."""
+    return int(_env_float("KERNELS_SANDBOX_DISK_BYTES", 2**30))
+
+
 def shared_dataset_dir(name: str) -> Path | None:
     """``shared/datasets/<name>`` found by walking up from this package (covers a checkout
     with ``shared/`` inside it and one with ``shared/`` beside it); None if absent."""

@@ -713,7 +713,10 @@ def _metrics(wl: Workload, timed: list[dict], result: dict, cases: list[dict], l
 
 
 def _run_failure(run: ChildRun, timeout_s: float) -> tuple[Outcome, str] | None:
-    """How a child run failed as a process (timeout, signal, exit code, silence), or None."""
+    """How a child run failed as a process (disk quota, timeout, signal, exit code, silence),
+    or None."""
+    if run.disk:
+        return Outcome.runtime_error, f"child killed: it {run.disk}"
     if run.timed_out:
         return Outcome.timeout, f"no result within {timeout_s:g} s wall clock; process group killed"
     rc = run.returncode

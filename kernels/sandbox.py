@@ -8,6 +8,10 @@ in 0.05-0.1 s instead of 0.2 s) or, with ``KERNELS_SANDBOX_SPAWN=exec``, started
 
 - its own session and process group; after ``timeout_s`` of wall clock (or when it exits)
   the whole group gets SIGKILL;
+- a disk quota on its private directory (:class:`DiskWatch`): this process polls the
+  directory while the child runs and kills the group once the child has added more than
+  ``KERNELS_SANDBOX_DISK_BYTES`` (default 1 GiB) or 4096 files and directories there (the
+  file-size limit bounds one file, not how many a candidate writes);
 - resource limits set before anything is imported: address space
   (``KERNELS_SANDBOX_MEMORY_BYTES``, default 8 GiB), CPU seconds (``timeout_s * cpus + 10``),
   file size (256 MiB), no core dumps, 256 open files, and (sandbox user) 4096 threads;
@@ -65,6 +69,7 @@ import secrets
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -77,10 +82,11 @@ from pathlib import Path
 from kernels import config
 from kernels.hashing import result_mac
 
-__all__ = ["ChildRun", "SandboxError", "SandboxPolicy", "make_workdir", "remove_tree", "run_child"]
+__all__ = ["ChildRun", "DiskWatch", "SandboxError", "SandboxPolicy", "make_workdir", "remove_tree", "run_child"]
 
 _TAIL = 4000  # characters of child stdout/stderr kept in the log
 _MAX_RESULT_BYTES = 16 * 2**20
+DISK_POLL_S = 0.05  # how often a running child's directory is measured (DiskWatch)
 _PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
 
 # Runs as `python -I -c`: limits are set before anything else is imported, so no candidate
@@ -118,9 +124,12 @@ class SandboxPolicy:
         seccomp: deny sockets, process creation and namespace/mount/ptrace/bpf syscalls.
         device_globs: device files the candidate may still open for writing (Landlock).
         memory_bytes: address-space limit (RLIMIT_AS) in bytes.
+        disk_bytes: bytes (allocated blocks) the child may add to its private directory.
+        disk_entries: files and directories the child may add there.
 
     Raises:
-        ValueError: ``memory_bytes`` below 256 MiB.
+        ValueError: ``memory_bytes`` below 256 MiB, ``disk_bytes`` below 1 MiB or
+            ``disk_entries`` below 64.
     """
 
     user: str | None = "nobody"
@@ -130,16 +139,23 @@ class SandboxPolicy:
     seccomp: bool = True
     device_globs: tuple[str, ...] = field(default=DEVICE_GLOBS)
     memory_bytes: int = 8 * 2**30
+    disk_bytes: int = 2**30
+    disk_entries: int = 4096
 
     def __post_init__(self) -> None:
         if self.memory_bytes < 256 * 2**20:
             raise ValueError(f"SandboxPolicy: memory_bytes must be >= 256 MiB (got {self.memory_bytes})")
+        if self.disk_bytes < 2**20:
+            raise ValueError(f"SandboxPolicy: disk_bytes must be >= 1 MiB (got {self.disk_bytes})")
+        if self.disk_entries < 64:
+            raise ValueError(f"SandboxPolicy: disk_entries must be >= 64 (got {self.disk_entries})")
 
     @classmethod
     def from_env(cls) -> SandboxPolicy:
         """The policy of this host: ``KERNELS_SANDBOX_USER`` (default ``nobody``; empty keeps
-        root) and ``KERNELS_SANDBOX_MEMORY_BYTES``."""
-        return cls(user=config.sandbox_user(), memory_bytes=config.sandbox_memory_bytes())
+        root), ``KERNELS_SANDBOX_MEMORY_BYTES`` and ``KERNELS_SANDBOX_DISK_BYTES``."""
+        return cls(user=config.sandbox_user(), memory_bytes=config.sandbox_memory_bytes(),
+                   disk_bytes=config.sandbox_disk_bytes())
 
     def ids(self) -> tuple[int, int] | None:
         """(uid, gid) to drop to, or None when not root or no user is configured.
@@ -195,6 +211,8 @@ class ChildRun:
         wall_s: wall-clock seconds from start to exit.
         authentic: the result carried the child's HMAC under this run's key (see
             :func:`run_child`); False when something else wrote to or relayed the pipe.
+        disk: why the child was killed for what it wrote to its private directory
+            (:class:`DiskWatch`), None when it was not.
     """
 
     returncode: int | None
@@ -205,6 +223,71 @@ class ChildRun:
     sandbox: dict | None = None
     wall_s: float = 0.0
     authentic: bool = True
+    disk: str | None = None
+
+
+class DiskWatch:
+    """What a child adds to its private directory, measured from this process while it runs.
+
+    ``RLIMIT_FSIZE`` bounds each file, not how many a candidate creates: without a quota one
+    that writes file after file fills the host's disk (and its database) within its timeout.
+    No kernel mechanism limits one directory without privileges (quotas, a sized tmpfs the
+    parent could still read), so the directory is walked every :data:`DISK_POLL_S` and the
+    child is killed once it has added more than ``max_bytes`` of allocated blocks (sparse
+    files count what they really use) or ``max_entries`` files and directories. A child
+    writing at page-cache speed (a few GB/s) overshoots by at most one poll's worth. A
+    directory this process cannot read (the candidate can chmod what it made) counts as a
+    violation: nothing else could be measured under it.
+
+    Args:
+        root: the child's private directory, holding what this process put there.
+        max_bytes, max_entries: what the child may add to it.
+    """
+
+    def __init__(self, root: Path, max_bytes: int, max_entries: int) -> None:
+        self.root, self.max_bytes, self.max_entries = str(root), max_bytes, max_entries
+        self.base_bytes, self.base_entries, _ = self._usage(None)
+        self.exceeded: str | None = None
+
+    def _usage(self, entry_limit: int | None) -> tuple[int, int, str | None]:
+        """(allocated bytes, entries, unreadable directory or None) under the root; stops
+        counting past ``entry_limit`` entries (the walk stays as cheap as the limit allows)."""
+        total = entries = 0
+        stack = [self.root]
+        while stack:
+            path = stack.pop()
+            try:
+                it = os.scandir(path)
+            except FileNotFoundError:
+                continue  # removed while we walked
+            except OSError as exc:
+                return total, entries, f"{path} ({exc.strerror})"
+            with it:
+                for entry in it:
+                    entries += 1
+                    if entry_limit is not None and entries > entry_limit:
+                        return total, entries, None
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += st.st_blocks * 512
+                    if stat.S_ISDIR(st.st_mode):
+                        stack.append(entry.path)
+        return total, entries, None
+
+    def check(self) -> bool:
+        """Measure now; True (and :attr:`exceeded` says why) once the child is over a limit."""
+        if self.exceeded is None:
+            used, entries, unreadable = self._usage(self.base_entries + self.max_entries)
+            if unreadable:
+                self.exceeded = f"made a directory the evaluator cannot measure: {unreadable}"
+            elif entries - self.base_entries > self.max_entries:
+                self.exceeded = f"created more than {self.max_entries} files and directories in its private directory"
+            elif used - self.base_bytes > self.max_bytes:
+                self.exceeded = (f"wrote more than {self.max_bytes / 2**20:g} MiB to its private directory "
+                                 f"({(used - self.base_bytes) / 2**20:.0f} MiB when measured)")
+        return self.exceeded is not None
 
 
 def make_workdir(policy: SandboxPolicy, files: Mapping[str, Path], *, hand_over_dir: bool = True) -> Path:
@@ -298,26 +381,37 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _wait_exit(proc: subprocess.Popen, timeout_s: float) -> bool:
-    """Wait until ``proc`` exits (True) or ``timeout_s`` passes (False), woken at once by a
-    pidfd where Linux has them (``Popen.wait(timeout)`` polls with sleeps of up to 50 ms)."""
+def _wait_exit(proc: subprocess.Popen, timeout_s: float, watch: DiskWatch) -> bool:
+    """Wait until ``proc`` exits (True), ``timeout_s`` passes or ``watch`` finds its directory
+    over quota (False), woken at once by a pidfd where Linux has them (``Popen.wait(timeout)``
+    polls with sleeps of up to 50 ms)."""
+    deadline = time.monotonic() + timeout_s
     try:
         fd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
-        proc.wait(timeout=timeout_s)  # raises TimeoutExpired
-        return True
+        fd = None
     try:
         poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        deadline = time.monotonic() + timeout_s
+        if fd is not None:
+            poller.register(fd, select.POLLIN)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 return proc.poll() is not None
-            if poller.poll(max(1, math.ceil(left * 1000))):
-                return True
+            if fd is not None:
+                if poller.poll(max(1, math.ceil(min(left, DISK_POLL_S) * 1000))):
+                    return True
+            else:
+                try:
+                    proc.wait(timeout=min(left, DISK_POLL_S))
+                    return True
+                except subprocess.TimeoutExpired:
+                    pass
+            if watch.check():
+                return False
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
 
 
 def _collect(rfd: int, reader) -> threading.Thread:
@@ -332,7 +426,8 @@ def _finish_reader(thread: threading.Thread, rfd: int) -> None:
         os.close(rfd)
 
 
-def _run_exec(request, workdir, env, code, wfd, out_path, err_path, timeout_s, rfd, reader) -> tuple[int | None, bool]:
+def _run_exec(request, workdir, env, code, wfd, out_path, err_path, timeout_s, rfd, reader,
+              watch: DiskWatch) -> tuple[int | None, bool]:
     """A fresh ``python -I`` child; returns (returncode, timed_out)."""
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
@@ -360,9 +455,7 @@ def _run_exec(request, workdir, env, code, wfd, out_path, err_path, timeout_s, r
             proc.stdin.close()
         except BrokenPipeError:
             pass
-        timed_out = not _wait_exit(proc, timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+        timed_out = not _wait_exit(proc, timeout_s, watch) and watch.exceeded is None
     finally:
         # Kill the whole group: also threads' helpers or grandchildren the candidate made.
         try:
@@ -374,7 +467,8 @@ def _run_exec(request, workdir, env, code, wfd, out_path, err_path, timeout_s, r
     return proc.returncode, timed_out
 
 
-def _run_forked(request, workdir, env, limits, wfd, out_path, err_path, timeout_s, rfd, reader) -> tuple[int | None, bool]:
+def _run_forked(request, workdir, env, limits, wfd, out_path, err_path, timeout_s, rfd, reader,
+                watch: DiskWatch) -> tuple[int | None, bool]:
     """A child forked by this process's fork server; returns (returncode, timed_out).
 
     Raises:
@@ -394,9 +488,13 @@ def _run_forked(request, workdir, env, limits, wfd, out_path, err_path, timeout_
             os.close(wfd)  # only the child holds the write end: EOF when it is gone
     thread = _collect(rfd, reader)
     returncode = None
+    deadline = time.monotonic() + timeout_s
     try:
-        returncode = forkserver.wait_status(status, timeout_s)
-        timed_out = returncode is None
+        while True:  # in slices: the directory is measured between them
+            returncode = forkserver.wait_status(status, min(deadline - time.monotonic(), DISK_POLL_S))
+            if returncode is not None or watch.check() or time.monotonic() >= deadline:
+                break
+        timed_out = returncode is None and watch.exceeded is None
     finally:
         try:
             os.killpg(pid, signal.SIGKILL)  # the whole group, as in the exec path
@@ -467,14 +565,16 @@ def run_child(
                 chunks.append(data)
 
     start = time.monotonic()
+    watch = DiskWatch(workdir, policy.disk_bytes, policy.disk_entries)  # what this process put there
     mode = config.sandbox_spawn()
     if mode == "fork":
         returncode, timed_out = _run_forked(request, workdir, env, limits, wfd, out_path, err_path, timeout_s,
-                                            rfd, reader)
+                                            rfd, reader, watch)
     else:
         returncode, timed_out = _run_exec(request, workdir, env, code, wfd, out_path, err_path, timeout_s,
-                                          rfd, reader)
+                                          rfd, reader, watch)
     wall_s = time.monotonic() - start
+    watch.check()  # also what a child wrote between the last poll and its exit
     raw = b"".join(chunks)
     head, sep, rest = raw.partition(b"\n")
     report = None
@@ -494,5 +594,5 @@ def run_child(
     authentic = bool(nl) and hmac.compare_digest(mac, result_mac(key, body))
     return ChildRun(
         returncode, timed_out, _tail(out_path), _tail(err_path),
-        body if authentic else result, report or None, wall_s, authentic or not result,
+        body if authentic else result, report or None, wall_s, authentic or not result, watch.exceeded,
     )

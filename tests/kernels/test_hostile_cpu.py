@@ -26,6 +26,7 @@ import secrets
 import socket
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,7 @@ import pytest
 
 from kernels import Outcome, evaluate, get_workload, load_template
 from kernels.backends.cpu import CpuBackend
+from kernels.sandbox import SandboxPolicy
 from kernels.space import format_defines
 
 pytestmark = pytest.mark.timeout(120)
@@ -334,6 +336,37 @@ WRITES_OUTSIDE = k(
     """
 )
 
+# Fill the disk from the private directory, the one place the candidate may write: many files,
+# each within the file-size limit. Both stop after a bounded amount (256 MiB, 20000 files) and
+# then spin: with a broken quota they time out instead of filling the test host's disk.
+FILLS_THE_DISK = k(
+    """
+    static char buf[1 << 20];
+    memset(buf, 1, sizeof buf);
+    char name[64];
+    for (int f = 0; f < 64; ++f) {
+        snprintf(name, sizeof name, "fill-%d", f);
+        FILE *fp = fopen(name, "wb");
+        if (!fp) break;
+        for (int m = 0; m < 4; ++m) fwrite(buf, 1, sizeof buf, fp);
+        fclose(fp);
+    }
+    for (;;) { __asm__ volatile(""); }
+    """
+)
+MAKES_FILES_WITHOUT_END = k(
+    """
+    char name[64];
+    for (int f = 0; f < 20000; ++f) {
+        snprintf(name, sizeof name, "empty-%d", f);
+        FILE *fp = fopen(name, "wb");
+        if (!fp) break;
+        fclose(fp);
+    }
+    for (;;) { __asm__ volatile(""); }
+    """
+)
+
 # Correct only if fork() fails (the child would escape the process group with setsid()).
 NEEDS_FORK_DENIED = k(
     """
@@ -543,6 +576,21 @@ def test_a_kernel_cannot_write_outside_its_directory(quick_bench):
     finally:
         for f in files:
             f.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("name, source, limit, reason", [
+    ("fills the disk", FILLS_THE_DISK, {"disk_bytes": 16 * 2**20}, "wrote more than 16 MiB to its private directory"),
+    ("makes files without end", MAKES_FILES_WITHOUT_END, {"disk_entries": 100},
+     "created more than 100 files and directories"),
+], ids=["bytes", "files"])
+def test_a_kernel_that_fills_its_directory_is_killed(name, source, limit, reason, quick_bench):
+    policy = replace(SandboxPolicy.from_env(), **limit)
+    start = time.monotonic()
+    ev = run(source, quick_bench, timeout_s=20, sandbox=policy)
+    RESULTS[name] = str(ev.status)
+    assert ev.status == Outcome.runtime_error, ev.log[-3000:]
+    assert reason in ev.log
+    assert time.monotonic() - start < 10  # killed by the quota, not by the wall-clock limit
 
 
 def test_a_kernel_cannot_start_processes_or_signal_the_worker(quick_bench):

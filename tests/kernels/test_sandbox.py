@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ import pytest
 from kernels import Outcome, SandboxPolicy, evaluate
 from kernels.sandbox import SandboxError, child_env
 
-from test_hostile_cpu import WRITES_OUTSIDE, k  # tests/kernels is on sys.path (rootdir-relative imports)
+from test_hostile_cpu import FILLS_THE_DISK, WRITES_OUTSIDE, k  # tests/kernels is on sys.path (rootdir-relative imports)
 
 ROOT = os.geteuid() == 0
 PROJECT = Path(__file__).resolve().parents[2]
@@ -120,6 +123,8 @@ def test_the_sandbox_user_comes_from_the_environment(monkeypatch):
     assert SandboxPolicy.from_env().user is None
     with pytest.raises(ValueError, match="256 MiB"):
         SandboxPolicy(memory_bytes=1)
+    monkeypatch.setenv("KERNELS_SANDBOX_DISK_BYTES", str(64 * 2**20))
+    assert SandboxPolicy.from_env().disk_bytes == 64 * 2**20
 
 
 def test_the_child_sees_only_its_own_environment(monkeypatch, quick_bench):
@@ -153,14 +158,15 @@ def test_waiting_for_a_child_returns_on_exit_and_on_timeout():
     import subprocess
     import sys
 
-    from kernels.sandbox import _wait_exit
+    from kernels.sandbox import DiskWatch, _wait_exit
 
+    watch = DiskWatch(Path(tempfile.mkdtemp()), 2**20, 64)
     quick = subprocess.Popen([sys.executable, "-c", "pass"])
-    assert _wait_exit(quick, 30.0) is True
+    assert _wait_exit(quick, 30.0, watch) is True
     assert quick.wait(timeout=5) == 0
     slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert _wait_exit(slow, 0.2) is False
+        assert _wait_exit(slow, 0.2, watch) is False
         assert slow.poll() is None
     finally:
         slow.kill()
@@ -184,6 +190,53 @@ def test_both_ways_of_starting_a_child_confine_it_alike(spawn, monkeypatch, quic
     assert sb["spawn"] == spawn and sb["threads_at_lockdown"] == 1
     if ROOT:
         assert sb["network"] == "namespace" and sb["user"]["dropped"] is True
+
+
+@pytest.mark.parametrize("spawn", ["fork", "exec"])
+def test_both_ways_of_starting_a_child_enforce_the_disk_quota(spawn, monkeypatch, quick_bench):
+    monkeypatch.setenv("KERNELS_SANDBOX_SPAWN", spawn)
+    start = time.monotonic()
+    ev = run(FILLS_THE_DISK, quick_bench, timeout_s=20, sandbox=replace(SandboxPolicy.from_env(), disk_bytes=8 * 2**20))
+    assert ev.status == Outcome.runtime_error and "wrote more than 8 MiB" in ev.log, ev.log[-2000:]
+    assert time.monotonic() - start < 10
+
+
+def test_the_disk_watch_counts_only_what_the_child_adds(tmp_path):
+    from kernels.sandbox import DiskWatch
+
+    (tmp_path / "input.npy").write_bytes(b"x" * 3 * 2**20)  # put there by the evaluator: not counted
+    watch = DiskWatch(tmp_path, 2**20, 64)
+    assert not watch.check() and watch.exceeded is None
+    with open(tmp_path / "sparse", "wb") as f:  # 1 GiB long, no blocks: uses no disk
+        f.truncate(2**30)
+    (tmp_path / "small").write_bytes(b"y" * 2**19)
+    assert not watch.check()
+    nested = tmp_path / "a" / "b"
+    nested.mkdir(parents=True)
+    (nested / "big").write_bytes(b"z" * 2**20)
+    assert watch.check() and "wrote more than 1 MiB" in watch.exceeded
+    many = DiskWatch(tmp_path, 2**30, 64)
+    for i in range(70):
+        (tmp_path / f"e{i}").touch()
+    assert many.check() and "more than 64 files and directories" in many.exceeded
+
+
+@pytest.mark.skipif(ROOT, reason="root reads any directory")
+def test_a_directory_the_evaluator_cannot_read_is_over_quota(tmp_path):
+    from kernels.sandbox import DiskWatch
+
+    watch = DiskWatch(tmp_path, 2**30, 4096)
+    (tmp_path / "hidden").mkdir(mode=0)
+    try:
+        assert watch.check() and "cannot measure" in watch.exceeded
+    finally:
+        (tmp_path / "hidden").chmod(0o700)
+
+
+@pytest.mark.parametrize("field, value", [("disk_bytes", 2**19), ("disk_entries", 10)])
+def test_a_disk_quota_too_small_to_evaluate_anything_is_refused(field, value):
+    with pytest.raises(ValueError, match=field):
+        SandboxPolicy(**{field: value})
 
 
 def test_a_killed_fork_server_is_replaced(quick_bench):
