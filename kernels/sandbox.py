@@ -239,15 +239,29 @@ class DiskWatch:
     directory this process cannot read (the candidate can chmod what it made) counts as a
     violation: nothing else could be measured under it.
 
+    Files the child deletes while it holds them open or mapped leave the directory but still
+    take space until it exits. They are caught by the filesystem's free space
+    (``statvfs``): the child is also killed once the filesystem holding its directory has
+    lost more than ``max_bytes`` + :attr:`SLACK_BYTES` (other processes' writes meanwhile)
+    since it started, or has less than :attr:`FLOOR_BYTES` free.
+
     Args:
         root: the child's private directory, holding what this process put there.
         max_bytes, max_entries: what the child may add to it.
     """
 
+    SLACK_BYTES = 2**30
+    FLOOR_BYTES = 64 * 2**20
+
     def __init__(self, root: Path, max_bytes: int, max_entries: int) -> None:
         self.root, self.max_bytes, self.max_entries = str(root), max_bytes, max_entries
         self.base_bytes, self.base_entries, _ = self._usage(None)
+        self.base_free = self._free()
         self.exceeded: str | None = None
+
+    def _free(self) -> int:
+        fs = os.statvfs(self.root)
+        return fs.f_bavail * fs.f_frsize
 
     def _usage(self, entry_limit: int | None) -> tuple[int, int, str | None]:
         """(allocated bytes, entries, unreadable directory or None) under the root; stops
@@ -278,15 +292,25 @@ class DiskWatch:
 
     def check(self) -> bool:
         """Measure now; True (and :attr:`exceeded` says why) once the child is over a limit."""
-        if self.exceeded is None:
-            used, entries, unreadable = self._usage(self.base_entries + self.max_entries)
-            if unreadable:
-                self.exceeded = f"made a directory the evaluator cannot measure: {unreadable}"
-            elif entries - self.base_entries > self.max_entries:
-                self.exceeded = f"created more than {self.max_entries} files and directories in its private directory"
-            elif used - self.base_bytes > self.max_bytes:
-                self.exceeded = (f"wrote more than {self.max_bytes / 2**20:g} MiB to its private directory "
-                                 f"({(used - self.base_bytes) / 2**20:.0f} MiB when measured)")
+        if self.exceeded is not None:
+            return True
+        used, entries, unreadable = self._usage(self.base_entries + self.max_entries)
+        try:
+            free = self._free()
+        except OSError:
+            free = self.base_free  # the directory is gone: nothing more to measure there
+        mib = 2**20
+        if unreadable:
+            self.exceeded = f"made a directory the evaluator cannot measure: {unreadable}"
+        elif entries - self.base_entries > self.max_entries:
+            self.exceeded = f"created more than {self.max_entries} files and directories in its private directory"
+        elif used - self.base_bytes > self.max_bytes:
+            self.exceeded = (f"wrote more than {self.max_bytes / mib:g} MiB to its private directory "
+                             f"({(used - self.base_bytes) / mib:.0f} MiB when measured)")
+        elif free < max(self.FLOOR_BYTES, self.base_free - self.max_bytes - self.SLACK_BYTES):
+            self.exceeded = (f"was running when the disk holding its private directory went from "
+                             f"{self.base_free / mib:.0f} to {free / mib:.0f} MiB free (files it deleted while "
+                             "holding them open count too)")
         return self.exceeded is not None
 
 

@@ -354,6 +354,22 @@ FILLS_THE_DISK = k(
     for (;;) { __asm__ volatile(""); }
     """
 )
+HIDES_WHAT_IT_WRITES = k(  # each file deleted at once, kept open: its space stays taken
+    """
+    static char buf[1 << 20];
+    memset(buf, 1, sizeof buf);
+    char name[64];
+    for (int f = 0; f < 64; ++f) {
+        snprintf(name, sizeof name, "hidden-%d", f);
+        FILE *fp = fopen(name, "wb");
+        if (!fp) break;
+        unlink(name);
+        for (int m = 0; m < 4; ++m) fwrite(buf, 1, sizeof buf, fp);
+        fflush(fp);
+    }
+    for (;;) { __asm__ volatile(""); }
+    """
+)
 MAKES_FILES_WITHOUT_END = k(
     """
     char name[64];
@@ -591,6 +607,21 @@ def test_a_kernel_that_fills_its_directory_is_killed(name, source, limit, reason
     assert ev.status == Outcome.runtime_error, ev.log[-3000:]
     assert reason in ev.log
     assert time.monotonic() - start < 10  # killed by the quota, not by the wall-clock limit
+
+
+def test_a_kernel_that_hides_what_it_writes_is_killed(monkeypatch, quick_bench):
+    """Deleted files held open are not in the directory; the filesystem's free space shows them
+    (no slack here: the test's 16 MiB quota would drown in the default 1 GiB)."""
+    from kernels.sandbox import DiskWatch
+
+    monkeypatch.setattr(DiskWatch, "SLACK_BYTES", 0)
+    policy = replace(SandboxPolicy.from_env(), disk_bytes=16 * 2**20)
+    start = time.monotonic()
+    ev = run(HIDES_WHAT_IT_WRITES, quick_bench, timeout_s=20, sandbox=policy)
+    RESULTS["hides what it writes (deleted, kept open)"] = str(ev.status)
+    assert ev.status == Outcome.runtime_error, ev.log[-3000:]
+    assert "went from" in ev.log and "free" in ev.log
+    assert time.monotonic() - start < 10
 
 
 def test_a_kernel_cannot_start_processes_or_signal_the_worker(quick_bench):
