@@ -11,7 +11,8 @@ in 0.05-0.1 s instead of 0.2 s) or, with ``KERNELS_SANDBOX_SPAWN=exec``, started
 - a disk quota on its private directory (:class:`DiskWatch`): this process polls the
   directory while the child runs and kills the group once the child has added more than
   ``KERNELS_SANDBOX_DISK_BYTES`` (default 1 GiB) or 4096 files and directories there (the
-  file-size limit bounds one file, not how many a candidate writes);
+  file-size limit bounds one file, not how many a candidate writes), or once the filesystem
+  has lost 1 GiB more than that meanwhile (files deleted while held open);
 - resource limits set before anything is imported: address space
   (``KERNELS_SANDBOX_MEMORY_BYTES``, default 8 GiB), CPU seconds (``timeout_s * cpus + 10``),
   file size (256 MiB), no core dumps, 256 open files, and (sandbox user) 4096 threads;
@@ -243,7 +244,7 @@ class DiskWatch:
     take space until it exits. They are caught by the filesystem's free space
     (``statvfs``): the child is also killed once the filesystem holding its directory has
     lost more than ``max_bytes`` + :attr:`SLACK_BYTES` (other processes' writes meanwhile)
-    since it started, or has less than :attr:`FLOOR_BYTES` free.
+    since it started, or has less than :attr:`FLOOR_BYTES` free and less than when it started.
 
     Args:
         root: the child's private directory, holding what this process put there.
@@ -307,7 +308,7 @@ class DiskWatch:
         elif used - self.base_bytes > self.max_bytes:
             self.exceeded = (f"wrote more than {self.max_bytes / mib:g} MiB to its private directory "
                              f"({(used - self.base_bytes) / mib:.0f} MiB when measured)")
-        elif free < max(self.FLOOR_BYTES, self.base_free - self.max_bytes - self.SLACK_BYTES):
+        elif free < min(self.base_free, max(self.FLOOR_BYTES, self.base_free - self.max_bytes - self.SLACK_BYTES)):
             self.exceeded = (f"was running when the disk holding its private directory went from "
                              f"{self.base_free / mib:.0f} to {free / mib:.0f} MiB free (files it deleted while "
                              "holding them open count too)")
