@@ -505,7 +505,7 @@ def figure(rows: list[dict], out_dir: Path) -> tuple[Path, Path | None]:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox", "--disable-gpu"])
             page = browser.new_page(viewport={"width": 520 * len(datasets) + 40, "height": 680})
-            page.goto(html.as_uri())
+            page.goto(html.resolve().as_uri())
             page.wait_for_selector(".main-svg")
             page.screenshot(path=str(png))
             browser.close()
