@@ -37,6 +37,7 @@ from typing import Any
 
 from kernels import config
 from kernels.backends.cpu import CompileError
+from kernels.toolchain import ToolTimeout, failure, run_tool
 
 __all__ = [
     "ARCHS",
@@ -396,21 +397,20 @@ def _run_nvcc(args: list[str], source_text: str, suffix: str, out_name: str) -> 
         out = Path(tmp) / out_name
         cmd = [nvcc, *args, "-o", str(out), str(src)]
         shown = " ".join(cmd).replace(tmp + "/", "")
-        run_as: dict[str, Any] = {}
         if ids:
             os.chown(tmp, *ids)
             os.chown(src, *ids)
-            run_as = {"user": ids[0], "group": ids[1], "extra_groups": []}
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C", "TMPDIR": tmp, "HOME": tmp}
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=NVCC_TIMEOUT_S, cwd=tmp, env=env, **run_as)
-        except subprocess.TimeoutExpired:
-            raise CompileError("nvcc timed out", f"$ {shown}\nnvcc timed out after {NVCC_TIMEOUT_S:g} s") from None
+            returncode, log = run_tool(cmd, cwd=tmp, env=env, timeout_s=NVCC_TIMEOUT_S, ids=ids)
+        except ToolTimeout as exc:
+            raise CompileError("nvcc timed out", f"$ {shown}\n{exc.log.replace(tmp + '/', '')}\n"
+                                                 f"nvcc timed out after {NVCC_TIMEOUT_S:g} s") from None
         except OSError as exc:
             raise CompileError(f"cannot run nvcc {nvcc!r}", f"$ {shown}\n{exc}") from None
-        log = (proc.stdout + proc.stderr).replace(tmp + "/", "")
-        if proc.returncode != 0 or not out.is_file() or out.is_symlink():
-            raise CompileError(f"nvcc exited with code {proc.returncode}", f"$ {shown}\n{log}")
+        log = log.replace(tmp + "/", "")
+        if returncode != 0 or not out.is_file() or out.is_symlink():
+            raise CompileError(failure("nvcc", returncode, log), f"$ {shown}\n{log}")
         return out.read_bytes(), log
 
 

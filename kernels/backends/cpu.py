@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernels import config
+from kernels.toolchain import ToolTimeout, failure, run_tool
 
 FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 # Link flags: fail at compile time (compile_error) on undefined symbols, not at dlopen.
@@ -135,26 +136,21 @@ class CpuBackend:
             src.write_text(defines + source)
             out = Path(tmp) / "candidate.so"
             cmd = [cc, *FLAGS, "-o", str(out), str(src), *LINK_FLAGS]
-            run_as = {}
             if ids:
                 os.chown(tmp, *ids)
-                run_as = {"user": ids[0], "group": ids[1], "extra_groups": []}
             try:
-                proc = subprocess.run(
-                    cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, cwd=tmp,
-                    env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C", "TMPDIR": tmp}, **run_as,
+                returncode, log = run_tool(
+                    cmd, cwd=tmp, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C", "TMPDIR": tmp},
+                    timeout_s=COMPILE_TIMEOUT_S, address_space=config.sandbox_memory_bytes(), ids=ids,
                 )
-            except subprocess.TimeoutExpired as exc:
-                log = f"$ {' '.join(cmd)}\n{exc.stderr or ''}\ncompiler timed out after {COMPILE_TIMEOUT_S:g} s"
-                raise CompileError("compiler timed out", log) from None
+            except ToolTimeout as exc:
+                log = f"$ {' '.join(cmd)}\n{exc.log}\ncompiler timed out after {COMPILE_TIMEOUT_S:g} s"
+                raise CompileError("compiler timed out", log.replace(tmp + "/", "")) from None
             except OSError as exc:
                 raise CompileError(f"cannot run compiler {cc!r}", f"$ {' '.join(cmd)}\n{exc}") from None
-            log = (proc.stdout + proc.stderr).replace(tmp + "/", "")
-            if proc.returncode != 0 or not out.is_file() or out.is_symlink():
-                raise CompileError(
-                    f"compiler exited with code {proc.returncode}",
-                    f"$ {' '.join(cmd)}\n{log}".replace(tmp + "/", ""),
-                )
+            log = log.replace(tmp + "/", "")
+            if returncode != 0 or not out.is_file() or out.is_symlink():
+                raise CompileError(failure("compiler", returncode, log), f"$ {' '.join(cmd)}\n{log}".replace(tmp + "/", ""))
             # Into the cache as a file of ours: copied (never a link the compiler's user made),
             # then renamed atomically, so concurrent workers never see a partial .so.
             fd, staged = tempfile.mkstemp(prefix=".staged-", suffix=".so", dir=cache)

@@ -44,3 +44,12 @@ def test_a_missing_compiler_is_a_compile_error(tmp_path, monkeypatch):
     monkeypatch.setenv("CC", "/nonexistent/cc")
     with pytest.raises(CompileError, match="cannot run compiler"):
         CpuBackend().compile(SRC, "")
+
+
+def test_a_source_that_makes_a_huge_library_is_a_compile_error(tmp_path, monkeypatch):
+    """Two lines make gcc write a 128 MiB library (and the linker hold it in memory): past the
+    compiler's file-size limit it is killed, and nothing reaches the cache."""
+    monkeypatch.setenv("KERNELS_CACHE_DIR", str(tmp_path))
+    with pytest.raises(CompileError, match="wrote a file past the 64 MiB limit"):
+        CpuBackend().compile("static char big[1L << 27] = {1};\nchar *f(void) { return big; }\n", "")
+    assert list(tmp_path.glob("*.so")) == []

@@ -1,0 +1,74 @@
+"""Compilers on untrusted source run limited, in their own process group, with a bounded log."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from kernels.toolchain import FILE_BYTES, LOG_KEEP, ToolTimeout, run_tool
+
+ENV = {"PATH": "/usr/bin:/bin"}
+
+
+def test_a_tool_runs_with_its_output_and_return_code(tmp_path):
+    rc, log = run_tool(["sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 3"], cwd=str(tmp_path), env=ENV,
+                       timeout_s=30)
+    assert rc == 3 and "to-stdout" in log and "to-stderr" in log
+
+
+def test_the_limits_reach_the_tool(tmp_path):
+    rc, log = run_tool(["sh", "-c", "ulimit -f; ulimit -v; ulimit -t"], cwd=str(tmp_path), env=ENV, timeout_s=30,
+                       address_space=2**32)
+    fsize, vmem, cpu = log.split()
+    assert rc == 0 and int(fsize) * 512 == FILE_BYTES and int(vmem) * 1024 == 2**32 and int(cpu) == 40
+
+
+def test_a_tool_that_prints_without_end_is_stopped_and_its_log_cut(tmp_path):
+    start = time.monotonic()
+    rc, log = run_tool(["yes", "spam"], cwd=str(tmp_path), env=ENV, timeout_s=60)
+    assert rc == -signal.SIGXFSZ  # the log file reached the file-size limit
+    assert len(log) < 2 * LOG_KEEP + 200 and "bytes of output cut" in log and log.startswith("spam\n")
+    assert time.monotonic() - start < 30
+
+
+def test_on_timeout_what_the_driver_started_is_killed_too(tmp_path):
+    pidfile = tmp_path / "grandchild"
+    with pytest.raises(ToolTimeout):
+        run_tool(["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"], cwd=str(tmp_path), env=ENV, timeout_s=1)
+    pid = int(pidfile.read_text())
+    for _ in range(100):  # reparented to init, which reaps it
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the tool's own child {pid} is still running")
+
+
+def test_a_tool_that_is_not_there_is_an_os_error(tmp_path):
+    for cmd in ("/nonexistent/cc", "no-such-compiler-here"):
+        with pytest.raises(FileNotFoundError, match="no such executable"):
+            run_tool([cmd], cwd=str(tmp_path), env=ENV, timeout_s=30)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="Linux resource limits")
+def test_the_bootstrap_is_the_only_python_in_the_way(tmp_path):
+    rc, log = run_tool(["sh", "-c", "cat /proc/$$/comm; echo $PPID"], cwd=str(tmp_path), env=ENV, timeout_s=30)
+    assert rc == 0 and log.split()[0] == "sh"  # the bootstrap exec'd the tool: no python parent left
+
+
+@pytest.mark.parametrize("rc, log, says", [
+    (-signal.SIGXFSZ, "", "wrote a file past the 64 MiB limit"),
+    (4, "cc: internal compiler error: File size limit exceeded signal terminated program as", "past the 64 MiB"),
+    (-signal.SIGKILL, "", "killed by SIGKILL"),
+    (1, "error: expected ';'", "exited with code 1"),
+])
+def test_a_failure_says_why(rc, log, says):
+    from kernels.toolchain import failure
+
+    assert says in failure("compiler", rc, log)
