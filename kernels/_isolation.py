@@ -33,7 +33,8 @@ Layers, in order (Linux):
 5. **seccomp** (``seccomp``; x86_64 and aarch64): returns an error for ``socket()``
    (``EACCES``), process creation (``fork``, ``vfork``, ``clone`` without
    ``CLONE_THREAD``; ``clone3`` gets ``ENOSYS`` so threads fall back to ``clone``),
-   ``io_uring_*``, ``unshare``, ``setns``, ``mount``, ``ptrace``, ``bpf``, ``userfaultfd`` and
+   ``io_uring_*``, ``unshare``, ``setns``, ``mount``, ``ptrace``, ``bpf``, ``userfaultfd``,
+   ``fallocate`` (``EOPNOTSUPP``: it reserves disk past the file-size limit) and
    installing a ``SIGSEGV``/``SIGBUS`` handler (work deferred to the evaluator's first touch of a
    protected output page); other ABIs
    (i386 ``int 0x80``, x32) kill the process. Threads (OpenMP) keep working; nothing the
@@ -85,13 +86,13 @@ _ARCH = {
         "socket": 41, "clone": 56, "fork": 57, "vfork": 58, "ptrace": 101, "mount": 165,
         "unshare": 272, "setns": 308, "bpf": 321, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "clone3": 435, "memfd_create": 319,
-        "rt_sigaction": 13, "userfaultfd": 323,
+        "rt_sigaction": 13, "userfaultfd": 323, "fallocate": 285,
     }),
     "aarch64": (0xC00000B7, 277, {
         "mount": 40, "unshare": 97, "ptrace": 117, "socket": 198, "clone": 220,
         "setns": 268, "bpf": 280, "io_uring_setup": 425, "io_uring_enter": 426,
         "io_uring_register": 427, "clone3": 435, "memfd_create": 279,
-        "rt_sigaction": 134, "userfaultfd": 282,
+        "rt_sigaction": 134, "userfaultfd": 282, "fallocate": 47,
     }),
 }
 
@@ -284,6 +285,10 @@ def _seccomp_program(machine: str) -> tuple[bytes, int, list[str]]:
         # page faults served by the candidate's own thread: work done when the evaluator
         # first reads an output, after the timed call returned
         "userfaultfd": eperm,
+        # reserves blocks past RLIMIT_FSIZE in one call, faster than the disk watch can look
+        # (a terabyte in milliseconds, also on the log files); posix_fallocate falls back to
+        # writes, which the limit bounds
+        "fallocate": _RET_ERRNO | errno.EOPNOTSUPP,
     }
     names = []
     for name, action in denied.items():

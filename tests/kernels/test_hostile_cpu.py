@@ -370,6 +370,46 @@ HIDES_WHAT_IT_WRITES = k(  # each file deleted at once, kept open: its space sta
     for (;;) { __asm__ volatile(""); }
     """
 )
+# Correct only if fallocate is refused, on a file of its directory and on its stdout (a log file
+# in the evaluator's directory, opened before any confinement): a reservation of 1 GiB in one
+# call, four times the file-size limit and faster than any poll, would otherwise succeed.
+NEEDS_FALLOCATE_DENIED = k(
+    """
+    int fd = open("reserve", O_CREAT | O_WRONLY, 0600);
+    int refused = fd >= 0 && syscall(SYS_fallocate, fd, FALLOC_FL_KEEP_SIZE, 0L, 1L << 30) != 0
+                  && errno == EOPNOTSUPP && syscall(SYS_fallocate, 1, FALLOC_FL_KEEP_SIZE, 0L, 1L << 30) != 0;
+    if (fd >= 0) close(fd);
+    if (refused) rms_rows(x, w, y, rows, hidden, eps);
+    """,
+    prelude="#include <errno.h>\n#include <fcntl.h>\n#include <linux/falloc.h>\n#include <sys/syscall.h>\n",
+)
+# Writes 24 MiB at the bottom of 17 nested directories with 250-character names: a path past
+# PATH_MAX (4096), where a walk by path cannot stat anything.
+WRITES_BELOW_PATH_MAX = k(
+    """
+    static char buf[1 << 20];
+    memset(buf, 1, sizeof buf);
+    char name[251];
+    memset(name, 'n', 250); name[250] = 0;
+    int dir = open(".", O_RDONLY | O_DIRECTORY);
+    for (int i = 0; i < 17 && dir >= 0; ++i) {
+        mkdirat(dir, name, 0700);
+        int sub = openat(dir, name, O_RDONLY | O_DIRECTORY);
+        close(dir);
+        dir = sub;
+    }
+    for (int f = 0; dir >= 0 && f < 24; ++f) {
+        char file[32];
+        snprintf(file, sizeof file, "blob-%d", f);
+        int fd = openat(dir, file, O_CREAT | O_WRONLY, 0600);
+        if (fd < 0) break;
+        (void)!write(fd, buf, sizeof buf);
+        close(fd);
+    }
+    for (;;) { __asm__ volatile(""); }
+    """,
+    prelude="#include <fcntl.h>\n#include <sys/stat.h>\n",
+)
 MAKES_FILES_WITHOUT_END = k(
     """
     char name[64];
@@ -598,7 +638,9 @@ def test_a_kernel_cannot_write_outside_its_directory(quick_bench):
     ("fills the disk", FILLS_THE_DISK, {"disk_bytes": 16 * 2**20}, "wrote more than 16 MiB to its private directory"),
     ("makes files without end", MAKES_FILES_WITHOUT_END, {"disk_entries": 100},
      "created more than 100 files and directories"),
-], ids=["bytes", "files"])
+    ("writes below a path longer than PATH_MAX", WRITES_BELOW_PATH_MAX, {"disk_bytes": 16 * 2**20},
+     "wrote more than 16 MiB to its private directory"),
+], ids=["bytes", "files", "long-path"])
 def test_a_kernel_that_fills_its_directory_is_killed(name, source, limit, reason, quick_bench):
     policy = replace(SandboxPolicy.from_env(), **limit)
     start = time.monotonic()
@@ -622,6 +664,13 @@ def test_a_kernel_that_hides_what_it_writes_is_killed(monkeypatch, quick_bench):
     assert ev.status == Outcome.runtime_error, ev.log[-3000:]
     assert "went from" in ev.log and "free" in ev.log
     assert time.monotonic() - start < 10
+
+
+def test_fallocate_is_refused(quick_bench):
+    ev = run(NEEDS_FALLOCATE_DENIED, quick_bench)
+    RESULTS["reserves disk with fallocate (correct iff refused)"] = str(ev.status)
+    assert ev.status == Outcome.ok, ev.log[-3000:]
+    assert "fallocate" in ev.fingerprint["sandbox"]["seccomp"]
 
 
 def test_a_kernel_cannot_start_processes_or_signal_the_worker(quick_bench):
