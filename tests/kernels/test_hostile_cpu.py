@@ -339,37 +339,28 @@ WRITES_OUTSIDE = k(
 # Fill the disk from the private directory, the one place the candidate may write: many files,
 # each within the file-size limit. Both stop after a bounded amount (256 MiB, 20000 files) and
 # then spin: with a broken quota they time out instead of filling the test host's disk.
-FILLS_THE_DISK = k(
-    """
+def _fills(prefix: str, then: str = "", close: str = "fclose(fp);") -> str:
+    """Writes 64 files of 4 MiB named ``<prefix>-<n>`` (``then`` runs after each open), then spins."""
+    return k(
+        f"""
     static char buf[1 << 20];
     memset(buf, 1, sizeof buf);
     char name[64];
-    for (int f = 0; f < 64; ++f) {
-        snprintf(name, sizeof name, "fill-%d", f);
+    for (int f = 0; f < 64; ++f) {{
+        snprintf(name, sizeof name, "{prefix}-%d", f);
         FILE *fp = fopen(name, "wb");
         if (!fp) break;
+        {then}
         for (int m = 0; m < 4; ++m) fwrite(buf, 1, sizeof buf, fp);
-        fclose(fp);
-    }
-    for (;;) { __asm__ volatile(""); }
+        {close}
+    }}
+    for (;;) {{ __asm__ volatile(""); }}
     """
-)
-HIDES_WHAT_IT_WRITES = k(  # each file deleted at once, kept open: its space stays taken
-    """
-    static char buf[1 << 20];
-    memset(buf, 1, sizeof buf);
-    char name[64];
-    for (int f = 0; f < 64; ++f) {
-        snprintf(name, sizeof name, "hidden-%d", f);
-        FILE *fp = fopen(name, "wb");
-        if (!fp) break;
-        unlink(name);
-        for (int m = 0; m < 4; ++m) fwrite(buf, 1, sizeof buf, fp);
-        fflush(fp);
-    }
-    for (;;) { __asm__ volatile(""); }
-    """
-)
+    )
+
+
+FILLS_THE_DISK = _fills("fill")
+HIDES_WHAT_IT_WRITES = _fills("hidden", then="unlink(name);", close="fflush(fp);")  # deleted, kept open
 # Correct only if fallocate is refused, on a file of its directory and on its stdout (a log file
 # in the evaluator's directory, opened before any confinement): a reservation of 1 GiB in one
 # call, four times the file-size limit and faster than any poll, would otherwise succeed.
