@@ -20,7 +20,14 @@ from django.core.exceptions import ImproperlyConfigured
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("INT21_VAR_DIR", BASE_DIR / "var"))
 # var/ holds the embedded database and collected static files; WhiteNoise warns if it is missing.
+# The SQLite database (auth tokens included), its WAL and the collected static files: this
+# service's user only. Sandboxed candidates and the compiler run as another user
+# (KERNELS_SANDBOX_USER) and may read what is world-readable.
 (VAR_DIR / "static").mkdir(parents=True, exist_ok=True)
+try:
+    VAR_DIR.chmod(0o700)
+except OSError:  # not ours to change: its owner decides
+    pass
 
 
 def env_str(name: str, default: str = "") -> str:

@@ -14,7 +14,7 @@ Everything here needs only ``nvcc`` (and numpy-free standard library code):
 - :func:`static_evidence` combines both for one kernel and block size (the flat dict stored
   as evidence and shown on the candidate page); :func:`ptx` returns ``nvcc -ptx`` output.
 
-Results are cached on disk (``$KERNELS_CACHE_DIR/cuda-static``) by a sha256 over the source,
+Results, failures included, are cached on disk (``$KERNELS_CACHE_DIR/cuda-static``) by a sha256 over the source,
 defines, architecture, options and the nvcc version, written atomically (temp file, then
 ``os.replace``) like the CPU compile cache.
 """
@@ -377,6 +377,27 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def _cached_nvcc(error_path: Path, args: list[str], source_text: str, suffix: str,
+                 out_name: str) -> tuple[bytes, str]:
+    """:func:`_run_nvcc`, whose failures are cached too (``error_path``): a source that fails
+    (or hangs nvcc until its timeout) fails the same way the next time, and a candidate's page
+    asking for its static evidence again must not cost another nvcc run.
+
+    Raises:
+        CompileError: nvcc failed now or before (``"(cached)"``).
+    """
+    try:
+        known = json.loads(error_path.read_text())
+        raise CompileError(f"{known['message']} (cached)", known["log"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # no failure on record (or a damaged record): run nvcc
+    try:
+        return _run_nvcc(args, source_text, suffix, out_name)
+    except CompileError as exc:
+        atomic_write(error_path, json.dumps({"message": str(exc), "log": exc.log}).encode())
+        raise
+
+
 def _run_nvcc(args: list[str], source_text: str, suffix: str, out_name: str) -> tuple[bytes, str]:
     """Run nvcc on ``source_text`` in a private temp dir; returns (output bytes, log).
 
@@ -556,7 +577,7 @@ def compile_cubin(
             pass  # a damaged report is rebuilt
     args = ["-cubin", *_arch_flags(arch), "--resource-usage", "-Xptxas", "-v", *options]
     text = source if ptx_in else defines + source
-    data, log = _run_nvcc(args, text, ".ptx" if ptx_in else ".cu", "candidate.cubin")
+    data, log = _cached_nvcc(d / f"{key}.error.json", args, text, ".ptx" if ptx_in else ".cu", "candidate.cubin")
     kernels = parse_ptxas_report(log)
     params, module_const = elf_constant_sizes(data)
     for name, info in kernels.items():
@@ -653,7 +674,7 @@ def ptx(source: str, defines: str = "", arch: str = "sm_90", options: Sequence[s
         return path.read_text()
     virt = arch[3:]
     args = ["-ptx", f"-arch=compute_{virt}", *options]
-    data, _ = _run_nvcc(args, defines + source, ".cu", "candidate.ptx")
+    data, _ = _cached_nvcc(path.with_suffix(".error.json"), args, defines + source, ".cu", "candidate.ptx")
     atomic_write(path, data)
     return data.decode()
 

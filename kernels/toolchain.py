@@ -12,8 +12,8 @@ So every compiler runs here:
 
 - under resource limits set before it starts (a ``python -I -S`` bootstrap sets them, drops
   to the sandbox user where there is one and ``exec``s the compiler; ``preexec_fn`` is unsafe
-  in a threaded worker): file size
-  (:data:`FILE_BYTES`, also the bound on its log), address space (optional) and CPU seconds;
+  in a threaded worker): file size (:data:`FILE_BYTES`, also the bound on its log), memory
+  (:data:`MEMORY_BYTES`) and CPU seconds;
 - in its own session, whose whole process group is killed on timeout and after it exits;
 - with stdout and stderr in one temporary file of this process's, of which only the first
   and last :data:`LOG_KEEP` characters are read back.
@@ -33,6 +33,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 
 FILE_BYTES = 64 * 2**20  # largest file a compiler may write: object, library, log
+MEMORY_BYTES = 4 * 2**30  # its data segment and private mappings (RLIMIT_DATA); a kernel needs ~40 MiB
 LOG_KEEP = 32_000  # characters kept from each end of a compiler's output
 
 # Started as this process's user (the sandbox user may not be able to read this Python), it
@@ -41,7 +42,7 @@ LOG_KEEP = 32_000  # characters kept from each end of a compiler's output
 # file-size limit kills it).
 _BOOTSTRAP = """\
 import os, resource, signal, sys
-for res, val in ((resource.RLIMIT_FSIZE, {fsize}), (resource.RLIMIT_CPU, {cpu}), (resource.RLIMIT_AS, {as_})):
+for res, val in ((resource.RLIMIT_FSIZE, {fsize}), (resource.RLIMIT_CPU, {cpu}), (resource.RLIMIT_DATA, {data})):
     if val:
         resource.setrlimit(res, (val, val))
 for sig in (signal.SIGPIPE, signal.SIGXFSZ):
@@ -72,7 +73,7 @@ class ToolTimeout(Exception):
 
 
 def run_tool(cmd: Sequence[str], *, cwd: str, env: Mapping[str, str], timeout_s: float,
-             address_space: int | None = None, ids: tuple[int, int] | None = None) -> tuple[int, str]:
+             memory_bytes: int = MEMORY_BYTES, ids: tuple[int, int] | None = None) -> tuple[int, str]:
     """Run ``cmd`` (a compiler on untrusted source) confined as the module docstring says.
 
     Args:
@@ -80,8 +81,10 @@ def run_tool(cmd: Sequence[str], *, cwd: str, env: Mapping[str, str], timeout_s:
         cwd: its working directory.
         env: its whole environment.
         timeout_s: wall-clock limit (s); the CPU limit is this plus 10 s.
-        address_space: address-space limit in bytes, or None for none (tools that reserve
-            large virtual ranges, such as CUDA's).
+        memory_bytes: limit of its data segment and private writable mappings
+            (``RLIMIT_DATA``, bytes), where a compiler's memory goes; unlike the address space
+            it leaves alone the large virtual ranges CUDA's tools reserve. ``#include
+            "/dev/zero"`` makes ``cc1`` grow until it hits this.
         ids: (uid, gid) the tool runs as (no supplementary groups), None for this process's.
 
     Returns:
@@ -97,7 +100,7 @@ def run_tool(cmd: Sequence[str], *, cwd: str, env: Mapping[str, str], timeout_s:
     exe = shutil.which(cmd[0], path=env.get("PATH", os.defpath))
     if exe is None:
         raise FileNotFoundError(f"{cmd[0]}: no such executable on PATH={env.get('PATH', os.defpath)}")
-    code = _BOOTSTRAP.format(fsize=FILE_BYTES, cpu=int(timeout_s) + 10, as_=address_space or 0,
+    code = _BOOTSTRAP.format(fsize=FILE_BYTES, cpu=int(timeout_s) + 10, data=memory_bytes,
                              ids=tuple(ids) if ids else None)
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", code, exe, *cmd[1:]], stdin=subprocess.DEVNULL,

@@ -141,7 +141,7 @@ class CpuBackend:
             try:
                 returncode, log = run_tool(
                     cmd, cwd=tmp, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C", "TMPDIR": tmp},
-                    timeout_s=COMPILE_TIMEOUT_S, address_space=config.sandbox_memory_bytes(), ids=ids,
+                    timeout_s=COMPILE_TIMEOUT_S, ids=ids,
                 )
             except ToolTimeout as exc:
                 log = f"$ {' '.join(cmd)}\n{exc.log}\ncompiler timed out after {COMPILE_TIMEOUT_S:g} s"

@@ -302,6 +302,21 @@ def test_compile_errors_carry_the_nvcc_log():
 
 
 @needs_nvcc
+def test_a_failing_source_costs_one_nvcc_run(monkeypatch):
+    bad = 'extern "C" __global__ void k(float *y) { y[0] = not_declared_anywhere; }' + f"// {os.getpid()}-{id(object())}"
+    with pytest.raises(CompileError) as first:
+        static.resource_usage(bad)
+    with pytest.raises(CompileError):
+        static.ptx(bad)  # the PTX view records its own failure
+    monkeypatch.setattr(static, "_run_nvcc", lambda *a, **k: pytest.fail("nvcc ran again for a known failure"))
+    with pytest.raises(CompileError, match="cached") as again:
+        static.resource_usage(bad)
+    assert again.value.log == first.value.log and "not_declared_anywhere" in again.value.log
+    with pytest.raises(CompileError, match="cached"):
+        static.ptx(bad)
+
+
+@needs_nvcc
 def test_ptx_is_generated_for_display_and_ptx_sources_assemble():
     text = static.ptx(SMALL, arch="sm_90")
     assert ".entry with_smem" in text and ".target sm_90" in text

@@ -21,10 +21,10 @@ def test_a_tool_runs_with_its_output_and_return_code(tmp_path):
 
 
 def test_the_limits_reach_the_tool(tmp_path):
-    rc, log = run_tool(["sh", "-c", "ulimit -f; ulimit -v; ulimit -t"], cwd=str(tmp_path), env=ENV, timeout_s=30,
-                       address_space=2**32)
-    fsize, vmem, cpu = log.split()
-    assert rc == 0 and int(fsize) * 512 == FILE_BYTES and int(vmem) * 1024 == 2**32 and int(cpu) == 40
+    rc, log = run_tool(["sh", "-c", "ulimit -f; ulimit -d; ulimit -t"], cwd=str(tmp_path), env=ENV, timeout_s=30,
+                       memory_bytes=2**32)
+    fsize, data, cpu = log.split()
+    assert rc == 0 and int(fsize) * 512 == FILE_BYTES and int(data) * 1024 == 2**32 and int(cpu) == 40
 
 
 def test_a_tool_that_prints_without_end_is_stopped_and_its_log_cut(tmp_path):
@@ -48,6 +48,15 @@ def test_on_timeout_what_the_driver_started_is_killed_too(tmp_path):
         time.sleep(0.05)
     else:
         pytest.fail(f"the tool's own child {pid} is still running")
+
+
+def test_a_compiler_that_grows_without_end_is_stopped(tmp_path):
+    """``#include "/dev/zero"``: cc1 reads an endless line into memory until the data limit."""
+    (tmp_path / "bomb.c").write_text('#include "/dev/zero"\n')
+    start = time.monotonic()
+    rc, log = run_tool(["cc", "-c", "bomb.c"], cwd=str(tmp_path), env=ENV, timeout_s=60, memory_bytes=256 * 2**20)
+    assert rc != 0 and "memory" in log.lower()
+    assert time.monotonic() - start < 30
 
 
 def test_a_tool_that_is_not_there_is_an_os_error(tmp_path):
