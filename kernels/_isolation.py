@@ -30,8 +30,8 @@ Layers, in order (Linux):
    ``/dev/nvidia*``); with ABI >= 4 TCP ``bind``/``connect`` are denied; with ABI >= 6
    abstract unix sockets and signals to processes outside the sandbox are denied. Works
    without root too.
-5. **seccomp** (``seccomp``; x86_64 and aarch64): returns an error for ``socket()``
-   (``EACCES``), process creation (``fork``, ``vfork``, ``clone`` without
+5. **seccomp** (``seccomp``; x86_64 and aarch64): returns an error for ``socket()`` and
+   ``socketpair()`` (``EACCES``), process creation (``fork``, ``vfork``, ``clone`` without
    ``CLONE_THREAD``; ``clone3`` gets ``ENOSYS`` so threads fall back to ``clone``),
    ``io_uring_*``, ``unshare``, ``setns``, ``mount``, ``ptrace``, ``bpf``, ``userfaultfd``,
    ``fallocate`` (``EOPNOTSUPP``: it reserves disk past the file-size limit) and
@@ -83,13 +83,13 @@ SYS_LANDLOCK_RESTRICT_SELF = 446
 _ARCH = {
     # machine: (AUDIT_ARCH, seccomp syscall nr, {name: nr})
     "x86_64": (0xC000003E, 317, {
-        "socket": 41, "clone": 56, "fork": 57, "vfork": 58, "ptrace": 101, "mount": 165,
+        "socket": 41, "socketpair": 53, "clone": 56, "fork": 57, "vfork": 58, "ptrace": 101, "mount": 165,
         "unshare": 272, "setns": 308, "bpf": 321, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "clone3": 435, "memfd_create": 319,
         "rt_sigaction": 13, "userfaultfd": 323, "fallocate": 285,
     }),
     "aarch64": (0xC00000B7, 277, {
-        "mount": 40, "unshare": 97, "ptrace": 117, "socket": 198, "clone": 220,
+        "mount": 40, "unshare": 97, "ptrace": 117, "socket": 198, "socketpair": 199, "clone": 220,
         "setns": 268, "bpf": 280, "io_uring_setup": 425, "io_uring_enter": 426,
         "io_uring_register": 427, "clone3": 435, "memfd_create": 279,
         "rt_sigaction": 134, "userfaultfd": 282, "fallocate": 47,
@@ -277,7 +277,11 @@ def _seccomp_program(machine: str) -> tuple[bytes, int, list[str]]:
     if machine == "x86_64":  # x32 ABI: syscall numbers with bit 30 set
         prog += [_insn(0x35, 0, 1, 0x40000000), _ret(_RET_KILL_PROCESS)]  # BPF_JGE
     denied = {
-        "socket": eacces, "fork": eperm, "vfork": eperm, "clone3": enosys,
+        "socket": eacces,
+        # a descriptor sent through a socket pair and closed holds its (deleted) file's disk
+        # space where no /proc entry of the child shows it to the disk watch
+        "socketpair": eacces,
+        "fork": eperm, "vfork": eperm, "clone3": enosys,
         "io_uring_setup": enosys, "io_uring_enter": enosys, "io_uring_register": enosys,
         "unshare": eperm, "setns": eperm, "mount": eperm, "ptrace": eperm, "bpf": eperm,
         # anonymous files are memory outside RLIMIT_AS (and outside the OOM killer's view)

@@ -8,11 +8,11 @@ in 0.05-0.1 s instead of 0.2 s) or, with ``KERNELS_SANDBOX_SPAWN=exec``, started
 
 - its own session and process group; after ``timeout_s`` of wall clock (or when it exits)
   the whole group gets SIGKILL;
-- a disk quota on its private directory (:class:`DiskWatch`): this process polls the
-  directory while the child runs and kills the group once the child has added more than
-  ``KERNELS_SANDBOX_DISK_BYTES`` (default 1 GiB) or 4096 files and directories there (the
-  file-size limit bounds one file, not how many a candidate writes), or once the filesystem
-  has lost 1 GiB more than the directory grew by (files deleted while held open);
+- a disk quota (:class:`DiskWatch`): this process measures what the child writes while it
+  runs (its private directory, files of it deleted but held open or mapped, its stdout and
+  stderr) and kills the group once that passes ``KERNELS_SANDBOX_DISK_BYTES`` (default
+  1 GiB) or 4096 files and directories (the file-size limit bounds one file, not how many a
+  candidate writes);
 - resource limits set before anything is imported: address space
   (``KERNELS_SANDBOX_MEMORY_BYTES``, default 8 GiB), CPU seconds (``timeout_s * cpus + 10``),
   file size (256 MiB), no core dumps, 256 open files, and (sandbox user) 4096 threads;
@@ -76,7 +76,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -228,47 +228,108 @@ class ChildRun:
 
 
 class DiskWatch:
-    """What a child adds to its private directory, measured from this process while it runs.
+    """What a child adds to the disk, measured from this process while it runs.
 
     ``RLIMIT_FSIZE`` bounds each file, not how many a candidate creates: without a quota one
     that writes file after file fills the host's disk (and its database) within its timeout.
     No kernel mechanism limits one directory without privileges (quotas, a sized tmpfs the
-    parent could still read), so the directory is walked while the child runs (every
-    :data:`DISK_POLL_S`, or less often when a walk is costly: it takes at most a fifth of a
-    core) and the child is killed once it has added more than ``max_bytes`` of allocated
+    parent could still read), so what the child adds is measured while it runs (every
+    :data:`DISK_POLL_S`, or less often when a measurement is costly: it takes at most a fifth
+    of a core) and the child is killed once it has added more than ``max_bytes`` of allocated
     blocks (sparse files count what they really use) or ``max_entries`` files and
     directories. A child writing at page-cache speed (a few GB/s) overshoots by about one
     poll's worth; ``fallocate``, which reserves any amount at once, is refused by seccomp.
 
-    The walk goes by directory descriptor (``openat`` with ``O_NOFOLLOW``, ``fstatat``), so
-    paths longer than ``PATH_MAX`` and a directory swapped for a symbolic link mid-walk are no
-    blind spot. Anything it cannot measure (a directory the candidate made unreadable, a name
-    swapped under it, directories nested deeper than :attr:`MAX_DEPTH`) is a violation.
+    What the child adds is the sum of:
 
-    Files the child deletes while it holds them open or mapped leave the directory but still
-    take space until it exits. They show in the filesystem's free space (``statvfs``): the
-    child is also killed once the filesystem has lost more than :attr:`SLACK_BYTES` beyond
-    what its directory grew by, or has fallen under :attr:`FLOOR_BYTES` free with more than
-    :attr:`FLOOR_UNEXPLAINED` of its loss unexplained. Other processes writing to the same
-    disk meanwhile count too (the log says so); the slack keeps that rare.
+    - its private directory's growth, walked by directory descriptor (``openat`` with
+      ``O_NOFOLLOW``, ``fstatat``), so paths longer than ``PATH_MAX`` and a directory swapped
+      for a symbolic link mid-walk are no blind spot. Anything the walk cannot measure (a
+      directory made unreadable, a name swapped under it, directories nested deeper than
+      :attr:`MAX_DEPTH`) is a violation;
+    - files of that directory it deleted while holding them open or mapped (they leave the
+      directory, not the disk, until it exits), found through ``/proc/<pid>/fd`` and
+      ``/proc/<pid>/maps`` and measured through ``/proc/<pid>/fd`` and ``map_files``. The
+      latter needs ``CAP_SYS_ADMIN``: where this process lacks it (not root), a deleted file
+      of the directory held only by a mapping is a violation. (Passing a descriptor through a
+      socket, where no ``/proc`` entry shows it, is refused by seccomp: no ``socketpair``.)
+    - the growth of its stdout and stderr files (``logs``, outside the directory).
+
+    The filesystem's free space (``statvfs``) is a last guard, not a measure of the child
+    (other processes write to the same disk): when it falls under :attr:`FLOOR_BYTES` with
+    more than :attr:`FLOOR_UNEXPLAINED` lost that the child's measured additions do not
+    explain, the child is killed all the same (the log says the loss may be another
+    process's).
 
     Args:
         root: the child's private directory, holding what this process put there.
-        max_bytes, max_entries: what the child may add to it.
+        max_bytes, max_entries: what the child may add.
+        logs: files the child's stdout and stderr go to.
     """
 
-    SLACK_BYTES = 2**30
     FLOOR_BYTES = 64 * 2**20
     FLOOR_UNEXPLAINED = 16 * 2**20
     MAX_DEPTH = 32
     _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
-    def __init__(self, root: Path, max_bytes: int, max_entries: int) -> None:
+    def __init__(self, root: Path, max_bytes: int, max_entries: int, logs: Sequence[Path] = ()) -> None:
         self.root, self.max_bytes, self.max_entries = str(root), max_bytes, max_entries
+        self.logs = [str(p) for p in logs]
         self.base_bytes, self.base_entries, _ = self._usage(None)
+        self.base_logs = self._log_bytes()
         self.base_free = self._free()
+        self.pid: int | None = None
         self.exceeded: str | None = None
         self._next_poll = 0.0
+
+    def attach(self, pid: int) -> None:
+        """Measure also what process ``pid`` (the child, just started) holds open or mapped."""
+        self.pid = pid
+
+    def _log_bytes(self) -> int:
+        total = 0
+        for path in self.logs:
+            try:
+                total += os.stat(path).st_blocks * 512
+            except OSError:
+                pass
+        return total
+
+    def _held(self) -> tuple[int, str | None]:
+        """(bytes of deleted files of the directory the child holds open or mapped, what could
+        not be measured or None); (0, None) before :meth:`attach` and after the child exits."""
+        if self.pid is None:
+            return 0, None
+        proc, prefix = f"/proc/{self.pid}", self.root.rstrip("/") + "/"
+        links = []
+        try:
+            links += [f"{proc}/fd/{fd}" for fd in os.listdir(f"{proc}/fd")]
+        except OSError:
+            return 0, None  # exited (its files are released)
+        mapped = []
+        try:
+            with open(f"{proc}/maps", encoding="utf-8", errors="replace") as maps:
+                mapped = [f"{proc}/map_files/{line.split(' ', 1)[0]}" for line in maps
+                          if line.endswith(" (deleted)\n") and prefix in line]
+        except OSError:
+            pass
+        total, seen = 0, set()
+        for link in links + mapped:
+            try:
+                target = os.readlink(link)
+                if not (target.startswith(prefix) and target.endswith(" (deleted)")):
+                    continue
+                st = os.stat(link)  # the open or mapped file itself
+            except PermissionError:
+                if link in mapped:
+                    return total, "a deleted file of its directory that it holds mapped (not measurable here)"
+                continue
+            except OSError:
+                continue  # closed or unmapped meanwhile
+            if stat.S_ISREG(st.st_mode) and st.st_nlink == 0 and (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+        return total, None
 
     def _free(self) -> int:
         fs = os.statvfs(self.root)
@@ -341,24 +402,27 @@ class DiskWatch:
         if self.exceeded is not None:
             return True
         used, entries, problem = self._usage(self.base_entries + self.max_entries)
+        held, unmeasured = self._held()
+        logs = max(0, self._log_bytes() - self.base_logs)
         try:
             free = self._free()
         except OSError:
             free = self.base_free  # the directory is gone: nothing more to measure there
         mib = 2**20
-        unexplained = (self.base_free - free) - max(0, used - self.base_bytes)
-        if problem:
-            self.exceeded = f"made its private directory unmeasurable: {problem}"
+        added = max(0, used - self.base_bytes) + held + logs
+        unexplained = (self.base_free - free) - added
+        if problem or unmeasured:
+            self.exceeded = f"made what it wrote unmeasurable: {problem or unmeasured}"
         elif entries - self.base_entries > self.max_entries:
             self.exceeded = f"created more than {self.max_entries} files and directories in its private directory"
-        elif used - self.base_bytes > self.max_bytes:
-            self.exceeded = (f"wrote more than {self.max_bytes / mib:g} MiB to its private directory "
-                             f"({(used - self.base_bytes) / mib:.0f} MiB when measured)")
-        elif unexplained > self.SLACK_BYTES or (free < self.FLOOR_BYTES and unexplained > self.FLOOR_UNEXPLAINED):
-            self.exceeded = (f"was running when the disk holding its private directory went from "
-                             f"{self.base_free / mib:.0f} to {free / mib:.0f} MiB free, {unexplained / mib:.0f} MiB "
-                             "more than the directory grew by (files it deleted while holding them open, or "
-                             "another process writing to that disk)")
+        elif added > self.max_bytes:
+            self.exceeded = (f"wrote more than {self.max_bytes / mib:g} MiB ({added / mib:.0f} MiB when measured: "
+                             f"{max(0, used - self.base_bytes) / mib:.0f} in its private directory, "
+                             f"{held / mib:.0f} in files it deleted but holds, {logs / mib:.0f} to stdout/stderr)")
+        elif free < self.FLOOR_BYTES and unexplained > self.FLOOR_UNEXPLAINED:
+            self.exceeded = (f"was running when the disk holding its private directory fell to {free / mib:.0f} MiB "
+                             f"free, {unexplained / mib:.0f} MiB of the loss not written where it may write (it, "
+                             "or another process writing to that disk)")
         return self.exceeded is not None
 
 
@@ -520,6 +584,7 @@ def _run_exec(request, workdir, env, code, wfd, out_path, err_path, timeout_s, r
             raise
         finally:
             os.close(wfd)  # only the child holds the write end: EOF when it is gone
+    watch.attach(proc.pid)
     thread = _collect(rfd, reader)
     timed_out = False
     try:
@@ -559,6 +624,7 @@ def _run_forked(request, workdir, env, limits, wfd, out_path, err_path, timeout_
             raise SandboxError(str(exc)) from exc
         finally:
             os.close(wfd)  # only the child holds the write end: EOF when it is gone
+    watch.attach(pid)
     thread = _collect(rfd, reader)
     returncode = None
     deadline = time.monotonic() + timeout_s
@@ -638,7 +704,7 @@ def run_child(
                 chunks.append(data)
 
     start = time.monotonic()
-    watch = DiskWatch(workdir, policy.disk_bytes, policy.disk_entries)  # what this process put there
+    watch = DiskWatch(workdir, policy.disk_bytes, policy.disk_entries, logs=(out_path, err_path))
     mode = config.sandbox_spawn()
     if mode == "fork":
         returncode, timed_out = _run_forked(request, workdir, env, limits, wfd, out_path, err_path, timeout_s,

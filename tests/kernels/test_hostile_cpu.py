@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import secrets
 import socket
 import threading
@@ -339,7 +340,7 @@ WRITES_OUTSIDE = k(
 # Fill the disk from the private directory, the one place the candidate may write: many files,
 # each within the file-size limit. Both stop after a bounded amount (256 MiB, 20000 files) and
 # then spin: with a broken quota they time out instead of filling the test host's disk.
-def _fills(prefix: str, then: str = "", close: str = "fclose(fp);") -> str:
+def _fills(prefix: str, then: str = "", close: str = "fclose(fp);", mode: str = "wb") -> str:
     """Writes 64 files of 4 MiB named ``<prefix>-<n>`` (``then`` runs after each open), then spins."""
     return k(
         f"""
@@ -348,7 +349,7 @@ def _fills(prefix: str, then: str = "", close: str = "fclose(fp);") -> str:
     char name[64];
     for (int f = 0; f < 64; ++f) {{
         snprintf(name, sizeof name, "{prefix}-%d", f);
-        FILE *fp = fopen(name, "wb");
+        FILE *fp = fopen(name, "{mode}");
         if (!fp) break;
         {then}
         for (int m = 0; m < 4; ++m) fwrite(buf, 1, sizeof buf, fp);
@@ -361,6 +362,20 @@ def _fills(prefix: str, then: str = "", close: str = "fclose(fp);") -> str:
 
 FILLS_THE_DISK = _fills("fill")
 HIDES_WHAT_IT_WRITES = _fills("hidden", then="unlink(name);", close="fflush(fp);")  # deleted, kept open
+# Deleted and closed, but one page stays mapped: the mapping holds the whole file.
+MAPS_WHAT_IT_HIDES = _fills("mapped", then="unlink(name);",
+                            close="fflush(fp); mmap(0, 4096, PROT_READ, MAP_SHARED, fileno(fp), 0); fclose(fp);",
+                            mode="wb+")
+MAPS_WHAT_IT_HIDES = MAPS_WHAT_IT_HIDES.replace("#include <unistd.h>", "#include <unistd.h>\n#include <sys/mman.h>", 1)
+FLOODS_STDOUT = k(
+    """
+    static char buf[1 << 20];
+    memset(buf, 'x', sizeof buf);
+    for (int m = 0; m < 128; ++m) fwrite(buf, 1, sizeof buf, stdout);
+    fflush(stdout);
+    for (;;) { __asm__ volatile(""); }
+    """
+)
 # Correct only if fallocate is refused, on a file of its directory and on its stdout (a log file
 # in the evaluator's directory, opened before any confinement): a reservation of 1 GiB in one
 # call, four times the file-size limit and faster than any poll, would otherwise succeed.
@@ -626,11 +641,11 @@ def test_a_kernel_cannot_write_outside_its_directory(quick_bench):
 
 
 @pytest.mark.parametrize("name, source, limit, reason", [
-    ("fills the disk", FILLS_THE_DISK, {"disk_bytes": 16 * 2**20}, "wrote more than 16 MiB to its private directory"),
+    ("fills the disk", FILLS_THE_DISK, {"disk_bytes": 16 * 2**20}, "wrote more than 16 MiB ("),
     ("makes files without end", MAKES_FILES_WITHOUT_END, {"disk_entries": 100},
      "created more than 100 files and directories"),
     ("writes below a path longer than PATH_MAX", WRITES_BELOW_PATH_MAX, {"disk_bytes": 16 * 2**20},
-     "wrote more than 16 MiB to its private directory"),
+     "wrote more than 16 MiB ("),
 ], ids=["bytes", "files", "long-path"])
 def test_a_kernel_that_fills_its_directory_is_killed(name, source, limit, reason, quick_bench):
     policy = replace(SandboxPolicy.from_env(), **limit)
@@ -642,18 +657,23 @@ def test_a_kernel_that_fills_its_directory_is_killed(name, source, limit, reason
     assert time.monotonic() - start < 10  # killed by the quota, not by the wall-clock limit
 
 
-def test_a_kernel_that_hides_what_it_writes_is_killed(monkeypatch, quick_bench):
-    """Deleted files held open are not in the directory; the filesystem's free space shows them
-    (no slack here: the test's 16 MiB quota would drown in the default 1 GiB)."""
-    from kernels.sandbox import DiskWatch
-
-    monkeypatch.setattr(DiskWatch, "SLACK_BYTES", 0)
+@pytest.mark.parametrize("name, source, counted", [
+    ("hides what it writes (deleted, kept open)", HIDES_WHAT_IT_WRITES, r"(\d+) in files it deleted but holds"),
+    ("hides what it writes (deleted, kept mapped)", MAPS_WHAT_IT_HIDES, r"(\d+) in files it deleted but holds"),
+    ("writes to its stdout", FLOODS_STDOUT, r"(\d+) to stdout/stderr"),
+], ids=["open", "mapped", "stdout"])
+def test_what_a_kernel_writes_outside_its_directory_counts(name, source, counted, quick_bench):
+    """Deleted files it still holds are in no directory; stdout and stderr go to the evaluator's
+    log files. Both take disk, and both count against the same quota."""
     policy = replace(SandboxPolicy.from_env(), disk_bytes=16 * 2**20)
     start = time.monotonic()
-    ev = run(HIDES_WHAT_IT_WRITES, quick_bench, timeout_s=20, sandbox=policy)
-    RESULTS["hides what it writes (deleted, kept open)"] = str(ev.status)
+    ev = run(source, quick_bench, timeout_s=20, sandbox=policy)
+    RESULTS[name] = str(ev.status)
     assert ev.status == Outcome.runtime_error, ev.log[-3000:]
-    assert "went from" in ev.log and "free" in ev.log
+    if os.geteuid() == 0 or source is not MAPS_WHAT_IT_HIDES:  # map_files needs CAP_SYS_ADMIN
+        assert int(re.search(counted, ev.log).group(1)) >= 16  # where the bytes were found
+    else:
+        assert "not measurable here" in ev.log
     assert time.monotonic() - start < 10
 
 
