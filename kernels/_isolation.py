@@ -60,6 +60,8 @@ import os
 import platform
 import signal
 import struct
+import sys
+import tempfile
 
 __all__ = ["apply"]
 
@@ -180,6 +182,8 @@ _LL_FS_WRITE = (
     | (1 << 4) | (1 << 5)  # REMOVE_DIR, REMOVE_FILE
     | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12)  # MAKE_*
 )
+_LL_READ = (1 << 2) | (1 << 3)  # READ_FILE, READ_DIR
+_LL_READ_FILE = 1 << 2
 _LL_REFER = 1 << 13  # ABI 2
 _LL_TRUNCATE = 1 << 14  # ABI 3
 _LL_NET_TCP = (1 << 0) | (1 << 1)  # ABI 4: BIND_TCP, CONNECT_TCP
@@ -192,13 +196,49 @@ def landlock_abi() -> int:
     return int(rc) if rc > 0 else 0
 
 
-def _landlock(workdir: str, device_globs: list[str]) -> tuple[int, str | None, list[str]]:
-    """Restrict writes to ``workdir`` (+ existing device files). Returns (abi, error, rights)."""
+# Read beneath these (besides the private directory and the Python installation, see
+# readable_roots): shared libraries, the loader's cache, /proc and /sys (OpenMP reads the CPU
+# topology), device files. Not /tmp, /var, /home, /root or /run: other evaluations' work and
+# build directories, databases, caches.
+SYSTEM_READ_ROOTS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/opt", "/proc",
+                     "/sys", "/dev")
+
+
+def readable_roots(project_root: str) -> list[str]:
+    """What a confined CPU child may still read: :data:`SYSTEM_READ_ROOTS`, this Python's
+    installation (prefixes and every existing ``sys.path`` directory, for imports made after
+    the lockdown) and, of the project, only the ``kernels`` package (its ``var/`` holds the
+    database). Paths as given and resolved."""
+    roots = list(SYSTEM_READ_ROOTS)
+    # Never the project itself, /tmp or a directory above either (a PYTHONPATH of "/" or the
+    # project root would open them again).
+    guarded = [os.path.realpath(project_root) + "/", os.path.realpath(tempfile.gettempdir()) + "/"]
+    for path in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path):
+        if not path or not os.path.isdir(path):
+            continue
+        real = os.path.realpath(path).rstrip("/") + "/"
+        if not any(g.startswith(real) for g in guarded):
+            roots.append(path)
+    roots.append(os.path.join(project_root, "kernels"))
+    out: list[str] = []
+    for path in roots:
+        for p in (path, os.path.realpath(path)):
+            if p not in out:
+                out.append(p)
+    return out
+
+
+def _landlock(workdir: str, device_globs: list[str],
+              readable: list[str] | None = None) -> tuple[int, str | None, list[str]]:
+    """Restrict writes to ``workdir`` (+ existing device files) and, with ``readable``, reads
+    to ``workdir`` and those paths. Returns (abi, error, rights)."""
     abi = landlock_abi()
     if abi <= 0:
         return 0, _errno_msg("landlock unavailable"), []
     fs = _LL_FS_WRITE | (_LL_REFER if abi >= 2 else 0) | (_LL_TRUNCATE if abi >= 3 else 0)
-    file_rights = _LL_WRITE_FILE | (_LL_TRUNCATE if abi >= 3 else 0)
+    read = _LL_READ if readable is not None else 0
+    fs |= read
+    file_rights = _LL_WRITE_FILE | (_LL_TRUNCATE if abi >= 3 else 0) | (read & _LL_READ_FILE)
     net = _LL_NET_TCP if abi >= 4 else 0
     scope = _LL_SCOPE if abi >= 6 else 0
     if abi >= 6:
@@ -214,6 +254,11 @@ def _landlock(workdir: str, device_globs: list[str]) -> tuple[int, str | None, l
     rights = ["write beneath the private directory"]
     try:
         rules = [(workdir, fs)]
+        for path in readable or ():
+            if os.path.isdir(path):
+                rules.append((path, read))
+            elif os.path.exists(path):
+                rules.append((path, _LL_READ_FILE))
         for pattern in device_globs:
             for path in sorted(glob.glob(pattern)):
                 try:
@@ -234,12 +279,14 @@ def _landlock(workdir: str, device_globs: list[str]) -> tuple[int, str | None, l
                     return abi, _errno_msg(f"landlock_add_rule({path})"), []
             finally:
                 os.close(pfd)
-            if path != workdir:
+            if allowed & _LL_WRITE_FILE and path != workdir:
                 rights.append(f"write {path}")
         if _libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(rfd), ctypes.c_uint32(0)) != 0:
             return abi, _errno_msg("landlock_restrict_self"), []
     finally:
         os.close(rfd)
+    if readable is not None:
+        rights.append(f"read only beneath the private directory and {len(readable)} system and Python paths")
     if net:
         rights.append("no TCP bind/connect")
     if scope:
@@ -338,7 +385,7 @@ def _seccomp(machine: str) -> tuple[str | None, list[str]]:
 # -- entry point -------------------------------------------------------------------------------
 
 
-def apply(policy: dict, workdir: str) -> dict:
+def apply(policy: dict, workdir: str, readable: list[str] | None = None) -> dict:
     """Confine this process to ``workdir`` as ``policy`` asks; return what was applied.
 
     Args:
@@ -346,13 +393,16 @@ def apply(policy: dict, workdir: str) -> dict:
             "landlock": bool, "mount_fallback": bool, "seccomp": bool,
             "device_globs": [str]}`` (:meth:`kernels.sandbox.SandboxPolicy.to_child`).
         workdir: the private directory (absolute), owned by ``uid`` when dropping.
+        readable: with Landlock, the only paths (besides ``workdir``) that may still be read
+            (:func:`readable_roots`); None leaves reads to the file permissions.
 
     Returns:
         The report stored under ``Evidence.fingerprint["sandbox"]``: ``network``
         (``"namespace"``, ``"user-namespace"`` or ``"shared"``), ``user``
         (``{"uid", "gid", "dropped"}``), ``no_new_privs`` (bool), ``filesystem``
         (``"landlock"``, ``"mount-namespace"`` or ``"uid-permissions"``), ``landlock_abi``,
-        ``writable`` (what may still be written), ``seccomp`` (list of denied syscalls, empty
+        ``writable`` (what may still be written), ``readable`` (what may still be read, or a
+        sentence saying reads are unconfined), ``seccomp`` (list of denied syscalls, empty
         if not applied), ``threads_at_lockdown`` and ``notes`` (why a layer is missing).
 
     Raises:
@@ -407,7 +457,7 @@ def apply(policy: dict, workdir: str) -> dict:
     # 5. Landlock
     writable = [workdir]
     if use_landlock:
-        abi, err, rights = _landlock(workdir, list(policy.get("device_globs", [])))
+        abi, err, rights = _landlock(workdir, list(policy.get("device_globs", [])), readable)
         report["landlock_abi"] = abi
         if err is None:
             report["filesystem"] = "landlock"
@@ -422,6 +472,8 @@ def apply(policy: dict, workdir: str) -> dict:
     elif report["filesystem"] == "mount-namespace":
         writable.append("device files")
     report["writable"] = writable
+    confined = report["filesystem"] == "landlock" and readable is not None
+    report["readable"] = [workdir, *readable] if confined else f"anything uid {os.getuid()} may read"
     # 6. seccomp
     if policy.get("seccomp", True):
         if report["no_new_privs"]:

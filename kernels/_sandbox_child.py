@@ -69,6 +69,7 @@ import numpy as np
 from kernels import _isolation
 from kernels.hashing import array_digest, result_mac
 
+_PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GUARD_BITS = np.uint32(0xA5A5A5A5)
 LATE_CHECK_DELAY_S = 0.02  # outputs are re-read at least this long after the last call
 UNWRITTEN_SAMPLE = 64  # output elements per output checked for NaN after every timed-phase call
@@ -456,7 +457,10 @@ def serve(req: dict, result_fd: int) -> None:
                                                   "traceback": traceback.format_exc()[-4000:]}))
         return
     try:
-        report = _isolation.apply(req.get("sandbox", {}), os.getcwd())
+        # The CPU child reads only what it needs; the CUDA child's driver and libraries are
+        # not mapped out well enough here to confine its reads without a GPU to check them.
+        readable = _isolation.readable_roots(_PROJECT_ROOT) if req.get("backend", "cpu") == "cpu" else None
+        report = _isolation.apply(req.get("sandbox", {}), os.getcwd(), readable)
     except OSError as exc:
         _write(result_fd, json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode() + b"\n")
         os._exit(70)

@@ -39,8 +39,10 @@ in 0.05-0.1 s instead of 0.2 s) or, with ``KERNELS_SANDBOX_SPAWN=exec``, started
                  (``nobody``), no capabilities,            worker's user can read
                  ``no_new_privs``
   filesystem     Landlock: writes only in the private      Landlock, same; without it writes
-                 directory; without Landlock a read-only   go wherever the user may write
-                 mount namespace                           (``/tmp``, ``$HOME``, ...)
+                 directory, CPU children read only it and  go wherever the user may write
+                 system and Python paths (no ``/tmp``,     (``/tmp``, ``$HOME``, ...)
+                 no project ``var/``); without Landlock a
+                 read-only mount namespace
   processes      seccomp: no fork/vfork/clone of           same
                  processes (threads are fine)
   ============== ========================================= ==================================
@@ -249,10 +251,11 @@ class DiskWatch:
       :attr:`MAX_DEPTH`) is a violation;
     - files of that directory it deleted while holding them open or mapped (they leave the
       directory, not the disk, until it exits), found through ``/proc/<pid>/fd`` and
-      ``/proc/<pid>/maps`` and measured through ``/proc/<pid>/fd`` and ``map_files``. The
-      latter needs ``CAP_SYS_ADMIN``: where this process lacks it (not root), a deleted file
-      of the directory held only by a mapping is a violation. (Passing a descriptor through a
-      socket, where no ``/proc`` entry shows it, is refused by seccomp: no ``socketpair``.)
+      ``/proc/<pid>/maps`` and measured through ``/proc/<pid>/fd`` and ``map_files``, which
+      need root: the child makes itself not dumpable, and ``map_files`` needs
+      ``CAP_SYS_ADMIN``. Without root these files go unmeasured (the floor guard below
+      remains). (Passing a descriptor through a socket, where no ``/proc`` entry shows it,
+      is refused by seccomp: no ``socketpair``.)
     - the growth of its stdout and stderr files (``logs``, outside the directory).
 
     The filesystem's free space (``statvfs``) is a last guard, not a measure of the child
@@ -304,8 +307,8 @@ class DiskWatch:
         links = []
         try:
             links += [f"{proc}/fd/{fd}" for fd in os.listdir(f"{proc}/fd")]
-        except OSError:
-            return 0, None  # exited (its files are released)
+        except OSError:  # exited (its files are released), or not dumpable to us (not root)
+            return 0, None
         mapped = []
         try:
             with open(f"{proc}/maps", encoding="utf-8", errors="replace") as maps:

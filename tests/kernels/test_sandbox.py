@@ -430,3 +430,15 @@ def test_a_work_directory_is_the_sandbox_users_only_once_every_file_is_in(monkey
     ev = run(CORRECT, quick_bench)
     assert ev.status == Outcome.ok, ev.log
     assert len(made) == 2 and spawned == made  # validation, then timing
+
+
+def test_what_a_cpu_child_may_read_never_opens_tmp_or_the_project_again(monkeypatch):
+    import sys
+
+    from kernels._isolation import readable_roots
+
+    monkeypatch.setattr(sys, "path", [*sys.path, "/", str(PROJECT), "/tmp", str(PROJECT.parent)])
+    roots = readable_roots(str(PROJECT))
+    assert not {"/", str(PROJECT), "/tmp", str(PROJECT.parent)} & set(roots)
+    assert str(PROJECT / "kernels") in roots and "/usr" in roots
+    assert any(sys.prefix == r or sys.prefix.startswith(r.rstrip("/") + "/") for r in roots)  # the venv's imports
