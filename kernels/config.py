@@ -31,6 +31,12 @@ def cache_dir() -> Path:
     return Path(raw).expanduser() if raw else Path.home() / ".cache" / "int21-kernels"
 
 
+def cache_max_bytes() -> int:
+    """Size (bytes) the compile cache's libraries are pruned back to, least recently used
+    first (``$KERNELS_CACHE_MAX_BYTES``, 2 GiB: some 50,000 template kernels of about 40 KiB)."""
+    return int(_env_float("KERNELS_CACHE_MAX_BYTES", 2 * 2**30))
+
+
 def cpu_peak_gbps() -> float | None:
     """Physical bandwidth limit in GB/s set by ``$KERNELS_CPU_PEAK_GBPS``, or None (unset):
     then the limit is ``roofline_margin()`` times this host's measured copy bandwidth

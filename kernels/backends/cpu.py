@@ -19,6 +19,43 @@ FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"
 # Link flags: fail at compile time (compile_error) on undefined symbols, not at dlopen.
 LINK_FLAGS: tuple[str, ...] = ("-Wl,--no-undefined", "-lm")
 COMPILE_TIMEOUT_S = 60.0
+PRUNE_EVERY = 16  # fresh compiles between two prunings of the cache (prune_cache)
+_stored_since_prune = 0
+
+
+def prune_cache(cache: Path, max_bytes: int, keep: Path | None = None) -> int:
+    """Delete the least recently used libraries (``*.so``, by modification time: a cache hit
+    touches its file) of ``cache`` until they take at most ``max_bytes``; ``keep`` stays.
+
+    Every distinct candidate leaves a library here, and a kernel with a large static array
+    makes one of up to the compiler's 64 MiB file limit, so without a bound the cache grows
+    by that much per candidate. A worker may still be copying a library another one
+    deletes; that evaluation fails as an infrastructure error, which a cap far above the
+    working set makes rare. Returns the bytes deleted; never raises.
+    """
+    try:
+        entries = []
+        with os.scandir(cache) as it:
+            for e in it:
+                if e.name.endswith(".so") and e.is_file(follow_symlinks=False):
+                    st = e.stat(follow_symlinks=False)
+                    entries.append((st.st_mtime, st.st_size, e.path))
+    except OSError:
+        return 0
+    total = sum(size for _, size, _ in entries)
+    freed = 0
+    for _, size, path in sorted(entries):
+        if total <= max_bytes:
+            break
+        if keep is not None and path == str(keep):
+            continue
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        total -= size
+        freed += size
+    return freed
 
 
 class CompileError(Exception):
@@ -125,6 +162,10 @@ class CpuBackend:
         cache.mkdir(parents=True, exist_ok=True)
         target = cache / f"{key}.so"
         if target.is_file():
+            try:
+                os.utime(target)  # recently used: the last the cache prunes
+            except OSError:
+                pass
             return Artifact(target, "", key, True)
         cc = config.compiler()
         ids = _compiler_ids()
@@ -162,4 +203,11 @@ class CpuBackend:
             except BaseException:
                 Path(staged).unlink(missing_ok=True)
                 raise
+        global _stored_since_prune
+        _stored_since_prune += 1
+        # A walk of the cache costs ~1 ms per 1,000 libraries: after every large library, else
+        # every PRUNE_EVERY compiles.
+        if _stored_since_prune >= PRUNE_EVERY or target.stat().st_size > 2**20:
+            _stored_since_prune = 0
+            prune_cache(cache, config.cache_max_bytes(), keep=target)
         return Artifact(target, log, key, False)

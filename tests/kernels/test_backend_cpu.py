@@ -53,3 +53,25 @@ def test_a_source_that_makes_a_huge_library_is_a_compile_error(tmp_path, monkeyp
     with pytest.raises(CompileError, match="wrote a file past the 64 MiB limit"):
         CpuBackend().compile("static char big[1L << 27] = {1};\nchar *f(void) { return big; }\n", "")
     assert list(tmp_path.glob("*.so")) == []
+
+
+def test_the_cache_is_pruned_least_recently_used_first(tmp_path, monkeypatch):
+    import os
+    import time
+
+    from kernels.backends.cpu import prune_cache
+
+    monkeypatch.setenv("KERNELS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("KERNELS_CACHE_MAX_BYTES", str(3 * 2**20))
+    now = time.time()
+    for i, name in enumerate(("old", "mid", "new")):
+        (tmp_path / f"{name}.so").write_bytes(b"x" * 2**20)
+        os.utime(tmp_path / f"{name}.so", (now - 100 + i, now - 100 + i))
+    (tmp_path / "other.json").write_bytes(b"y" * 2**20)  # not a library: never pruned
+    assert prune_cache(tmp_path, 2 * 2**20) == 2**20
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mid.so", "new.so", "other.json"]
+    # A hit touches its library; a large new one triggers pruning right away.
+    be = CpuBackend()
+    big = be.compile("static char big[3L << 20] = {1};\nchar *f(void) { return big; }\n", "")
+    assert big.path.exists() and not (tmp_path / "mid.so").exists() and not (tmp_path / "new.so").exists()
+    assert sum(p.stat().st_size for p in tmp_path.glob("*.so")) <= 3 * 2**20 + big.path.stat().st_size
