@@ -182,14 +182,14 @@ STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
 # plotly.js is served from the installed plotly package (no CDN): /static/plotly/plotly.min.js
 STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", Path(plotly.__file__).parent / "package_data")]
-# collectstatic (scripts/demo runs it) writes gzip/brotli copies that WhiteNoise then serves.
+# collectstatic (scripts/demo runs it) writes gzip copies that WhiteNoise then serves.
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 # Without collectstatic (tests, development) files are served from the app's static dir and the
 # plotly package as they are; after it (scripts/demo, production: WHITENOISE_USE_FINDERS=0) from
-# STATIC_ROOT, with the gzip/brotli copies CompressedStaticFilesStorage wrote (plotly.min.js:
+# STATIC_ROOT, with the gzip copies CompressedStaticFilesStorage wrote (plotly.min.js:
 # 1.5 MB instead of 4.8 MB). Finders, when on, override STATIC_ROOT's files and their copies.
 WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", True)
 WHITENOISE_AUTOREFRESH = DEBUG

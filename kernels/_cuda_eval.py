@@ -25,7 +25,6 @@ import json
 import os
 import resource
 import secrets
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,7 +36,7 @@ from kernels.launch_plan import LaunchPlan, LaunchPlanError, plan_env, plan_name
 from kernels.evaluator import GUARD_ELEMS, Evidence, _judge, _plan
 from kernels.hashing import candidate_hash
 from kernels.outcome import Outcome
-from kernels.sandbox import ChildRun, SandboxPolicy, make_workdir, remove_tree, run_child
+from kernels.sandbox import ChildRun, SandboxPolicy, make_workdir, private_tempdir, remove_tree, run_child
 from kernels.space import SpaceError, format_defines
 from kernels.timing import BenchSettings
 from kernels.validation_store import ValidationStore
@@ -346,7 +345,7 @@ def evaluate_cuda(
         return early
     policy = dataclasses.replace(sandbox or SandboxPolicy.from_env(), memory_bytes=_cuda_memory_bytes())
     workdir = make_workdir(policy, {ev.module_name: Path(ev.artifact.path)})
-    logdir = Path(tempfile.mkdtemp(prefix="int21-log-"))
+    logdir = private_tempdir("log")
     try:
         run = run_child(ev.request(workdir), workdir, logdir, ev.timeout_s, policy=policy, env=child_env())
         return ev.judge(run, workdir)

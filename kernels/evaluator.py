@@ -53,7 +53,6 @@ import os
 import secrets
 import signal
 import stat
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -66,7 +65,9 @@ from kernels import config, hostperf, stats
 from kernels.backends import get_backend
 from kernels.hashing import array_digest, candidate_hash
 from kernels.outcome import Outcome
-from kernels.sandbox import ChildRun, SandboxPolicy, hand_over, make_workdir, place, remove_tree, run_child
+from kernels.sandbox import (
+    ChildRun, SandboxPolicy, hand_over, make_workdir, place, private_tempdir, remove_tree, run_child,
+)
 from kernels.space import SpaceError, format_defines
 from kernels.timing import BenchSettings, evict_library, omp_environment
 from kernels.validation_store import StoredCase, ValidationStore
@@ -951,7 +952,7 @@ def evaluate(
     try:
         for phase in ("validation", "timing"):
             workdirs[phase] = make_workdir(policy, {}, hand_over_dir=False)
-        logdir = Path(tempfile.mkdtemp(prefix="int21-log-"))
+        logdir = private_tempdir("log")
         expected = Expected(wl, cases_plan, timed, workdirs=workdirs, policy=policy).start()
         compiling = time.monotonic()
         try:

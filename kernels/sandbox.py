@@ -67,6 +67,7 @@ import json
 import math
 import os
 import pwd
+import re
 import resource
 import secrets
 import select
@@ -85,7 +86,8 @@ from pathlib import Path
 from kernels import config
 from kernels.hashing import result_mac
 
-__all__ = ["ChildRun", "DiskWatch", "SandboxError", "SandboxPolicy", "make_workdir", "remove_tree", "run_child"]
+__all__ = ["ChildRun", "DiskWatch", "SandboxError", "SandboxPolicy", "make_workdir", "private_tempdir", "remove_tree",
+           "run_child", "sweep_stale_tempdirs"]
 
 _TAIL = 4000  # characters of child stdout/stderr kept in the log
 _MAX_RESULT_BYTES = 16 * 2**20
@@ -444,7 +446,8 @@ def make_workdir(policy: SandboxPolicy, files: Mapping[str, Path], *, hand_over_
         OSError: copying failed.
     """
     ids = policy.ids()
-    workdir = Path(tempfile.mkdtemp(prefix="int21-eval-"))
+    _sweep_once()
+    workdir = private_tempdir("eval")
     try:
         for name, src in files.items():
             place(policy, workdir, name, src)
@@ -481,6 +484,59 @@ def place(policy: SandboxPolicy, workdir: Path, name: str, src: Path) -> Path:
     shutil.copyfile(src, dst)
     hand_over(policy, dst, 0o500)
     return dst
+
+
+def private_tempdir(kind: str) -> Path:
+    """A new directory ``int21-<kind>-<pid>-XXXXXXXX`` in the temp dir (mode 0700): named after
+    this process, so that :func:`sweep_stale_tempdirs` can tell when its owner is gone."""
+    return Path(tempfile.mkdtemp(prefix=f"int21-{kind}-{os.getpid()}-"))
+
+
+_STALE = re.compile(r"^int21-(?:eval|log|build|nvcc)-(\d+)-")
+_swept = False
+
+
+def sweep_stale_tempdirs() -> int:
+    """Remove the evaluation, log and build directories (:func:`private_tempdir`) in the temp
+    dir whose process no longer exists: a worker killed mid-evaluation (out of memory, a
+    deploy, the sweeper's retry tests) never reaches its cleanup, and its inputs, outputs and
+    candidate libraries (up to a few hundred MB) would stay for good. Directories of live
+    processes, this one's included, are left alone. Returns how many were removed; never
+    raises."""
+    removed = 0
+    try:
+        entries = list(os.scandir(tempfile.gettempdir()))
+    except OSError:
+        return 0
+    for entry in entries:
+        m = _STALE.match(entry.name)
+        if not m or not entry.is_dir(follow_symlinks=False):
+            continue
+        pid = int(m.group(1))
+        if pid == os.getpid() or _alive(pid):
+            continue
+        remove_tree(Path(entry.path))
+        removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: another user's process
+        pass
+    return True
+
+
+def _sweep_once() -> None:
+    """:func:`sweep_stale_tempdirs` on this process's first evaluation (a restarted worker
+    clears what its killed predecessor left)."""
+    global _swept
+    if not _swept:
+        _swept = True
+        sweep_stale_tempdirs()
 
 
 def remove_tree(path: Path) -> None:

@@ -412,7 +412,7 @@ def _run_nvcc(args: list[str], source_text: str, suffix: str, out_name: str) -> 
     if nvcc is None:
         raise CompileError("nvcc not found", "nvcc not found: set KERNELS_NVCC or put nvcc on PATH")
     ids = _compiler_ids()
-    with tempfile.TemporaryDirectory(prefix="int21-nvcc-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"int21-nvcc-{os.getpid()}-") as tmp:
         src = Path(tmp) / f"candidate{suffix}"
         src.write_text(source_text)
         out = Path(tmp) / out_name

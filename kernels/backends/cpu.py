@@ -9,6 +9,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,8 +163,9 @@ class CpuBackend:
         cache.mkdir(parents=True, exist_ok=True)
         target = cache / f"{key}.so"
         if target.is_file():
-            try:
-                os.utime(target)  # recently used: the last the cache prunes
+            try:  # recently used: the last the cache prunes (an hour is fine enough for LRU)
+                if time.time() - target.stat().st_mtime > 3600:
+                    os.utime(target)
             except OSError:
                 pass
             return Artifact(target, "", key, True)
@@ -172,7 +174,7 @@ class CpuBackend:
         # Built outside the cache: the compiler may run as the sandbox user, who can neither
         # reach nor write the cache (nor any file only root may read: #include and .incbin
         # see what that user sees).
-        with tempfile.TemporaryDirectory(prefix="int21-build-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=f"int21-build-{os.getpid()}-") as tmp:
             src = Path(tmp) / "candidate.c"
             src.write_text(defines + source)
             out = Path(tmp) / "candidate.so"

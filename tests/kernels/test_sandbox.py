@@ -144,14 +144,19 @@ def test_the_child_sees_only_its_own_environment(monkeypatch, quick_bench):
 def test_the_compile_cache_is_out_of_reach_and_unchanged(quick_bench):
     from kernels import config
 
+    import hashlib
+
+    def contents(cache):  # the cache's hits touch their libraries' mtimes (LRU): compare bytes
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in cache.iterdir() if p.is_file()}
+
     cache = config.cache_dir()
-    before = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
+    before = contents(cache)
     src = k(f'FILE *f = fopen("{cache}/probe", "w"); if (!f) rms_rows(x, w, y, rows, hidden, eps); else fclose(f);')
     ev = run(src, quick_bench)
     assert ev.status == Outcome.ok, ev.log
-    after = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
+    after = contents(cache)
     assert not (cache / "probe").exists()
-    assert {n: t for n, t in after.items() if n in before} == before  # nothing touched
+    assert {n: d for n, d in after.items() if n in before} == before  # nothing rewritten
 
 
 def test_waiting_for_a_child_returns_on_exit_and_on_timeout():
@@ -442,3 +447,27 @@ def test_what_a_cpu_child_may_read_never_opens_tmp_or_the_project_again(monkeypa
     assert not {"/", str(PROJECT), "/tmp", str(PROJECT.parent)} & set(roots)
     assert str(PROJECT / "kernels") in roots and "/usr" in roots
     assert any(sys.prefix == r or sys.prefix.startswith(r.rstrip("/") + "/") for r in roots)  # the venv's imports
+
+
+def test_directories_a_killed_process_left_are_swept(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from kernels import sandbox
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(gone.stdout)
+    left = [tmp_path / f"int21-{kind}-{dead}-abcd1234" for kind in ("eval", "log", "build")]
+    for d in left:
+        (d / "deep" / "er").mkdir(parents=True)
+        (d / "deep" / "er" / "candidate.so").write_bytes(b"x" * 4096)
+    mine = sandbox.private_tempdir("eval")  # this process: alive
+    other = tmp_path / "int21-eval-1-abcd1234"  # pid 1: alive
+    other.mkdir()
+    unrelated = tmp_path / "int21-eval-notapid"
+    unrelated.mkdir()
+    assert sandbox.sweep_stale_tempdirs() == 3
+    assert not any(d.exists() for d in left)
+    assert mine.exists() and other.exists() and unrelated.exists()
+    assert mine.name.startswith(f"int21-eval-{os.getpid()}-")
