@@ -196,20 +196,35 @@ def landlock_abi() -> int:
     return int(rc) if rc > 0 else 0
 
 
-# Read beneath these (besides the private directory and the Python installation, see
-# readable_roots): shared libraries, the loader's cache, /proc and /sys (OpenMP reads the CPU
-# topology), device files. Not /tmp, /var, /home, /root or /run: other evaluations' work and
-# build directories, databases, caches.
-SYSTEM_READ_ROOTS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/opt", "/proc",
-                     "/sys", "/dev")
+# What may still be read (besides the private directory and, for the sandbox child, the Python
+# installation, see readable_roots): shared libraries and programs, the loader's files, the CPU
+# topology OpenMP reads (/sys, three /proc files), four device files. Not /tmp, /var, /home,
+# /root, /run or /opt (other evaluations' work and build directories, databases, caches), nor
+# the rest of /etc, /dev and /proc (configuration, shared memory, other processes).
+SYSTEM_READ_ROOTS = (
+    "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/sys",
+    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
+    "/dev/null", "/dev/zero", "/dev/full", "/dev/urandom", "/dev/random",
+    "/proc/cpuinfo", "/proc/meminfo", "/proc/stat",
+)
+
+
+def _unique(paths: list[str]) -> list[str]:
+    """``paths``, each also resolved, without repeats."""
+    out: list[str] = []
+    for path in paths:
+        for p in (path, os.path.realpath(path)):
+            if p not in out:
+                out.append(p)
+    return out
 
 
 def readable_roots(project_root: str) -> list[str]:
-    """What a confined CPU child may still read: :data:`SYSTEM_READ_ROOTS`, this Python's
-    installation (prefixes and every existing ``sys.path`` directory, for imports made after
-    the lockdown) and, of the project, only the ``kernels`` package (its ``var/`` holds the
-    database). Paths as given and resolved."""
-    roots = list(SYSTEM_READ_ROOTS)
+    """What a confined CPU child may still read: :data:`SYSTEM_READ_ROOTS`, its own
+    ``/proc/<pid>`` (it cannot fork), this Python's installation (prefixes and every existing
+    ``sys.path`` directory, for imports made after the lockdown) and, of the project, only the
+    ``kernels`` package (its ``var/`` holds the database). Paths as given and resolved."""
+    roots = [*SYSTEM_READ_ROOTS, f"/proc/{os.getpid()}"]
     # Never the project itself, /tmp or a directory above either (a PYTHONPATH of "/" or the
     # project root would open them again).
     guarded = [os.path.realpath(project_root) + "/", os.path.realpath(tempfile.gettempdir()) + "/"]
@@ -220,12 +235,26 @@ def readable_roots(project_root: str) -> list[str]:
         if not any(g.startswith(real) for g in guarded):
             roots.append(path)
     roots.append(os.path.join(project_root, "kernels"))
-    out: list[str] = []
-    for path in roots:
-        for p in (path, os.path.realpath(path)):
-            if p not in out:
-                out.append(p)
-    return out
+    return _unique(roots)
+
+
+def confine_tool(workdir: str, executable: str) -> str | None:
+    """Confine this process (a compiler's bootstrap, about to ``exec`` it) with Landlock:
+    writes only beneath ``workdir``, reads only there, in :data:`SYSTEM_READ_ROOTS`, ``/proc``
+    (its children read their own entries) and the installation ``executable`` lies in (two
+    levels up from the resolved file, e.g. ``/usr/local/cuda-13.0``). Without it, ``#include``
+    or ``.incbin`` of another evaluation's files would put them into this candidate's library
+    or log. Sets ``no_new_privs`` (Landlock needs it without privileges; exec keeps both).
+
+    Returns:
+        None when applied, else why not (the compile goes on unconfined).
+    """
+    if not _prctl(PR_SET_NO_NEW_PRIVS, 1):
+        return _errno_msg("PR_SET_NO_NEW_PRIVS")
+    install = os.path.dirname(os.path.dirname(os.path.realpath(executable)))
+    roots = _unique([*SYSTEM_READ_ROOTS, "/proc", install])
+    _, err, _ = _landlock(workdir, [], roots)
+    return err
 
 
 def _landlock(workdir: str, device_globs: list[str],

@@ -275,6 +275,7 @@ class DiskWatch:
     FLOOR_BYTES = 64 * 2**20
     FLOOR_UNEXPLAINED = 16 * 2**20
     MAX_DEPTH = 32
+    MAX_POLL_GAP_S = 0.25
     _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
     def __init__(self, root: Path, max_bytes: int, max_entries: int, logs: Sequence[Path] = ()) -> None:
@@ -311,13 +312,18 @@ class DiskWatch:
             links += [f"{proc}/fd/{fd}" for fd in os.listdir(f"{proc}/fd")]
         except OSError:  # exited (its files are released), or not dumpable to us (not root)
             return 0, None
-        mapped = []
-        try:
+        by_inode: dict[tuple[str, str], str] = {}  # one mapping per file: a file mapped 60,000
+        try:                                         # times is measured once
             with open(f"{proc}/maps", encoding="utf-8", errors="replace") as maps:
-                mapped = [f"{proc}/map_files/{line.split(' ', 1)[0]}" for line in maps
-                          if line.endswith(" (deleted)\n") and prefix in line]
-        except OSError:
+                for line in maps:
+                    if line.endswith(" (deleted)\n") and prefix in line:
+                        fields = line.split(None, 5)  # range perms offset dev inode path
+                        by_inode.setdefault((fields[3], fields[4]), f"{proc}/map_files/{fields[0]}")
+        except (OSError, IndexError):
             pass
+        if len(by_inode) > self.max_entries:
+            return 0, f"more than {self.max_entries} deleted files of its directory mapped"
+        mapped = list(by_inode.values())
         total, seen = 0, set()
         for link in links + mapped:
             try:
@@ -399,7 +405,8 @@ class DiskWatch:
         if now < self._next_poll or self.exceeded is not None:
             return self.exceeded is not None
         over = self.check()
-        self._next_poll = time.monotonic() + 4 * (time.monotonic() - now)
+        # A costly measurement waits 4 times its cost before the next, at most MAX_POLL_GAP_S.
+        self._next_poll = time.monotonic() + min(4 * (time.monotonic() - now), self.MAX_POLL_GAP_S)
         return over
 
     def check(self) -> bool:

@@ -11,9 +11,12 @@ And ``subprocess.run(timeout=...)`` kills only the driver (``gcc``, ``nvcc``), n
 So every compiler runs here:
 
 - under resource limits set before it starts (a ``python -I -S`` bootstrap sets them, drops
-  to the sandbox user where there is one and ``exec``s the compiler; ``preexec_fn`` is unsafe
-  in a threaded worker): file size (:data:`FILE_BYTES`, also the bound on its log), memory
-  (:data:`MEMORY_BYTES`) and CPU seconds;
+  to the sandbox user where there is one, confines it with Landlock and ``exec``s the
+  compiler; ``preexec_fn`` is unsafe in a threaded worker): file size (:data:`FILE_BYTES`,
+  also the bound on its log), memory (:data:`MEMORY_BYTES`) and CPU seconds;
+- reading only its build directory and the system's directories, writing only the former:
+  ``#include`` and ``.incbin`` of another evaluation's source (every evaluation's files
+  belong to the same sandbox user) fail;
 - in its own session, whose whole process group is killed on timeout and after it exits;
 - with stdout and stderr in one temporary file of this process's, of which only the first
   and last :data:`LOG_KEEP` characters are read back.
@@ -35,6 +38,7 @@ from collections.abc import Mapping, Sequence
 FILE_BYTES = 64 * 2**20  # largest file a compiler may write: object, library, log
 MEMORY_BYTES = 4 * 2**30  # its data segment and private mappings (RLIMIT_DATA); a kernel needs ~40 MiB
 LOG_KEEP = 32_000  # characters kept from each end of a compiler's output
+_ISOLATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_isolation.py")
 
 # Started as this process's user (the sandbox user may not be able to read this Python), it
 # drops to the tool's user itself. Python ignores SIGPIPE and SIGXFSZ and an ignored signal
@@ -47,11 +51,20 @@ for res, val in ((resource.RLIMIT_FSIZE, {fsize}), (resource.RLIMIT_CPU, {cpu}),
         resource.setrlimit(res, (val, val))
 for sig in (signal.SIGPIPE, signal.SIGXFSZ):
     signal.signal(sig, signal.SIG_DFL)
+if {confine!r}:  # _isolation alone (stdlib only: the kernels package would import numpy),
+    import importlib.util  # loaded before the drop (this Python may be unreadable to the user)
+    spec = importlib.util.spec_from_file_location("_int21_isolation", {isolation!r})
+    iso = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(iso)
 ids = {ids!r}
 if ids:
     os.setgroups([])
     os.setgid(ids[1])
     os.setuid(ids[0])
+if {confine!r}:
+    why = iso.confine_tool(os.getcwd(), sys.argv[1])
+    if why:
+        print(f"[not confined: {{why}}]", file=sys.stderr)
 try:
     os.execv(sys.argv[1], sys.argv[1:])
 except OSError as exc:
@@ -73,7 +86,8 @@ class ToolTimeout(Exception):
 
 
 def run_tool(cmd: Sequence[str], *, cwd: str, env: Mapping[str, str], timeout_s: float,
-             memory_bytes: int = MEMORY_BYTES, ids: tuple[int, int] | None = None) -> tuple[int, str]:
+             memory_bytes: int = MEMORY_BYTES, ids: tuple[int, int] | None = None,
+             confine: bool = True) -> tuple[int, str]:
     """Run ``cmd`` (a compiler on untrusted source) confined as the module docstring says.
 
     Args:
@@ -86,6 +100,9 @@ def run_tool(cmd: Sequence[str], *, cwd: str, env: Mapping[str, str], timeout_s:
             it leaves alone the large virtual ranges CUDA's tools reserve. ``#include
             "/dev/zero"`` makes ``cc1`` grow until it hits this.
         ids: (uid, gid) the tool runs as (no supplementary groups), None for this process's.
+        confine: Landlock: the tool writes only beneath ``cwd`` and reads only there and in
+            the system's directories (:func:`kernels._isolation.confine_tool`); where the
+            kernel has no Landlock, its log says so and it runs unconfined.
 
     Returns:
         (return code, negative for a signal: ``-25`` is ``SIGXFSZ``, a file past
@@ -101,7 +118,7 @@ def run_tool(cmd: Sequence[str], *, cwd: str, env: Mapping[str, str], timeout_s:
     if exe is None:
         raise FileNotFoundError(f"{cmd[0]}: no such executable on PATH={env.get('PATH', os.defpath)}")
     code = _BOOTSTRAP.format(fsize=FILE_BYTES, cpu=int(timeout_s) + 10, data=memory_bytes,
-                             ids=tuple(ids) if ids else None)
+                             ids=tuple(ids) if ids else None, confine=confine, isolation=_ISOLATION)
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", code, exe, *cmd[1:]], stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=dict(env),

@@ -54,9 +54,29 @@ def test_a_compiler_that_grows_without_end_is_stopped(tmp_path):
     """``#include "/dev/zero"``: cc1 reads an endless line into memory until the data limit."""
     (tmp_path / "bomb.c").write_text('#include "/dev/zero"\n')
     start = time.monotonic()
-    rc, log = run_tool(["cc", "-c", "bomb.c"], cwd=str(tmp_path), env=ENV, timeout_s=60, memory_bytes=256 * 2**20)
+    rc, log = run_tool(["cc", "-c", "bomb.c"], cwd=str(tmp_path), env={**ENV, "TMPDIR": str(tmp_path)}, timeout_s=60,
+                       memory_bytes=256 * 2**20)
     assert rc != 0 and "memory" in log.lower()
     assert time.monotonic() - start < 30
+
+
+def test_a_compiler_reads_only_its_directory_and_the_system(tmp_path):
+    """Every evaluation's files belong to the same sandbox user: without Landlock, ``#include``
+    or ``.incbin`` would put another evaluation's source into this one's library or log."""
+    elsewhere = tmp_path / "other-evaluation"
+    elsewhere.mkdir()
+    (elsewhere / "candidate.c").write_text("/* SECRET-OF-ANOTHER-TENANT */\n")
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "steal.c").write_text(f'#include "{elsewhere}/candidate.c"\n#include <math.h>\nint f(void) {{ return 1; }}\n')
+    env = {**ENV, "TMPDIR": str(build)}
+    rc, log = run_tool(["cc", "-c", "steal.c"], cwd=str(build), env=env, timeout_s=60)
+    assert rc != 0 and "Permission denied" in log and "SECRET" not in log  # system headers still read
+    (build / "ok.c").write_text("#include <math.h>\ndouble f(double x) { return sqrt(x); }\n")
+    rc, log = run_tool(["cc", "-c", "ok.c", "-o", "ok.o"], cwd=str(build), env=env, timeout_s=60)
+    assert rc == 0, log
+    rc, log = run_tool(["sh", "-c", f"echo x > {elsewhere}/planted"], cwd=str(build), env=env, timeout_s=30)
+    assert rc != 0 and not (elsewhere / "planted").exists()
 
 
 def test_a_tool_that_is_not_there_is_an_os_error(tmp_path):
