@@ -21,7 +21,7 @@ So every compiler runs here:
 - with stdout and stderr in one temporary file of this process's, of which only the first
   and last :data:`LOG_KEEP` characters are read back.
 
-Sources: ``setrlimit(2)`` (``RLIMIT_FSIZE``: a write past the limit gets ``SIGXFSZ``),
+Sources: ``setrlimit(2)`` (``RLIMIT_FSIZE``: a write past the limit gets ``SIGXFSZ``), ``landlock(7)``,
 ``subprocess`` (``preexec_fn`` and threads).
 """
 
