@@ -104,7 +104,7 @@ def sandbox_memory_bytes() -> int:
 
 
 def sandbox_disk_bytes() -> int:
-    """Bytes the sandbox child may add to its private directory (``$KERNELS_SANDBOX_DISK_BYTES``,
+    """Bytes the sandbox child may write (``$KERNELS_SANDBOX_DISK_BYTES``,
     1 GiB: about 8 times the most any shape set's outputs need, 119 MiB for ``softmax``
     llama3-8b)."""
     return int(_env_float("KERNELS_SANDBOX_DISK_BYTES", 2**30))

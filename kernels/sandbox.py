@@ -129,8 +129,9 @@ class SandboxPolicy:
         seccomp: deny sockets, process creation and namespace/mount/ptrace/bpf syscalls.
         device_globs: device files the candidate may still open for writing (Landlock).
         memory_bytes: address-space limit (RLIMIT_AS) in bytes.
-        disk_bytes: bytes (allocated blocks) the child may add to its private directory.
-        disk_entries: files and directories the child may add there.
+        disk_bytes: bytes (allocated blocks) the child may write: its private directory,
+            files of it deleted but still held, its stdout and stderr (:class:`DiskWatch`).
+        disk_entries: files and directories the child may add to its private directory.
 
     Raises:
         ValueError: ``memory_bytes`` below 256 MiB, ``disk_bytes`` below 1 MiB or
@@ -323,16 +324,15 @@ class DiskWatch:
             pass
         if len(by_inode) > self.max_entries:
             return 0, f"more than {self.max_entries} deleted files of its directory mapped"
-        mapped = list(by_inode.values())
         total, seen = 0, set()
-        for link in links + mapped:
+        for link, is_mapping in [*((fd, False) for fd in links), *((m, True) for m in by_inode.values())]:
             try:
                 target = os.readlink(link)
                 if not (target.startswith(prefix) and target.endswith(" (deleted)")):
                     continue
                 st = os.stat(link)  # the open or mapped file itself
             except PermissionError:
-                if link in mapped:
+                if is_mapping:
                     return total, "a deleted file of its directory that it holds mapped (not measurable here)"
                 continue
             except OSError:
@@ -421,7 +421,8 @@ class DiskWatch:
         except OSError:
             free = self.base_free  # the directory is gone: nothing more to measure there
         mib = 2**20
-        added = max(0, used - self.base_bytes) + held + logs
+        grown = max(0, used - self.base_bytes)
+        added = grown + held + logs
         unexplained = (self.base_free - free) - added
         if problem or unmeasured:
             self.exceeded = f"made what it wrote unmeasurable: {problem or unmeasured}"
@@ -429,7 +430,7 @@ class DiskWatch:
             self.exceeded = f"created more than {self.max_entries} files and directories in its private directory"
         elif added > self.max_bytes:
             self.exceeded = (f"wrote more than {self.max_bytes / mib:g} MiB ({added / mib:.0f} MiB when measured: "
-                             f"{max(0, used - self.base_bytes) / mib:.0f} in its private directory, "
+                             f"{grown / mib:.0f} in its private directory, "
                              f"{held / mib:.0f} in files it deleted but holds, {logs / mib:.0f} to stdout/stderr)")
         elif free < self.FLOOR_BYTES and unexplained > self.FLOOR_UNEXPLAINED:
             self.exceeded = (f"was running when the disk holding its private directory fell to {free / mib:.0f} MiB "
@@ -494,7 +495,7 @@ def place(policy: SandboxPolicy, workdir: Path, name: str, src: Path) -> Path:
 
 
 def private_tempdir(kind: str) -> Path:
-    """A new directory ``int21-<kind>-<pid>-XXXXXXXX`` in the temp dir (mode 0700): named after
+    """A new directory ``int21-<kind>-<pid>-<random>`` in the temp dir (mode 0700): named after
     this process, so that :func:`sweep_stale_tempdirs` can tell when its owner is gone."""
     return Path(tempfile.mkdtemp(prefix=f"int21-{kind}-{os.getpid()}-"))
 

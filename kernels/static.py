@@ -388,9 +388,10 @@ def _cached_nvcc(error_path: Path, args: list[str], source_text: str, suffix: st
     """
     try:
         known = json.loads(error_path.read_text())
+    except (OSError, ValueError):
+        known = None  # no failure on record (or a damaged record): run nvcc
+    if isinstance(known, dict) and isinstance(known.get("message"), str) and isinstance(known.get("log"), str):
         raise CompileError(f"{known['message']} (cached)", known["log"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # no failure on record (or a damaged record): run nvcc
     try:
         return _run_nvcc(args, source_text, suffix, out_name)
     except CompileError as exc:

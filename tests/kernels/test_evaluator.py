@@ -70,7 +70,7 @@ def test_the_default_template_is_ok_with_timings(params, quick_bench):
         "rows=1,hidden=256", "rows=8,hidden=256", "rows=7,hidden=259", "rows=7,hidden=259"]
     own = [c for c in ev.cases if c["kind"] != "picked"]  # the drawn call reuses a rotation set's seed
     assert len({c["seed"] for c in own}) == len(own)
-    assert [c["kind"] for c in ev.cases].count("picked") == 2 and all(c["passed"] for c in ev.cases)
+    assert [c["kind"] for c in ev.cases].count("picked") == 2
     assert all(c["passed"] for c in ev.cases)
     assert ev.fingerprint["compiler_version"] and ev.fingerprint["nproc"] >= 1
     json.dumps(ev.to_dict(), allow_nan=False)
