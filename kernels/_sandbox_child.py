@@ -143,14 +143,16 @@ class _Io:
         input elements gets wrong, while row sums, norms and value ranges stay as generated.
         Returns ``{input: [i, j]}`` (flat indices) of the swaps made; :meth:`swap` undoes them."""
         g, swaps = self.guard, {}
-        for k, buf in self.inputs.items():
-            body = buf[g : buf.size - g]
-            if body.size < 2:
+        draws = rng.random((len(self.inputs), 5)).tolist()  # one draw per call: [i, 4 tries of j]
+        for (k, buf), (u, *tries) in zip(self.inputs.items(), draws):
+            size = buf.size - 2 * g
+            if size < 2:
                 continue
-            i = int(rng.integers(body.size))
-            start, width = i - i % self.rows[k], self.rows[k]
-            for _ in range(4):  # a value different from body[i] in the same row
-                j = start + int(rng.integers(width))
+            body, width = buf[g : g + size], self.rows[k]
+            i = int(u * size)
+            start = i - i % width
+            for t in tries:  # a value different from body[i] in the same row
+                j = start + int(t * width)
                 if body[j] != body[i]:
                     swaps[k] = [i, j]
                     break
@@ -209,6 +211,85 @@ class _Late:
         self.pending.clear()
 
 
+class _Rotation:
+    """Bookkeeping of the timing loop of one timed item, between calls (untimed).
+
+    Fresh input contents each call: the next input set, with two values of a row of every
+    input swapped (:meth:`_Io.salt`, undone after the call). Every call's outputs were
+    NaN-filled before it: a call that left a sampled output element NaN skipped its work (the
+    later calls' checks cannot see that); the 64 elements per output are drawn anew for every
+    call from ``spot`` (OS entropy), so a candidate cannot write just those. One call, drawn
+    uniformly from all of them as they happen (reservoir sampling, Vitter's algorithm R with
+    one slot: call i replaces the pick with probability 1/i), keeps a copy of its outputs for
+    the parent to validate in full: a kernel that writes cheap garbage on some calls is caught
+    as often as it does so.
+
+    The draws of ``spot`` come in blocks of :attr:`BLOCK` calls: one bulk draw costs about
+    what one draw of 64 elements does, and the loop runs up to ``2 * max_reps`` calls.
+
+    Attributes:
+        cur: index of the set the current (next or just made) call uses.
+        salted: ``(set index, swaps)`` of that call, or None once undone.
+        made: calls made so far; unwritten: how many of them left a sampled element NaN.
+        pick: ``(call number, set index, swaps, {output: copy of its guarded buffer})``.
+    """
+
+    BLOCK = 256
+
+    def __init__(self, sets: list[_Io], salt_seed: int, spot: np.random.Generator) -> None:
+        self.sets, self.spot = sets, spot
+        self.salt_rng = np.random.default_rng([salt_seed, 1])
+        self.cur = len(sets) - 1
+        self.args = sets[self.cur].args
+        self.salted: tuple[int, dict] | None = None
+        self.made = self.unwritten = 0
+        self.pick: tuple | None = None
+        first = sets[0]  # the sets share their output buffers
+        self.outputs = [(first.outputs[k], n) for k, n in first.sizes.items() if n]  # empty: nothing to write
+        self.row = self.BLOCK
+
+    def _draw(self) -> None:
+        g = self.sets[0].guard
+        self.idx = [self.spot.integers(0, n, (self.BLOCK, UNWRITTEN_SAMPLE)) + g for _, n in self.outputs]
+        self.uniform = self.spot.random(self.BLOCK).tolist()
+        self.row = 0
+
+    def check_written(self) -> None:
+        """After each call: its sampled output elements are not NaN; maybe the pick."""
+        if self.row == self.BLOCK:
+            self._draw()
+        row = self.row
+        self.row += 1
+        for (buf, _), idx in zip(self.outputs, self.idx):
+            if np.isnan(buf[idx[row]]).any():
+                self.unwritten += 1
+                break
+        if self.uniform[row] * self.made < 1.0:  # probability 1 / made
+            swaps = self.salted[1] if self.salted is not None else {}
+            self.pick = (self.made, self.cur, swaps, {k: buf.copy() for k, buf in self.sets[self.cur].outputs.items()})
+
+    def unsalt(self) -> None:
+        if self.salted is not None:
+            self.sets[self.salted[0]].swap(self.salted[1])
+            self.salted = None
+
+    def rotate(self) -> None:
+        """Before each call: check the call just made, then move to the next set and salt it."""
+        if self.made:
+            self.check_written()  # before its set's outputs are reused
+        self.made += 1
+        self.unsalt()
+        self.cur = (self.cur + 1) % len(self.sets)
+        self.args = self.sets[self.cur].args
+        self.salted = (self.cur, self.sets[self.cur].salt(self.salt_rng))
+
+    def prepare(self) -> None:
+        """Before a warm-up call: :meth:`rotate`, then NaN outputs (timed calls get theirs
+        from the flush where the eviction helper fills)."""
+        self.rotate()
+        self.sets[self.cur].nan_outputs()
+
+
 def bind(lib: ctypes.CDLL, workload):
     """The workload's entry point in ``lib`` with its C signature (pointers, ints, floats)."""
     fn = getattr(lib, workload.entry_point)
@@ -265,76 +346,29 @@ def _prepare_cpu(req: dict):
         finished = []
         spot = np.random.default_rng()  # seeded from OS entropy: unknown to the candidate
         for item, sets, fresh in timed:
-            cur = [len(sets) - 1]
-            salt_rng = np.random.default_rng([int(item["fresh_seed"]), 1])
-            salted: list = [None]  # (set, swaps) of the call about to run or just run
-            # Every call's outputs were NaN-filled before it: a call that left a sampled
-            # element NaN skipped its work (the later calls' checks cannot see that). The
-            # elements are drawn anew for every call from OS entropy, so a candidate cannot
-            # write just those.
-            #
-            # One call, drawn uniformly from all of them as they happen (reservoir sampling,
-            # Vitter's algorithm R with one slot: call i replaces the pick with probability
-            # 1/i), keeps a copy of its outputs for the parent to validate in full: a kernel
-            # that writes cheap garbage on some calls is caught as often as it does so.
-            made, unwritten = [0], [0]
-            pick: list = [None]  # (call number, set, salt swaps, output copies)
-
-            def check_written() -> None:
-                """Untimed, after each call: its sampled output elements are not NaN; maybe
-                the pick."""
-                s = sets[cur[0]]
-                for k, n in s.sizes.items():
-                    if not n:
-                        continue  # an empty output: nothing to write
-                    idx = spot.integers(0, n, UNWRITTEN_SAMPLE) + s.guard
-                    if np.isnan(s.outputs[k][idx]).any():
-                        unwritten[0] += 1
-                        break
-                if spot.integers(made[0]) == 0:
-                    swaps = salted[0][1] if salted[0] is not None else {}
-                    pick[0] = (made[0], cur[0], swaps, {k: buf.copy() for k, buf in s.outputs.items()})
-
-            def unsalt() -> None:
-                if salted[0] is not None:
-                    sets[salted[0][0]].swap(salted[0][1])
-                    salted[0] = None
-
-            def rotate() -> None:
-                # Fresh input contents each call: the next set, with two values of a row swapped.
-                if made[0]:
-                    check_written()  # the call just made, before its set's outputs are reused
-                made[0] += 1
-                unsalt()
-                cur[0] = (cur[0] + 1) % len(sets)
-                salted[0] = (cur[0], sets[cur[0]].salt(salt_rng))
-
-            def prepare() -> None:
-                rotate()
-                sets[cur[0]].nan_outputs()  # NaN outputs before every call
-
-            def call() -> None:
-                fn(*sets[cur[0]].args)
-
+            rot = _Rotation(sets, int(item["fresh_seed"]), spot)
             # Evict exactly the buffers (guards included) that the next call touches; where
             # the helper can, it NaN-fills the outputs in the same pass (streaming stores).
             plans = [evictor.plan([*s.inputs.values(), *s.outputs.values()], fill=s.output_bodies())
                      for s in sets] if evictor else []
 
+            def call() -> None:
+                fn(*rot.args)
+
             def evict() -> None:
-                plans[cur[0]]()
+                plans[rot.cur]()
 
             fills = bool(plans) and all(getattr(pl, "fills", False) for pl in plans)
-            samples = bench(call, settings, prepare=prepare, flush=evict if plans else rewrite,
-                            timed_prepare=rotate if fills else None)
-            late.snapshot(sets[cur[0]].outputs, f"{item['id']}_last")
-            check_written()  # the last call (the parent also validates its output in full)
-            last_salt = salted[0][1] if salted[0] is not None else {}
-            unsalt()  # the inputs as generated again (the parent checks them after the calls)
-            number, pick_set, pick_salt, copies = pick[0]
+            samples = bench(call, settings, prepare=rot.prepare, flush=evict if plans else rewrite,
+                            timed_prepare=rot.rotate if fills else None)
+            late.snapshot(sets[rot.cur].outputs, f"{item['id']}_last")
+            rot.check_written()  # the last call (the parent also validates its output in full)
+            last_salt = rot.salted[1] if rot.salted is not None else {}
+            rot.unsalt()  # the inputs as generated again (the parent checks them after the calls)
+            number, pick_set, pick_salt, copies = rot.pick
             for k, copy in copies.items():
                 save_new(f"{item['id']}_pick_{k}.npy", copy)
-            finished.append((item, sets, fresh, cur[0], samples, last_salt, made[0], unwritten[0],
+            finished.append((item, sets, fresh, rot.cur, samples, last_salt, rot.made, rot.unwritten,
                              {"call": number, "set": pick_set, "salt": pick_salt}))
         # One wait for every last timed call (the shared output buffers are reused below).
         late.check(wait=True)

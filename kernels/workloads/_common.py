@@ -19,8 +19,7 @@ def row_errors(out: np.ndarray, ref: np.ndarray, floor: float = REL_FLOOR) -> tu
     validated output of every evaluation."""
     if out.size == 0:
         return 0.0, 0.0
-    diff = out.astype(np.float64)
-    np.subtract(diff, ref, out=diff)
+    diff = np.subtract(out, ref, dtype=np.float64)  # float32 widened on the fly, no copy first
     np.abs(diff, out=diff)
     worst = diff.max(axis=-1)  # per row
     scale = np.maximum(np.maximum(ref.max(axis=-1), -ref.min(axis=-1)), floor)  # max |ref| per row

@@ -112,6 +112,13 @@ def test_the_fill_flush_nan_fills_only_the_given_ranges_and_keeps_the_rest():
         assert np.array_equal(body.view(np.uint32), np.full(body.size, 0x7FC00000, np.uint32))  # numpy's NaN
     assert (buf[:1024] == 7.0).all() and (buf[-1024:] == 7.0).all()  # guards untouched
     assert np.array_equal(x, inputs_before)
+    # 16-byte stores in the middle, 4-byte ones for an unaligned head and an odd tail
+    for start, n in ((1, 1), (1, 2), (3, 7), (1, 4), (2, 13), (0, 3), (5, 1001)):
+        buf[:] = 7.0
+        part = buf[1024 + start : 1024 + start + n]
+        evictor.plan([buf], fill=[part])()
+        assert np.isnan(part).all()
+        assert (buf[: 1024 + start] == 7.0).all() and (buf[1024 + start + n :] == 7.0).all(), (start, n)
     with pytest.raises(ValueError, match="contiguous, writeable float32"):
         evictor.plan([x], fill=[x.astype(np.float64)])
     frozen = np.frombuffer(bytes(400), dtype=np.float32)  # read-only memory is never written
