@@ -198,7 +198,8 @@ class Expected:
     Order: the validation cases' inputs (then :meth:`wait` ``("validation")`` returns), the
     timed sets' (``"timing"``), then the references that are always needed (validation cases
     and fresh contents; the last timed call's is computed by the judge, from the inputs as
-    that call saw them, see :func:`_salted`). Entries beyond ``budget_bytes`` (inputs +
+    that call saw them, see :func:`_salted`; where the workload has a ``salted_reference``,
+    the timed sets' too, which the judge updates for the swaps). Entries beyond ``budget_bytes`` (inputs +
     references) are not kept and :meth:`get` computes them again.
 
     Args:
@@ -224,6 +225,8 @@ class Expected:
             + [(t["shape"], t["fresh_seed"], f"{t['id']}f") for t in timed],
         }
         self.ahead = [(c["shape"], c["seed"]) for c in cases] + [(t["shape"], t["fresh_seed"]) for t in timed]
+        if wl.salted_reference is not None:  # the timed sets' too: the salted ones are updates of them
+            self.ahead += [(t["shape"], s) for t in timed for s in t["seeds"]]
         self.inputs_done: dict[tuple, dict] = {}
         self.refs_done: dict[tuple, dict] = {}
         self.digests_done: dict[tuple, dict[str, str]] = {}  # key -> {input: sha256}
@@ -584,8 +587,17 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
         last.update(reason=f"{unwritten[0]} of {unwritten[1]} calls while timing left output elements NaN (not "
                            "written): the timings include calls that skipped the work", verdict=Outcome.wrong_result)
         return [last]
-    last_ref = (wl.reference(_salted(sets[last_set], last_salt), wl.attrs) if last_salt
-                else expected.get(shape, item["seeds"][last_set])[1])
+
+    def salted_ref(j: int, swaps: dict) -> dict[str, np.ndarray]:
+        """Reference of set ``j`` as a call saw it, with ``swaps`` applied."""
+        if not swaps:
+            return expected.get(shape, item["seeds"][j])[1]
+        salted = _salted(sets[j], swaps)
+        if wl.salted_reference is None:
+            return wl.reference(salted, wl.attrs)
+        return wl.salted_reference(salted, expected.get(shape, item["seeds"][j])[1], swaps, wl.attrs)
+
+    last_ref = salted_ref(last_set, last_salt or {})
     checked = [
         (last, f"{tid}_last", last_ref, "last timed call"),
         (again, f"{tid}_fresh", expected.get(shape, item["fresh_seed"])[1],
@@ -593,7 +605,7 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
     ]
     if pick is not None:
         picked = _record("picked", shape, item["seeds"][pick["set"]])
-        checked.append((picked, f"{tid}_pick", wl.reference(_salted(sets[pick["set"]], pick["salt"]), wl.attrs),
+        checked.append((picked, f"{tid}_pick", salted_ref(pick["set"], pick["salt"]),
                         f"call {pick['call']} of the timing phase, drawn at random"))
     for rec, prefix, ref, what in checked:
         verdict, why, _, a, r = _check_outputs(wl, shape, prefix, workdir, ref, files)

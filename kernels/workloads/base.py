@@ -52,6 +52,12 @@ class Workload:
         shape_set_attrs: per shape set, attributes that override ``attrs`` (a model
             constant such as ``eps`` belongs to the model the shape set comes from); see
             :meth:`for_shape_set`.
+        salted_reference: optional ``(salted inputs, reference of the inputs before the
+            swaps, swaps, attrs) -> reference of the salted inputs``, recomputing only what
+            the swaps change. ``swaps``: ``{input: [i, j]}``, two flat indices in one row
+            (last axis) of that input, as the timing loop swaps them before every call. For
+            workloads whose reference is costly (GEMM: O(MNK), the update O((M + N) K));
+            without it the evaluator computes the whole reference of the salted inputs.
     """
 
     name: str
@@ -69,6 +75,7 @@ class Workload:
     bytes: Callable[[Shape], float]
     error_definition: str = field(default="")
     shape_set_attrs: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    salted_reference: Callable[[Arrays, Arrays, Mapping[str, list[int]], Mapping[str, float]], Arrays] | None = None
 
     @property
     def entry_point(self) -> str:

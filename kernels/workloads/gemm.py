@@ -109,6 +109,25 @@ def reference(inputs: Arrays, attrs: Mapping[str, float]) -> Arrays:
     return {"C": A @ B.T}
 
 
+def salted_reference(inputs: Arrays, ref: Arrays, swaps: Mapping[str, list[int]],
+                     attrs: Mapping[str, float]) -> Arrays:
+    """:func:`reference` of ``inputs`` from ``ref``, the reference before values of ``A`` and/or
+    ``B`` were swapped (``swaps``: ``{"A" or "B": [i, j]}``, two flat indices, as the timing
+    loop swaps them within one row before every call). ``C[m, n] = A[m] . B[n]``: a swap in
+    rows of A changes only those rows of C, one in rows of B only those columns; they are
+    recomputed in float64 (O((M + N) K) instead of O(MNK)), the rest is ``ref``'s.
+    Returns ``{"C": float64 [M, N]}`` (a new array)."""
+    A, B = inputs["A"], inputs["B"]
+    C = np.array(ref["C"], dtype=np.float64, copy=True)
+    K = A.shape[1]
+    if K:
+        for m in sorted({int(v) // K for v in swaps.get("A", ())}):
+            C[m, :] = B.astype(np.float64) @ A[m].astype(np.float64)
+        for n in sorted({int(v) // K for v in swaps.get("B", ())}):
+            C[:, n] = A.astype(np.float64) @ B[n].astype(np.float64)
+    return {"C": C}
+
+
 def errors(out: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
     """``(max_abs_error, max_rel_error)`` as in :data:`ERROR_DEFINITION`."""
     return row_errors(out, ref, REL_FLOOR)
@@ -177,4 +196,5 @@ GEMM = Workload(
     flops=flops,
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
+    salted_reference=salted_reference,
 )

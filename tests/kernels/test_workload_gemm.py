@@ -165,3 +165,57 @@ def test_a_template_without_its_k_tail_is_caught_by_the_odd_shapes(quick_bench):
 
 def test_numpy_baseline_reports_a_positive_latency(quick_bench):
     assert baseline_latency_ms("gemm", "test-small", bench=quick_bench) > 0
+
+
+@pytest.mark.parametrize("swapped", [("A",), ("B",), ("A", "B"), ()])
+def test_the_salted_reference_updates_only_what_the_swaps_change(swapped):
+    from kernels.evaluator import _salted
+
+    shape = {"M": 13, "N": 29, "K": 67}
+    inputs = wl.generate(shape, 4)
+    before = wl.reference(inputs, wl.attrs)
+    rng = np.random.default_rng(0)
+    swaps = {}
+    for name in swapped:
+        row = int(rng.integers(inputs[name].shape[0]))
+        i, j = rng.choice(67, 2, replace=False)
+        swaps[name] = [row * 67 + int(i), row * 67 + int(j)]
+    salted = _salted(inputs, swaps)
+    updated = wl.salted_reference(salted, before, swaps, wl.attrs)["C"]
+    full = wl.reference(salted, wl.attrs)["C"]
+    assert np.allclose(updated, full, rtol=1e-12, atol=1e-12)
+    changed = ~np.isclose(full, before["C"], rtol=1e-12, atol=1e-12)
+    assert changed.any() == bool(swaps)  # the swaps do change C, and the update follows
+    assert updated is not before["C"] and np.array_equal(before["C"], wl.reference(inputs, wl.attrs)["C"])
+
+
+# Caches C by pointer and by A's first and last element: the fresh-contents call changes those,
+# so only the timed calls, whose inputs repeat across the rotation, hit the cache; the values
+# swapped in a row of A or B before every timed call change C's row or column, which the
+# salted reference (an update of the set's reference) must show.
+CACHES_BY_POINTER_AND_SAMPLES = NAIVE.replace(
+    "void gemm(const float *A, const float *B, float *C, int M, int N, int K)\n{",
+    """#include <stdlib.h>
+#include <string.h>
+void gemm(const float *A, const float *B, float *C, int M, int N, int K)
+{
+    static const float *keys[16]; static float a0[16], al[16]; static float *vals[16]; static long sizes[16];
+    static int used = 0;
+    long n_out = (long)M * N, n_in = (long)M * K;
+    for (int i = 0; i < used; ++i)
+        if (keys[i] == A && sizes[i] == n_out && a0[i] == A[0] && al[i] == A[n_in - 1]) {
+            memcpy(C, vals[i], n_out * sizeof(float)); return; }
+    int slot = used < 16 ? used++ : 0;
+    keys[slot] = A; sizes[slot] = n_out; a0[slot] = A[0]; al[slot] = A[n_in - 1];
+""").replace("            C[(long)m * N + n] = s;\n        }\n}", """            C[(long)m * N + n] = s;
+        }
+    free(vals[slot]); vals[slot] = malloc(n_out * sizeof(float)); memcpy(vals[slot], C, n_out * sizeof(float));
+}""")
+
+
+def test_a_gemm_that_caches_by_pointer_and_input_samples_is_a_wrong_result(quick_bench):
+    assert "memcpy(vals[slot], C" in CACHES_BY_POINTER_AND_SAMPLES
+    ev = run(CACHES_BY_POINTER_AND_SAMPLES, quick_bench)
+    assert ev.status == Outcome.wrong_result, ev.log
+    failed = {c["kind"] for c in ev.cases if not c["passed"]}
+    assert failed and failed <= {"timed", "picked"}, ev.log
