@@ -320,6 +320,33 @@ def test_the_child_reports_input_digests_and_saves_only_changed_inputs(tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b_x.npy"]
 
 
+def test_input_files_are_read_straight_into_guarded_buffers(tmp_path):
+    import numpy as np
+
+    from kernels._sandbox_child import GUARD_BITS, _Io, load_guarded
+    from kernels.workloads import get_workload
+
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.save(tmp_path / "x.npy", x)
+    g = load_guarded(str(tmp_path / "x.npy"), 8)
+    assert g.shape == (3, 4) and g.buf.dtype == np.float32 and g.buf.size == 12 + 16
+    assert np.array_equal(g.buf[8:-8], x.reshape(-1))
+    assert (g.buf[:8].view(np.uint32) == GUARD_BITS).all() and (g.buf[-8:].view(np.uint32) == GUARD_BITS).all()
+    wl = get_workload("rmsnorm")
+    io_ = _Io(wl, {"rows": 3, "hidden": 4}, {"x": g, "w": np.ones(4, np.float32)}, 8)
+    assert io_.inputs["x"] is g.buf and io_.rows == {"x": 4, "w": 4}
+    np.save(tmp_path / "d.npy", x.astype(np.float64))
+    with pytest.raises(ValueError, match="not C-ordered float32"):
+        load_guarded(str(tmp_path / "d.npy"), 8)
+    np.save(tmp_path / "f.npy", np.asfortranarray(x))
+    with pytest.raises(ValueError, match="Fortran order"):
+        load_guarded(str(tmp_path / "f.npy"), 8)
+    data = (tmp_path / "x.npy").read_bytes()
+    (tmp_path / "t.npy").write_bytes(data[:-5])
+    with pytest.raises(ValueError, match="ends after"):
+        load_guarded(str(tmp_path / "t.npy"), 8)
+
+
 def test_the_parent_judges_the_reported_input_checks(tmp_path):
     import numpy as np
 
