@@ -927,7 +927,6 @@ def evaluate(
                              seed=seed, target=target, launch_plan=launch_plan, compile_options=compile_options,
                              sandbox=sandbox, validation_store=validation_store)
     start = time.monotonic()
-    sections0 = f"PROF start {time.time():.4f}"
     wl = get_workload(workload)
     wl.shapes(shape_set)  # KeyError early for an unknown shape set
     if hasattr(wl, "for_shape_set"):
@@ -939,7 +938,7 @@ def evaluate(
     base_seed = int(seed) if seed is not None else secrets.randbits(62)
     fingerprint = {**be.fingerprint(), "shape_set": shape_set, "bench": bench.to_dict(), "seed": base_seed,
                    "omp": omp, "omp_validation": omp_validation}
-    sections: list[str] = [sections0]
+    sections: list[str] = []
 
     def finish(status: Outcome, reason: str, **kw: Any) -> Evidence:
         sections.append(f"== verdict ==\n{status}: {reason}")
@@ -974,13 +973,11 @@ def evaluate(
         logdir = private_tempdir("log")
         expected = Expected(wl, cases_plan, timed, workdirs=workdirs, policy=policy).start()
         compiling = time.monotonic()
-        sections.append(f"PROF compile0 {time.time():.4f}")
         try:
             artifact = be.compile(source, defines)
         except CompileError as exc:
             sections.append(f"== compile ==\n{exc.log}")
             return finish(Outcome.compile_error, str(exc))
-        sections.append(f"PROF compile1 {time.time():.4f}")
         fingerprint["compile_s"] = round(time.monotonic() - compiling, 4)
         sections.append(f"== compile ==\n{'(cached)' if artifact.cached else artifact.log or '(no output)'}")
         evict_lib = _evict_library(be, bench, sections)
@@ -1020,9 +1017,7 @@ def evaluate(
                                                timed if phase == "timing" else [])
             req = {**request, "cases": cases, "timed": items, "library": str(workdirs[phase] / "candidate.so")}
             hand_over(policy, workdirs[phase], 0o700)  # every file is in: now the child's
-            sections.append(f"PROF spawn {phase} {time.time():.4f}")
             run = run_child(req, workdirs[phase], logdir / phase, left, policy=policy, env=env)
-            sections.append(f"PROF back {phase} {time.time():.4f}")
             runs.append(run)
             if run.stdout:
                 sections.append(f"== {phase} child stdout (tail) ==\n{run.stdout}")
@@ -1039,8 +1034,6 @@ def evaluate(
                     sections.append(f"== timing ==\nnot run: validation decided {early[0]}")
                     break
                 validated = early[2]
-                sections.append(f"PROF judged-val {time.time():.4f}")
-        sections.append(f"PROF children-done {time.time():.4f}")
         fingerprint["sandbox"] = runs[0].sandbox or {"error": "the child exited before reporting its sandbox"}
         fingerprint["child_wall_s"] = {p: round(r.wall_s, 4) for p, r in zip(("validation", "timing"), runs)}
         fingerprint["flush"] = _reported_flush(runs[-1]) if len(runs) > 1 else None
@@ -1052,7 +1045,6 @@ def evaluate(
             expected.cancel()
         for d in (*workdirs.values(), *([logdir] if logdir is not None else [])):
             remove_tree(d)
-    sections.append(f"PROF cleaned {time.time():.4f}")
     wrong = [c for c in cases if c["verdict"] == Outcome.wrong_result]
     if wrong and store_limit:
         try:
