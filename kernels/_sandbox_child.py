@@ -509,15 +509,16 @@ def _write(fd: int, data: bytes) -> None:
         data = data[os.write(fd, data) :]
 
 
-def main(result_fd: int) -> None:
-    """Read the request (JSON) from stdin, prepare, lock down, run; report on ``result_fd``.
+def main(result_fd: int, go_fd: int | None = None) -> None:
+    """Read the request (JSON) from stdin, prepare, wait for the go on ``go_fd`` (if given),
+    lock down, run; report on ``result_fd``.
 
     The pipe carries two JSON documents: first line the sandbox report (written before the
     candidate is loaded), then the result and, on the last line, its HMAC-SHA256 (hex) under
     the request's ``result_key``. A failed lockdown writes ``{"error": ...}`` as
     the first line and exits with code 70 without loading the candidate.
     """
-    serve(json.loads(sys.stdin.read()), result_fd)
+    serve(json.loads(sys.stdin.read()), result_fd, go_fd)
 
 
 def _signed(key: bytes, result: dict) -> bytes:
@@ -528,8 +529,12 @@ def _signed(key: bytes, result: dict) -> bytes:
     return body + b"\n" + result_mac(key, body)
 
 
-def serve(req: dict, result_fd: int) -> None:
-    """:func:`main` on a request already read (the fork server's children start here)."""
+def serve(req: dict, result_fd: int, go_fd: int | None = None) -> None:
+    """:func:`main` on a request already read (the fork server's children start here).
+
+    ``go_fd``: read end of the go pipe (:class:`kernels.sandbox.PendingChild`): once
+    prepared, wait for one byte on it before the lockdown; end-of-file (the parent
+    cancelled) returns without running anything."""
     key = bytes.fromhex(req.pop("result_key", ""))  # out of the request the candidate phase sees
     try:
         run = _prepare(req)
@@ -537,6 +542,11 @@ def serve(req: dict, result_fd: int) -> None:
         _write(result_fd, b"{}\n" + _signed(key, {"ok": False, "error": f"prepare: {type(exc).__name__}: {exc}",
                                                   "traceback": traceback.format_exc()[-4000:]}))
         return
+    if go_fd is not None:
+        go = os.read(go_fd, 1)
+        os.close(go_fd)  # the candidate gets no channel to the parent
+        if not go:
+            return
     try:
         # The CPU child reads only what it needs; the CUDA child's driver and libraries are
         # not mapped out well enough here to confine its reads without a GPU to check them.

@@ -66,7 +66,7 @@ from kernels.backends import get_backend
 from kernels.hashing import array_digest, candidate_hash
 from kernels.outcome import Outcome
 from kernels.sandbox import (
-    ChildRun, SandboxPolicy, hand_over, make_workdir, place, private_tempdir, remove_tree, run_child,
+    ChildRun, PendingChild, SandboxPolicy, hand_over, make_workdir, place, private_tempdir, remove_tree, start_child,
 )
 from kernels.space import SpaceError, format_defines
 from kernels.timing import BenchSettings, evict_library, omp_environment
@@ -859,6 +859,28 @@ def _limits(be: Any) -> dict:
     return {}
 
 
+class _Starter:
+    """Runs ``fn`` in a thread started now; :meth:`join` waits and re-raises what it raised."""
+
+    def __init__(self, fn) -> None:
+        self.error: BaseException | None = None
+
+        def body() -> None:
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001  (re-raised in the caller's thread)
+                self.error = exc
+
+        self.thread = threading.Thread(target=body, name="start-child", daemon=True)
+        self.thread.start()
+
+    def join(self, *, raise_error: bool = True) -> None:
+        self.thread.join()
+        if raise_error and self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+
 # -- entry point -----------------------------------------------------------------------------
 
 
@@ -967,11 +989,43 @@ def evaluate(
     workdirs: dict[str, Path] = {}
     logdir: Path | None = None
     expected: Expected | None = None
+    pending: dict[str, PendingChild] = {}
+    starter: _Starter | None = None
+    request = {
+        "backend": getattr(be, "name", backend),
+        "workload": wl.name,
+        "shape_set": shape_set,
+        "guard": GUARD_ELEMS,
+        "bench": bench.to_dict(),
+        "evict_library": None,
+    }
+
+    def start_phase(phase: str, budget_s: float) -> None:
+        """Start ``phase``'s child: it loads its input files and waits for the go."""
+        expected.wait(phase)  # its input files are written
+        (logdir / phase).mkdir()
+        cases, items = expected.with_files(phase, cases_plan if phase == "validation" else [],
+                                           timed if phase == "timing" else [])
+        req = {**request, "cases": cases, "timed": items, "library": str(workdirs[phase] / "candidate.so")}
+        env = omp_validation if phase == "validation" else omp
+        pending[phase] = start_child(req, workdirs[phase], logdir / phase, budget_s, policy=policy, env=env)
+
+    def run_phase(phase: str, left_s: float) -> ChildRun:
+        hand_over(policy, workdirs[phase], 0o700)  # every file is in: now the child's
+        run = pending.pop(phase).go(left_s)
+        if run.stdout:
+            sections.append(f"== {phase} child stdout (tail) ==\n{run.stdout}")
+        if run.stderr:
+            sections.append(f"== {phase} child stderr (tail) ==\n{run.stderr}")
+        return run
+
     try:
         for phase in ("validation", "timing"):
             workdirs[phase] = make_workdir(policy, {}, hand_over_dir=False)
         logdir = private_tempdir("log")
         expected = Expected(wl, cases_plan, timed, workdirs=workdirs, policy=policy).start()
+        # The validation child starts (and loads its inputs) while the compiler runs.
+        starter = _Starter(lambda: start_phase("validation", timeout_s))
         compiling = time.monotonic()
         try:
             artifact = be.compile(source, defines)
@@ -981,59 +1035,36 @@ def evaluate(
         fingerprint["compile_s"] = round(time.monotonic() - compiling, 4)
         sections.append(f"== compile ==\n{'(cached)' if artifact.cached else artifact.log or '(no output)'}")
         evict_lib = _evict_library(be, bench, sections)
+        request["evict_library"] = str(evict_lib) if evict_lib is not None else None
         # Each child gets its own copy of the library. The eviction helper is loaded before the
         # lockdown, so it is read from the compile cache, never from a directory the candidate
         # can write.
         for d in workdirs.values():
             place(policy, d, "candidate.so", Path(artifact.path))
-        request = {
-            "backend": getattr(be, "name", backend),
-            "workload": wl.name,
-            "shape_set": shape_set,
-            "guard": GUARD_ELEMS,
-            "bench": bench.to_dict(),
-            "evict_library": str(evict_lib) if evict_lib is not None else None,
-        }
         # Two children, each in its own private directory, within one wall-clock budget:
         # validation with spinning OpenMP threads (races show), then timing with sleeping ones.
-        # The timing child starts only for a candidate whose validation cases all passed.
-        runs: list[ChildRun] = []
+        # The timing child runs only for a candidate whose validation cases all passed; it
+        # starts (loads its inputs) while this process judges the validation child's cases.
+        starter.join()
+        runs: list[ChildRun] = [run_phase("validation", timeout_s)]
+        deadline = time.monotonic() + timeout_s - runs[0].wall_s
         verdict = validated = None
-        deadline = time.monotonic() + timeout_s
-        for phase, env in (("validation", omp_validation), ("timing", omp)):
-            left = deadline - time.monotonic()
-            if runs and (_run_failure(runs[-1], timeout_s) or left <= 0):
-                if left <= 0 and not _run_failure(runs[-1], timeout_s):
-                    runs.append(ChildRun(None, True, "", "", b""))  # budget spent by validation
-                break
-            (logdir / phase).mkdir()
+        if not _run_failure(runs[0], timeout_s):
             waited = time.monotonic()
-            expected.wait(phase)  # this child's input files are written
-            if phase == "timing":
-                expected.join()  # nothing of ours competes with the timed calls
-            deadline += time.monotonic() - waited  # our wait is not the candidate's time
+            start_phase("timing", max(deadline - waited, 1.0))
+            expected.join()  # references for the judge; nothing of ours competes with the timed calls
+            early = _judge(wl, cases_plan, [], runs, workdirs["validation"], timeout_s, limits, expected,
+                           input_report=True)
+            deadline += time.monotonic() - waited  # our waits and judging are not the candidate's time
             left = deadline - time.monotonic()
-            cases, items = expected.with_files(phase, cases_plan if phase == "validation" else [],
-                                               timed if phase == "timing" else [])
-            req = {**request, "cases": cases, "timed": items, "library": str(workdirs[phase] / "candidate.so")}
-            hand_over(policy, workdirs[phase], 0o700)  # every file is in: now the child's
-            run = run_child(req, workdirs[phase], logdir / phase, left, policy=policy, env=env)
-            runs.append(run)
-            if run.stdout:
-                sections.append(f"== {phase} child stdout (tail) ==\n{run.stdout}")
-            if run.stderr:
-                sections.append(f"== {phase} child stderr (tail) ==\n{run.stderr}")
-            if phase == "validation" and not _run_failure(run, timeout_s):
-                waited = time.monotonic()
-                expected.join()
-                early = _judge(wl, cases_plan, [], [run], workdirs["validation"], timeout_s, limits, expected,
-                               input_report=True)
-                deadline += time.monotonic() - waited  # judging is ours too
-                if early[0] != Outcome.ok:
-                    verdict = early
-                    sections.append(f"== timing ==\nnot run: validation decided {early[0]}")
-                    break
+            if early[0] != Outcome.ok:
+                verdict = early
+                sections.append(f"== timing ==\nnot run: validation decided {early[0]}")
+            elif left <= 0:
+                runs.append(ChildRun(None, True, "", "", b""))  # budget spent by validation
+            else:
                 validated = early[2]
+                runs.append(run_phase("timing", left))
         fingerprint["sandbox"] = runs[0].sandbox or {"error": "the child exited before reporting its sandbox"}
         fingerprint["child_wall_s"] = {p: round(r.wall_s, 4) for p, r in zip(("validation", "timing"), runs)}
         fingerprint["flush"] = _reported_flush(runs[-1]) if len(runs) > 1 else None
@@ -1041,6 +1072,10 @@ def evaluate(
             wl, cases_plan, timed, runs, (workdirs["validation"], workdirs["timing"]), timeout_s, limits, expected,
             validated, input_report=True)
     finally:
+        if starter is not None:
+            starter.join(raise_error=False)
+        for child in pending.values():  # started, never run: compile or validation decided
+            child.cancel()
         if expected is not None:
             expected.cancel()
         for d in (*workdirs.values(), *([logdir] if logdir is not None else [])):

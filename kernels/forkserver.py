@@ -11,8 +11,10 @@ confinement, the same result pipe, the same wall-clock kill of the process group
 evaluating process.
 
 Protocol (``AF_UNIX`` ``SOCK_SEQPACKET``, one message per request): a JSON header
-``{cwd, env, limits}`` with five file descriptors: the result pipe's write end, stdout and
-stderr files, one end of a status socket pair, and an unlinked file holding the request. On the status socket the server
+``{cwd, env, limits, go}`` with five file descriptors (six when ``go``): the result pipe's
+write end, stdout and stderr files, one end of a status socket pair, an unlinked file holding
+the request and the read end of the go pipe (:class:`kernels.sandbox.PendingChild`); a request
+with another count is refused (its status socket closed). On the status socket the server
 writes ``{"pid": N}`` once the child leads its own session, and ``{"returncode": R}`` when it
 has reaped it (``R`` as :attr:`subprocess.Popen.returncode`: negative for a signal).
 
@@ -92,8 +94,11 @@ class ForkServer:
         self._sock = self._proc = None
 
     def spawn(self, request: dict, *, cwd: str, env: dict[str, str], limits: list[tuple[int, int]],
-              result_fd: int, stdout_fd: int, stderr_fd: int, answer_s: float = 30.0) -> tuple[int, socket.socket]:
-        """Fork a sandbox child; returns (pid, status socket).
+              result_fd: int, stdout_fd: int, stderr_fd: int, go_fd: int | None = None,
+              answer_s: float = 30.0) -> tuple[int, socket.socket]:
+        """Fork a sandbox child; returns (pid, status socket). ``go_fd``: read end of the pipe
+        on which the child waits, once prepared, for the go to run the candidate (None: it
+        runs at once).
 
         The child leads its own session (process group ``pid``) before this returns. Read
         its exit with :func:`wait_status`. The request travels in an unlinked temporary file
@@ -103,7 +108,7 @@ class ForkServer:
             ForkServerError: the server could not be started or did not answer.
         """
         status, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        header = json.dumps({"cwd": cwd, "env": env, "limits": limits}).encode()
+        header = json.dumps({"cwd": cwd, "env": env, "limits": limits, "go": go_fd is not None}).encode()
         body = tempfile.TemporaryFile()
         try:
             body.write(json.dumps(request).encode())
@@ -117,8 +122,8 @@ class ForkServer:
                         self._stop()
                         self._start()
                     try:
-                        socket.send_fds(self._sock, [header],
-                                        [result_fd, stdout_fd, stderr_fd, theirs.fileno(), body.fileno()])
+                        fds = [result_fd, stdout_fd, stderr_fd, theirs.fileno(), body.fileno()]
+                        socket.send_fds(self._sock, [header], fds + ([go_fd] if go_fd is not None else []))
                         break
                     except OSError:
                         self._stop()
@@ -215,7 +220,7 @@ def serve_forever(sock_fd: int) -> None:
                 _reap(children)
                 continue
             try:
-                msg, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 5)
+                msg, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 6)
             except InterruptedError:
                 continue
             if not msg:  # the client is gone
@@ -251,18 +256,22 @@ def _reap(children: dict[int, socket.socket]) -> None:
 
 
 def _fork_child(msg: bytes, fds: list[int], children: dict) -> None:
-    if len(fds) != 5:
-        for fd in fds:
-            os.close(fd)
-        return
-    result_fd, out_fd, err_fd, status_fd, body_fd = fds
-    status = socket.socket(fileno=status_fd)
     try:
         job = json.loads(msg)
     except ValueError:
         job = None
+    # A child that is to wait for the go must get its go pipe: without it, it would run the
+    # candidate at once, before its directory is ready.
+    want = 6 if isinstance(job, dict) and job.get("go") else 5
+    if len(fds) != want:
+        for fd in fds:
+            os.close(fd)
+        return
+    result_fd, out_fd, err_fd, status_fd, body_fd = fds[:5]
+    go_fd = fds[5] if want == 6 else None
+    status = socket.socket(fileno=status_fd)
     if not isinstance(job, dict):
-        for fd in (result_fd, out_fd, err_fd, body_fd):
+        for fd in (result_fd, out_fd, err_fd, body_fd, *([go_fd] if go_fd is not None else [])):
             os.close(fd)
         status.close()
         return
@@ -271,7 +280,7 @@ def _fork_child(msg: bytes, fds: list[int], children: dict) -> None:
     if pid == 0:  # the sandbox child
         try:
             os.close(ready_r)
-            _become_child(job, result_fd, out_fd, err_fd, body_fd, ready_w)
+            _become_child(job, result_fd, out_fd, err_fd, body_fd, ready_w, go_fd)
         except BaseException as exc:  # set-up failed before any candidate code ran
             _setup_failed(result_fd, exc)
         finally:
@@ -279,7 +288,7 @@ def _fork_child(msg: bytes, fds: list[int], children: dict) -> None:
     os.close(ready_w)
     os.read(ready_r, 1)  # the child leads its own session now: killpg(pid) reaches it
     os.close(ready_r)
-    for fd in (result_fd, out_fd, err_fd, body_fd):
+    for fd in (result_fd, out_fd, err_fd, body_fd, *([go_fd] if go_fd is not None else [])):
         os.close(fd)
     children[pid] = status
     try:
@@ -299,7 +308,8 @@ def _setup_failed(result_fd: int, exc: BaseException) -> None:
         pass
 
 
-def _become_child(job: dict, result_fd: int, out_fd: int, err_fd: int, body_fd: int, ready_w: int) -> None:
+def _become_child(job: dict, result_fd: int, out_fd: int, err_fd: int, body_fd: int, ready_w: int,
+                  go_fd: int | None = None) -> None:
     """In the forked child: the same set-up as a fresh ``python -I`` child, then serve."""
     import resource
 
@@ -316,18 +326,24 @@ def _become_child(job: dict, result_fd: int, out_fd: int, err_fd: int, body_fd: 
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(out_fd, 1)
-    # Keep only the standard streams and the result pipe, as the exec path's close_fds does:
-    # the server's sockets and other children's status sockets must not reach the candidate.
-    keep = os.dup(result_fd) if result_fd < 3 else result_fd
-    os.closerange(3, keep)
-    os.closerange(keep + 1, 1 << 20)
-    result_fd = keep
+    # Keep only the standard streams, the result pipe and the go pipe, as the exec path's
+    # close_fds does: the server's sockets and other children's status sockets must not
+    # reach the candidate.
+    result_fd = os.dup(result_fd) if result_fd < 3 else result_fd
+    if go_fd is not None and go_fd < 3:
+        go_fd = os.dup(go_fd)
+    keep = sorted({result_fd, *([go_fd] if go_fd is not None else [])})
+    low = 3
+    for fd in keep:
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 20)
     os.chdir(job["cwd"])
     os.environ.clear()  # putenv: libraries loaded from now on (libgomp) see only this
     os.environ.update(job["env"])
     from kernels._sandbox_child import serve
 
-    serve(request, result_fd)
+    serve(request, result_fd, go_fd)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

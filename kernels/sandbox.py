@@ -104,7 +104,7 @@ for _res, _val in {limits!r}:
 sys.dont_write_bytecode = True
 sys.path.insert(0, {root!r})
 from kernels._sandbox_child import main
-main(int(sys.argv[1]))
+main(int(sys.argv[1]), int(sys.argv[2]))
 """
 
 DEVICE_GLOBS: tuple[str, ...] = (
@@ -214,7 +214,8 @@ class ChildRun:
         result: raw bytes of the result document (after the sandbox report line).
         sandbox: the child's sandbox report (:func:`kernels._isolation.apply`), None when
             the child died before writing it.
-        wall_s: wall-clock seconds from start to exit.
+        wall_s: wall-clock seconds from the run's start (:meth:`PendingChild.go`) to the
+            child's exit.
         authentic: the result carried the child's HMAC under this run's key (see
             :func:`run_child`); False when something else wrote to or relayed the pipe.
         disk: why the child was killed for what it wrote to its private directory
@@ -630,19 +631,18 @@ def _finish_reader(thread: threading.Thread, rfd: int) -> None:
         os.close(rfd)
 
 
-def _run_exec(request, workdir, env, code, wfd, out_path, err_path, timeout_s, rfd, reader,
-              watch: DiskWatch) -> tuple[int | None, bool]:
-    """A fresh ``python -I`` child; returns (returncode, timed_out)."""
+def _spawn_exec(request, workdir, env, code, wfd, go_r, out_path, err_path, rfd) -> subprocess.Popen:
+    """A fresh ``python -I`` child, given its request on stdin."""
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-c", code, str(wfd)],
+                [sys.executable, "-I", "-c", code, str(wfd), str(go_r)],
                 stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=err,
                 cwd=workdir,
                 env=child_env(env),
-                pass_fds=(wfd,),
+                pass_fds=(wfd, go_r),
                 start_new_session=True,
                 close_fds=True,
             )
@@ -651,16 +651,21 @@ def _run_exec(request, workdir, env, code, wfd, out_path, err_path, timeout_s, r
             raise
         finally:
             os.close(wfd)  # only the child holds the write end: EOF when it is gone
-    watch.attach(proc.pid)
-    thread = _collect(rfd, reader)
+            os.close(go_r)
+    try:
+        proc.stdin.write(json.dumps(request).encode())
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    return proc
+
+
+def _wait_exec(proc: subprocess.Popen, timeout_s: float, watch: DiskWatch) -> tuple[int | None, bool]:
+    """(returncode, timed_out) of an exec'd child; its process group is killed either way."""
     timed_out = False
     try:
-        try:
-            proc.stdin.write(json.dumps(request).encode())
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        timed_out = not _wait_exit(proc, timeout_s, watch) and watch.exceeded is None
+        if timeout_s > 0:
+            timed_out = not _wait_exit(proc, timeout_s, watch) and watch.exceeded is None
     finally:
         # Kill the whole group: also threads' helpers or grandchildren the candidate made.
         try:
@@ -668,13 +673,11 @@ def _run_exec(request, workdir, env, code, wfd, out_path, err_path, timeout_s, r
         except (ProcessLookupError, PermissionError):
             pass
         proc.wait()
-        _finish_reader(thread, rfd)
     return proc.returncode, timed_out
 
 
-def _run_forked(request, workdir, env, limits, wfd, out_path, err_path, timeout_s, rfd, reader,
-                watch: DiskWatch) -> tuple[int | None, bool]:
-    """A child forked by this process's fork server; returns (returncode, timed_out).
+def _spawn_forked(request, workdir, env, limits, wfd, go_r, out_path, err_path, rfd):
+    """A child forked by this process's fork server; returns (pid, status socket).
 
     Raises:
         SandboxError: the fork server failed (not the candidate's doing).
@@ -683,24 +686,30 @@ def _run_forked(request, workdir, env, limits, wfd, out_path, err_path, timeout_
 
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
-            pid, status = forkserver.server(child_env()).spawn(
+            return forkserver.server(child_env()).spawn(
                 request, cwd=str(workdir), env=child_env(env), limits=limits,
-                result_fd=wfd, stdout_fd=out.fileno(), stderr_fd=err.fileno())
+                result_fd=wfd, stdout_fd=out.fileno(), stderr_fd=err.fileno(), go_fd=go_r)
         except forkserver.ForkServerError as exc:
             os.close(rfd)
             raise SandboxError(str(exc)) from exc
         finally:
             os.close(wfd)  # only the child holds the write end: EOF when it is gone
-    watch.attach(pid)
-    thread = _collect(rfd, reader)
+            os.close(go_r)
+
+
+def _wait_forked(pid: int, status, timeout_s: float, watch: DiskWatch) -> tuple[int | None, bool]:
+    """(returncode, timed_out) of a forked child; its process group is killed either way."""
+    from kernels import forkserver  # noqa: PLC0415
+
     returncode = None
+    timed_out = False
     deadline = time.monotonic() + timeout_s
     try:
-        while True:  # in slices: the directory is measured between them
-            returncode = forkserver.wait_status(status, min(deadline - time.monotonic(), DISK_POLL_S))
+        while timeout_s > 0:  # in slices: the directory is measured between them
+            returncode = forkserver.wait_status(status, max(0.0, min(deadline - time.monotonic(), DISK_POLL_S)))
             if returncode is not None or watch.poll() or time.monotonic() >= deadline:
                 break
-        timed_out = returncode is None and watch.exceeded is None
+        timed_out = returncode is None and watch.exceeded is None and timeout_s > 0
     finally:
         try:
             os.killpg(pid, signal.SIGKILL)  # the whole group, as in the exec path
@@ -712,11 +721,107 @@ def _run_forked(request, workdir, env, limits, wfd, out_path, err_path, timeout_
             except forkserver.ForkServerError:
                 returncode = None
         status.close()
-        _finish_reader(thread, rfd)
     return returncode, timed_out
 
 
-def run_child(
+class PendingChild:
+    """A sandbox child started ahead of its run (:func:`start_child`).
+
+    It prepares at once (imports, loads its input files, allocates its buffers: tens of ms
+    for large shapes) and then waits, before its lockdown and before any candidate code is
+    loaded, for :meth:`go`; so the caller can overlap that set-up with its own work (the
+    compiler, judging the previous child). Until :meth:`go` the child is trusted code only,
+    running as this process's user: its directory may stay this process's (mode 0700) and
+    be filled until just before :meth:`go`. Call exactly one of :meth:`go` and
+    :meth:`cancel` (a child neither started nor cancelled is killed when this object is
+    garbage-collected).
+    """
+
+    def __init__(self, *, mode: str, key: bytes, watch: DiskWatch, out_path: Path, err_path: Path,
+                 rfd: int, thread: threading.Thread, chunks: list[bytes], go_w: int,
+                 proc: subprocess.Popen | None = None, pid: int | None = None, status=None) -> None:
+        self.mode, self.key, self.watch = mode, key, watch
+        self.out_path, self.err_path = out_path, err_path
+        self.rfd, self.thread, self.chunks, self.go_w = rfd, thread, chunks, go_w
+        self.proc, self.pid, self.status = proc, pid, status
+        self.done = False
+
+    def _wait(self, timeout_s: float) -> tuple[int | None, bool]:
+        self.done = True
+        try:
+            if self.proc is not None:
+                return _wait_exec(self.proc, timeout_s, self.watch)
+            return _wait_forked(self.pid, self.status, timeout_s, self.watch)
+        finally:
+            _finish_reader(self.thread, self.rfd)
+
+    def _close_go(self) -> None:
+        if self.go_w >= 0:
+            os.close(self.go_w)
+            self.go_w = -1
+
+    def go(self, timeout_s: float) -> ChildRun:
+        """Let the child lock down and run the candidate; wait at most ``timeout_s`` seconds
+        (wall clock, from now) for it to exit, then kill its process group.
+
+        Returns:
+            :class:`ChildRun` (``wall_s``: from this call to the child's exit).
+
+        Raises:
+            SandboxError: the child could not confine itself (e.g. the privilege drop failed).
+            RuntimeError: :meth:`go` or :meth:`cancel` was called already.
+        """
+        if self.done:
+            raise RuntimeError("PendingChild.go: this child was run or cancelled already")
+        start = time.monotonic()
+        try:
+            os.write(self.go_w, b"g")
+        except BrokenPipeError:
+            pass  # it exited already (a failed set-up): its report says why
+        finally:
+            self._close_go()
+        returncode, timed_out = self._wait(timeout_s)
+        wall_s = time.monotonic() - start
+        self.watch.check()  # also what a child wrote between the last poll and its exit
+        raw = b"".join(self.chunks)
+        head, sep, rest = raw.partition(b"\n")
+        report = None
+        if sep:
+            try:
+                report = json.loads(head.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                report = None
+            if not isinstance(report, dict):
+                report = None
+        if report is not None:
+            report["spawn"] = self.mode
+        if report is not None and "error" in report and returncode == 70:
+            raise SandboxError(f"the sandbox child could not confine itself: {report['error']}")
+        result = rest if sep else raw
+        body, nl, mac = result.rpartition(b"\n")
+        authentic = bool(nl) and hmac.compare_digest(mac, result_mac(self.key, body))
+        return ChildRun(
+            returncode, timed_out, _tail(self.out_path), _tail(self.err_path),
+            body if authentic else result, report or None, wall_s, authentic or not result, self.watch.exceeded,
+        )
+
+    def cancel(self) -> None:
+        """Stop the child without running anything (it reads end-of-file instead of go, and
+        its group is killed); a no-op after :meth:`go`. Never raises."""
+        if self.done:
+            return
+        self._close_go()
+        try:
+            self._wait(0)
+        except OSError:
+            pass
+
+    def __del__(self) -> None:
+        if not getattr(self, "done", True):
+            self.cancel()
+
+
+def start_child(
     request: dict,
     workdir: Path,
     logdir: Path,
@@ -724,22 +829,21 @@ def run_child(
     *,
     policy: SandboxPolicy | None = None,
     env: Mapping[str, str] | None = None,
-) -> ChildRun:
-    """Run :mod:`kernels._sandbox_child` on ``request`` with ``workdir`` as its cwd.
+) -> PendingChild:
+    """Start :mod:`kernels._sandbox_child` on ``request`` with ``workdir`` as its cwd; it
+    prepares and waits for :meth:`PendingChild.go`.
 
     Args:
         request: JSON-serialisable request; ``"sandbox"`` is set from ``policy``.
-        workdir: private directory from :func:`make_workdir`.
+        workdir: private directory from :func:`make_workdir`; it must be handed over to the
+            sandbox user (:func:`hand_over`) before :meth:`PendingChild.go`.
         logdir: directory (trusted, not the child's) for its stdout/stderr files.
-        timeout_s: wall-clock limit in seconds.
+        timeout_s: wall-clock limit in seconds the run will get (sizes ``RLIMIT_CPU``).
         policy: confinement; default :meth:`SandboxPolicy.from_env`.
         env: extra environment variables (see :func:`child_env`).
 
-    Returns:
-        :class:`ChildRun`.
-
     Raises:
-        SandboxError: the child could not confine itself (e.g. the privilege drop failed).
+        SandboxError: the fork server failed.
         OSError: the child could not be started.
     """
     policy = policy or SandboxPolicy.from_env()
@@ -757,6 +861,8 @@ def run_child(
         limits.append((resource.RLIMIT_NPROC, 4096))
     code = _BOOTSTRAP.format(limits=limits, root=_PROJECT_ROOT)
     rfd, wfd = os.pipe()
+    go_r, go_w = os.pipe()
+    os.set_inheritable(go_w, False)
     out_path, err_path = logdir / "stdout", logdir / "stderr"
     chunks: list[bytes] = []
 
@@ -770,35 +876,48 @@ def run_child(
             if total <= _MAX_RESULT_BYTES:
                 chunks.append(data)
 
-    start = time.monotonic()
     watch = DiskWatch(workdir, policy.disk_bytes, policy.disk_entries, logs=(out_path, err_path))
     mode = config.sandbox_spawn()
-    if mode == "fork":
-        returncode, timed_out = _run_forked(request, workdir, env, limits, wfd, out_path, err_path, timeout_s,
-                                            rfd, reader, watch)
-    else:
-        returncode, timed_out = _run_exec(request, workdir, env, code, wfd, out_path, err_path, timeout_s,
-                                          rfd, reader, watch)
-    wall_s = time.monotonic() - start
-    watch.check()  # also what a child wrote between the last poll and its exit
-    raw = b"".join(chunks)
-    head, sep, rest = raw.partition(b"\n")
-    report = None
-    if sep:
-        try:
-            report = json.loads(head.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            report = None
-        if not isinstance(report, dict):
-            report = None
-    if report is not None:
-        report["spawn"] = mode
-    if report is not None and "error" in report and returncode == 70:
-        raise SandboxError(f"the sandbox child could not confine itself: {report['error']}")
-    result = rest if sep else raw
-    body, nl, mac = result.rpartition(b"\n")
-    authentic = bool(nl) and hmac.compare_digest(mac, result_mac(key, body))
-    return ChildRun(
-        returncode, timed_out, _tail(out_path), _tail(err_path),
-        body if authentic else result, report or None, wall_s, authentic or not result, watch.exceeded,
-    )
+    try:
+        if mode == "fork":
+            pid, status = _spawn_forked(request, workdir, env, limits, wfd, go_r, out_path, err_path, rfd)
+            proc = None
+        else:
+            proc = _spawn_exec(request, workdir, env, code, wfd, go_r, out_path, err_path, rfd)
+            pid, status = proc.pid, None
+    except BaseException:
+        os.close(go_w)
+        raise
+    watch.attach(pid)
+    return PendingChild(mode=mode, key=key, watch=watch, out_path=out_path, err_path=err_path, rfd=rfd,
+                        thread=_collect(rfd, reader), chunks=chunks, go_w=go_w, proc=proc, pid=pid, status=status)
+
+
+def run_child(
+    request: dict,
+    workdir: Path,
+    logdir: Path,
+    timeout_s: float,
+    *,
+    policy: SandboxPolicy | None = None,
+    env: Mapping[str, str] | None = None,
+) -> ChildRun:
+    """Run :mod:`kernels._sandbox_child` on ``request`` with ``workdir`` as its cwd:
+    :func:`start_child`, then :meth:`PendingChild.go` at once.
+
+    Args:
+        request: JSON-serialisable request; ``"sandbox"`` is set from ``policy``.
+        workdir: private directory from :func:`make_workdir`, already handed over.
+        logdir: directory (trusted, not the child's) for its stdout/stderr files.
+        timeout_s: wall-clock limit in seconds.
+        policy: confinement; default :meth:`SandboxPolicy.from_env`.
+        env: extra environment variables (see :func:`child_env`).
+
+    Returns:
+        :class:`ChildRun`.
+
+    Raises:
+        SandboxError: the child could not confine itself (e.g. the privilege drop failed).
+        OSError: the child could not be started.
+    """
+    return start_child(request, workdir, logdir, timeout_s, policy=policy, env=env).go(timeout_s)

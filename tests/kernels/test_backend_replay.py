@@ -284,7 +284,7 @@ def test_evaluate_replays_without_compiling_or_starting_a_child(monkeypatch, con
     def forbidden(*a, **k):
         raise AssertionError("replay must not compile or run anything")
 
-    monkeypatch.setattr(kernels.evaluator, "run_child", forbidden)
+    monkeypatch.setattr(kernels.evaluator, "start_child", forbidden)
     monkeypatch.setattr("kernels.backends.cpu.CpuBackend.compile", forbidden)
     ev = evaluate("convolution_kernel", "ignored", CONV_PARAMS, backend="replay", target=f"replay:{CONV}")
     assert ev.status == Outcome.ok and ev.metrics == conv.lookup(CONV_PARAMS).metrics

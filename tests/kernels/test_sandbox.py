@@ -63,7 +63,7 @@ def test_without_landlock_a_read_only_mount_namespace_keeps_writes_out(quick_ben
         ev = run(src, quick_bench, {"TOKEN": token}, sandbox=SandboxPolicy(landlock=False))
         sb = ev.fingerprint["sandbox"]
         assert sb["filesystem"] == "mount-namespace" and sb["landlock_abi"] == 0
-        assert ev.status == Outcome.wrong_result
+        assert ev.status == Outcome.wrong_result, ev.log
         assert not any(f.exists() for f in files)
     finally:
         for f in files:
@@ -389,12 +389,12 @@ def test_a_request_larger_than_a_socket_buffer_reaches_a_forked_child(monkeypatc
     from kernels import sandbox
 
     monkeypatch.setenv("KERNELS_SANDBOX_SPAWN", "fork")
-    real = sandbox.run_child
+    real = sandbox.start_child
 
     def padded(request, *a, **kw):
         return real({**request, "padding": "x" * (4 << 20)}, *a, **kw)
 
-    monkeypatch.setattr("kernels.evaluator.run_child", padded)
+    monkeypatch.setattr("kernels.evaluator.start_child", padded)
     ev = run(CORRECT, quick_bench)
     assert ev.status == Outcome.ok, ev.log
 
@@ -409,12 +409,14 @@ def test_a_failed_child_set_up_is_the_sandboxs_error_not_the_candidates(monkeypa
 @root_only
 def test_a_work_directory_is_the_sandbox_users_only_once_every_file_is_in(monkeypatch, quick_bench):
     # A sandboxed process (same uid as every other child) must never be able to plant a link
-    # where this process still writes: the timing directory, still being filled while the
-    # validation child runs, stays root's until the timing child starts.
-    from kernels import evaluator
+    # where this process still writes: a child starts (and loads its inputs) as this process's
+    # user while its directory is still being filled (the library after the compiler); the
+    # directory becomes the sandbox user's only at the go, and the timing directory stays
+    # root's while the validation child runs candidate code.
+    from kernels import evaluator, sandbox
 
-    made, spawned = [], []
-    real_make, real_run = evaluator.make_workdir, evaluator.run_child
+    made, started, ran = [], [], []
+    real_make, real_start, real_go = evaluator.make_workdir, evaluator.start_child, sandbox.PendingChild.go
 
     def make(*a, **kw):
         made.append(real_make(*a, **kw))
@@ -422,19 +424,27 @@ def test_a_work_directory_is_the_sandbox_users_only_once_every_file_is_in(monkey
         assert (st.st_uid, st.st_mode & 0o777) == (0, 0o700)  # not given away at creation
         return made[-1]
 
-    def spawn(req, workdir, *a, **kw):
+    def start(req, workdir, *a, **kw):
+        assert workdir.stat().st_uid == 0  # still root's: this process may still write there
+        started.append(workdir)
+        child = real_start(req, workdir, *a, **kw)
+        child.workdir = workdir
+        return child
+
+    def go(self, *a, **kw):
         owners = {d: d.stat().st_uid for d in made}
-        spawned.append(workdir)
-        assert owners[workdir] == 65534 and (workdir / "candidate.so").stat().st_uid == 65534
-        assert all(uid == 0 for d, uid in owners.items() if d not in spawned)  # not yet started: root's
-        assert not any(p.is_symlink() for p in workdir.iterdir())
-        return real_run(req, workdir, *a, **kw)
+        ran.append(self.workdir)
+        assert owners[self.workdir] == 65534 and (self.workdir / "candidate.so").stat().st_uid == 65534
+        assert all(uid == 0 for d, uid in owners.items() if d not in ran)  # not yet run: root's
+        assert not any(p.is_symlink() for p in self.workdir.iterdir())
+        return real_go(self, *a, **kw)
 
     monkeypatch.setattr(evaluator, "make_workdir", make)
-    monkeypatch.setattr(evaluator, "run_child", spawn)
+    monkeypatch.setattr(evaluator, "start_child", start)
+    monkeypatch.setattr(sandbox.PendingChild, "go", go)
     ev = run(CORRECT, quick_bench)
     assert ev.status == Outcome.ok, ev.log
-    assert len(made) == 2 and spawned == made  # validation, then timing
+    assert len(made) == 2 and started == made and ran == made  # validation, then timing
 
 
 def test_what_a_cpu_child_may_read_never_opens_tmp_or_the_project_again(monkeypatch):
@@ -471,3 +481,76 @@ def test_directories_a_killed_process_left_are_swept(tmp_path, monkeypatch):
     assert not any(d.exists() for d in left)
     assert mine.exists() and other.exists() and unrelated.exists()
     assert mine.name.startswith(f"int21-eval-{os.getpid()}-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("spawn", ["fork", "exec"])
+def test_a_started_child_runs_nothing_before_the_go_and_a_cancelled_one_never_runs(spawn, monkeypatch, quick_bench):
+    # Children start early (the validation child while the compiler runs, the timing child
+    # while the validation is judged) and wait for the go before their lockdown: until then no
+    # report, no candidate code. A child whose run is not needed (here the compiler fails, so
+    # the validation child is cancelled; the timing child is never started) exits unrun.
+    from kernels import evaluator
+
+    monkeypatch.setenv("KERNELS_SANDBOX_SPAWN", spawn)
+    real_start = evaluator.start_child
+    children = []
+
+    def start(*a, **kw):
+        child = real_start(*a, **kw)
+        children.append(child)
+        return child
+
+    monkeypatch.setattr(evaluator, "start_child", start)
+    slow = "#include \"/dev/null\"\n" + CORRECT  # compiles as usual
+    real_compile = evaluator.get_backend("cpu").compile
+
+    def compile_slowly(self, source, *a, **kw):
+        if source.startswith(slow[:20]):  # the candidate (not the host's or the eviction helper's)
+            time.sleep(1.0)  # the validation child is started and prepared meanwhile
+            assert len(children) == 1 and children[0].chunks == [], "the child reported before its go"
+            pid = children[0].proc.pid if children[0].proc is not None else children[0].pid
+            assert _alive(pid)
+        return real_compile(source, *a, **kw)
+
+    monkeypatch.setattr(type(evaluator.get_backend("cpu")), "compile", compile_slowly)
+    ev = run(slow, quick_bench)
+    assert ev.status == Outcome.ok, ev.log
+    assert len(children) == 2 and ev.fingerprint["sandbox"]["spawn"] == spawn
+
+    children.clear()
+    ev = run(CORRECT.replace("rms_rows(", "syntax error rms_rows("), quick_bench)
+    assert ev.status == Outcome.compile_error
+    assert len(children) == 1 and children[0].done and children[0].chunks == []
+    pid = children[0].proc.pid if children[0].proc is not None else children[0].pid
+    assert not _alive(pid)
+
+
+def test_the_fork_server_refuses_a_waiting_child_without_its_go_pipe(monkeypatch):
+    # A child told to wait for the go but given no go pipe would run the candidate at once,
+    # before its directory is ready: the server refuses the request instead.
+    import socket
+
+    from kernels import forkserver
+
+    monkeypatch.setattr(socket, "send_fds", lambda sock, bufs, fds, *a: socket.socket.sendmsg(
+        sock, bufs, [(socket.SOL_SOCKET, socket.SCM_RIGHTS, __import__("array").array("i", fds[:5]))]))
+    rfd, wfd = os.pipe()
+    go_r, go_w = os.pipe()
+    with tempfile.TemporaryDirectory() as d, open(os.devnull, "wb") as null:
+        server = forkserver.ForkServer(child_env())
+        try:
+            with pytest.raises(forkserver.ForkServerError):
+                server.spawn({}, cwd=d, env=child_env(), limits=[], result_fd=wfd, stdout_fd=null.fileno(),
+                             stderr_fd=null.fileno(), go_fd=go_r, answer_s=5)
+        finally:
+            server._stop()
+            for fd in (rfd, wfd, go_r, go_w):
+                os.close(fd)
