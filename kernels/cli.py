@@ -102,9 +102,11 @@ def _check_backend(backend: str) -> None:
 def _source(workload: str, backend: str, path: str | None) -> str:
     if path:
         try:
-            return Path(path).read_text()
+            return Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise _UsageError(f"cannot read --source {path}: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise _UsageError(f"--source {path} is not UTF-8 text (a kernel source is expected): {exc}") from None
     if backend == "replay":
         return ""
     from kernels.templates import load_template  # noqa: PLC0415
@@ -113,6 +115,26 @@ def _source(workload: str, backend: str, path: str | None) -> str:
         return load_template(workload, backend)
     except KeyError as exc:
         raise _UsageError(f"{exc.args[0]}; pass --source") from None
+
+
+def _check_template_params(workload: str, backend: str, params: dict) -> None:
+    """With the workload's own template: a parameter the template's design space does not
+    have is a usage error (a typo would otherwise be ignored: the template's default stands);
+    a value outside the space is evaluated, with a warning on stderr."""
+    from kernels.templates import default_space  # noqa: PLC0415
+
+    try:
+        space = default_space(workload, backend)
+    except KeyError:
+        return  # no space to check against
+    known = {p.name: p.values for p in space.parameters}
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise _UsageError(f"--params: the {workload} {backend} template has no parameter {', '.join(unknown)} "
+                          f"(its parameters: {', '.join(known)})")
+    outside = [f"{k}={v!r}" for k, v in params.items() if v not in known[k]]
+    if outside:
+        print(f"warning: {', '.join(outside)} outside the template's design space", file=sys.stderr)
 
 
 def _bench(quick: bool):
@@ -203,6 +225,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     _check_backend(args.backend)
     shape_set = _shape_set(args.workload, args.shape) if args.backend != "replay" else (args.shape or "")
     source = _source(args.workload, args.backend, args.source)
+    if args.source is None and args.backend in ("cpu", "cuda"):
+        _check_template_params(args.workload, args.backend, params)
     ev = _evaluate(args, source, params, shape_set, args.seed)
     summary = evidence_summary(ev, full=args.full)
     if args.json:
@@ -233,7 +257,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     shape_set = _shape_set(args.workload, args.shape)
     source = _source(args.workload, args.backend, args.source)
     try:
-        space = default_space(args.workload)
+        space = default_space(args.workload, args.backend)
     except KeyError as exc:
         raise _UsageError(exc.args[0]) from None
     rng = np.random.default_rng(args.seed)

@@ -5,7 +5,8 @@ against a whitelist; evaluation walks the tree itself (no ``eval``/``exec``/``co
 
 Allowed: int/float/bool literals, parameter names, ``+ - * / // % **``, unary ``- + not``,
 ``and``/``or``, comparisons (chained too), parentheses, and calls to ``min``, ``max``, ``abs``
-with positional arguments.
+with positional arguments. A restriction as a whole must be a condition: a comparison,
+``not``/``and``/``or`` of conditions, or ``True``/``False``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,21 @@ _CMPOPS = {
     ast.GtE: operator.ge,
 }
 _FUNCS = {"min": min, "max": max, "abs": abs}
+
+
+def _is_condition(node: ast.AST) -> bool:
+    """A comparison, ``not``/``and``/``or`` of conditions, or True/False: what a restriction
+    must be (``"A + B"`` would be taken by its truthiness, surely not what was meant)."""
+    match node:
+        case ast.Compare():
+            return True
+        case ast.Constant(value=value):
+            return isinstance(value, bool)
+        case ast.UnaryOp(op=ast.Not(), operand=operand):
+            return _is_condition(operand)
+        case ast.BoolOp(values=values):
+            return all(_is_condition(v) for v in values)
+    return False
 
 
 class RestrictionError(ValueError):
@@ -86,6 +102,7 @@ class Restriction:
     names: frozenset[str]
     _tree: ast.expr = field(init=False, repr=False, compare=False)
     kind = "restriction"  # how messages name it (class attribute, not a field)
+    condition = True  # the whole expression must be a condition (class attribute)
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
@@ -101,6 +118,9 @@ class Restriction:
         except (RecursionError, MemoryError):
             raise RestrictionError(f"{self.kind} '{self.text}': nested too deeply") from None
         self._check(tree)
+        if self.condition and not _is_condition(tree):
+            raise self._fail("is not a condition: write a comparison or a boolean combination of "
+                             "comparisons, e.g. 'UNROLL * VEC <= 64' or 'N % TILE == 0'")
         object.__setattr__(self, "_tree", tree)
 
     def _fail(self, why: str) -> RestrictionError:
@@ -204,6 +224,7 @@ class Expression(Restriction):
     """
 
     kind = "expression"
+    condition = False
 
     def value(self, params: Mapping[str, int | float]) -> int | float | bool:
         """The expression's value at ``params``.

@@ -69,11 +69,28 @@ def test_evaluate_exits_1_with_the_status_of_a_broken_candidate(tmp_path):
     (["--workload", "rmsnorm", "--params", "{bad"], "--params is not JSON"),
     (["--workload", "rmsnorm", "--source", "/nonexistent.c"], "cannot read --source"),
     (["--workload", "rmsnorm", "--backend", "tpu", "--shape", "test-small", "--quick"], "unknown backend 'tpu'"),
+    (["--workload", "rmsnorm", "--params", '{"UNROL": 4}'], "template has no parameter UNROL"),  # a typo
+    (["--workload", "rmsnorm", "--source", str(Path(sys.executable).resolve())], "is not UTF-8 text"),
 ])
 def test_usage_errors_exit_2_with_a_message(args, message):
     proc = cli("evaluate", *args, "--json", check=False)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert message in proc.stderr
+
+
+def test_a_template_value_outside_its_space_is_evaluated_with_a_warning():
+    proc = cli("evaluate", "--workload", "rmsnorm", "--params", '{"UNROLL": 3}', "--shape", "test-small",
+               "--quick", "--seed", "1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "UNROLL=3 outside the template's design space" in proc.stderr
+    assert json.loads(proc.stdout)["status"] == "ok"
+
+
+def test_tune_searches_the_space_of_the_backend_it_is_given():
+    cu = ROOT / "kernels" / "templates" / "rmsnorm.cu"  # any source: the space is looked up first
+    proc = cli("tune", "--workload", "kda", "--backend", "cuda", "--budget", "1", "--shape", "test-small",
+               "--source", str(cu), check=False)
+    assert proc.returncode == 2 and "no CUDA design space for 'kda'" in proc.stderr, proc.stderr
 
 
 def test_tune_runs_a_seeded_random_search_and_prints_the_best():

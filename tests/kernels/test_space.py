@@ -31,6 +31,11 @@ def test_it_round_trips_through_dict():
     ("UNROLL in (1, 2)", "comparison In is not allowed"),
     ("UNROLL > ", "syntax error"),
     ("max(UNROLL, key=1)", "positional arguments only"),
+    ("UNROLL + 1", "is not a condition"),  # truthy for every value: surely not what was meant
+    ("UNROLL", "is not a condition"),
+    ("1", "is not a condition"),
+    ("UNROLL > 1 and UNROLL", "is not a condition"),
+    ("not max(UNROLL, 2)", "is not a condition"),
 ])
 def test_it_rejects_unsafe_restrictions_with_a_clear_message(expr, message):
     with pytest.raises(SpaceError) as info:
@@ -51,6 +56,11 @@ def test_it_accepts_the_whitelisted_operators():
     assert s.contains({"A": 2, "B": 2})
     assert not s.contains({"A": 3, "B": 2})  # odd A != 1
     assert not s.contains({"A": 4, "B": 8})  # product too big
+
+
+def test_conditions_may_be_combined_negated_or_constant():
+    s = space(["not (A == 2)", "True", "A > 0 or A < -1"], A=[1, 2, 3])
+    assert [p["A"] for p in s.iter_valid()] == [1, 3]
 
 
 def test_division_by_zero_makes_the_point_invalid_not_a_crash():
