@@ -63,6 +63,10 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--params", default="{}", help="parameter values as a JSON object, e.g. '{\"UNROLL\": 4}'")
     e.add_argument("--json", action="store_true", help="print one JSON object (default: a summary)")
     e.add_argument("--full", action="store_true", help="with --json: include raw samples and the log")
+    e.add_argument("--flashinfer-out", metavar="DIR", default=None,
+                   help="also write the candidate as a FlashInfer Trace Solution (DIR/solution.json) and its "
+                        "evidence as one Trace per workload entry (DIR/traces.jsonl); needs --shape "
+                        "flashinfer-<definition>")
 
     t = sub.add_parser("tune", help="random search over the workload's default design space")
     common(t)
@@ -227,7 +231,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     source = _source(args.workload, args.backend, args.source)
     if args.source is None and args.backend in ("cpu", "cuda"):
         _check_template_params(args.workload, args.backend, params)
+    if args.flashinfer_out is not None and not shape_set.startswith("flashinfer-"):
+        raise _UsageError("--flashinfer-out needs --shape flashinfer-<definition> (see `python -m kernels workloads`)")
     ev = _evaluate(args, source, params, shape_set, args.seed)
+    if args.flashinfer_out is not None:
+        _write_flashinfer(Path(args.flashinfer_out), args.workload, source, params, shape_set, ev)
     summary = evidence_summary(ev, full=args.full)
     if args.json:
         print(json.dumps(summary, allow_nan=False, default=_finite))
@@ -241,6 +249,31 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             print(f"  total {m['latency_ms']:.4g} ms, {m.get('gflops', 0):.3g} GFLOP/s, {m.get('gbps', 0):.3g} GB/s, "
                   f"{m.get('roofline_pct', float('nan')):.3g}% of roofline")
     return 0 if summary["status"] == "ok" else 1
+
+
+def _write_flashinfer(out: Path, workload: str, source: str, params: dict, shape_set: str, ev: Any) -> None:
+    """``out/solution.json`` and ``out/traces.jsonl`` (one Trace per workload entry of the
+    definition the shape set was imported from; see :mod:`kernels.flashinfer_trace`)."""
+    from kernels import flashinfer_trace as fi  # noqa: PLC0415
+    from kernels.hashing import candidate_hash  # noqa: PLC0415
+
+    definition = shape_set[len(fi.IMPORTED_PREFIX):]
+    target = ev.fingerprint.get("target") or f"{ev.fingerprint.get('backend', 'cpu')}-{ev.fingerprint.get('machine', '')}"
+    name = f"int21-{workload}-{candidate_hash(source, params, {})[:12]}"
+    try:
+        solution = fi.export_solution(workload, source, params, name=name, author="int21 kernels CLI", target=target,
+                                      definition=definition)
+        entries = fi.load_workloads().get(definition, [])
+        traces = [fi.export_trace(definition, e, name, ev) for e in entries]
+    except (fi.FlashInferTraceError, OSError) as exc:
+        raise _UsageError(f"--flashinfer-out: {exc}") from None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "solution.json").write_text(json.dumps(solution, indent=2, allow_nan=False) + "\n")
+        (out / "traces.jsonl").write_text("".join(json.dumps(t, allow_nan=False) + "\n" for t in traces))
+    except OSError as exc:
+        raise _UsageError(f"--flashinfer-out: cannot write {out}: {exc}") from None
+    print(f"wrote {out / 'solution.json'} and {len(traces)} traces to {out / 'traces.jsonl'}", file=sys.stderr)
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:

@@ -859,6 +859,28 @@ def _limits(be: Any) -> dict:
     return {}
 
 
+def _own_writes(wl: Workload, cases: list[dict], timed: list[dict], workdir: Path) -> tuple[int, int]:
+    """(bytes, files) the sandbox child's trusted code saves in ``workdir`` at most
+    (:mod:`kernels._sandbox_child`): per validation case both calls' outputs and a late copy
+    of each; per timed shape the last, drawn and fresh-contents calls' outputs and late
+    copies; and every input it finds changed (whole guarded buffers). The inputs' size is
+    that of the input files already in ``workdir``. Allowed besides the candidate's own disk
+    quota: large shapes need far more than it (1.9 GB for FlashInfer's 14,509-row RMSNorm)."""
+    g = GUARD_ELEMS
+
+    def out_bytes(shape: dict) -> int:
+        return sum((int(np.prod(s)) + 2 * g) * 4 + 128 for s in wl.output_shapes(shape).values())
+
+    n_out, n_in = len(wl.outputs), len(wl.inputs)
+    nbytes = 4 * sum(out_bytes(c["shape"]) for c in cases) + 5 * sum(out_bytes(t["shape"]) for t in timed)
+    files = len(cases) * (4 * n_out + n_in) + sum(5 * n_out + (len(t["seeds"]) + 1) * n_in for t in timed)
+    try:
+        nbytes += sum(p.stat().st_size + 2 * g * 4 for p in workdir.glob("in_*.npy"))
+    except OSError:
+        pass
+    return nbytes, files
+
+
 class _Starter:
     """Runs ``fn`` in a thread started now; :meth:`join` waits and re-raises what it raised."""
 
@@ -1008,7 +1030,9 @@ def evaluate(
                                            timed if phase == "timing" else [])
         req = {**request, "cases": cases, "timed": items, "library": str(workdirs[phase] / "candidate.so")}
         env = omp_validation if phase == "validation" else omp
-        pending[phase] = start_child(req, workdirs[phase], logdir / phase, budget_s, policy=policy, env=env)
+        own_bytes, own_files = _own_writes(wl, cases, items, workdirs[phase])
+        pending[phase] = start_child(req, workdirs[phase], logdir / phase, budget_s, policy=policy, env=env,
+                                     own_bytes=own_bytes, own_entries=own_files)
 
     def run_phase(phase: str, left_s: float) -> ChildRun:
         hand_over(policy, workdirs[phase], 0o700)  # every file is in: now the child's

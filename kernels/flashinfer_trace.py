@@ -33,19 +33,24 @@ import json
 import math
 import os
 import re
+import dataclasses
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernels import config
-from kernels.evaluator import Evidence
 from kernels.outcome import Outcome
 from kernels.space import format_defines
-from kernels.workloads import WORKLOADS
+
+if TYPE_CHECKING:  # the registry imports this module: nothing here may import the registry at load
+    from kernels.evaluator import Evidence
+    from kernels.workloads.base import Workload
 
 __all__ = [
     "DEFINITION_MAP",
+    "IMPORTED_PREFIX",
     "STATUS_MAP",
     "Definition",
     "FlashInferTraceError",
@@ -55,6 +60,7 @@ __all__ = [
     "export_solution",
     "export_trace",
     "import_shape_sets",
+    "with_imported_shape_sets",
     "load_definitions",
     "load_workloads",
 ]
@@ -267,17 +273,21 @@ def _label(shape: Mapping[str, int]) -> str:
     return ",".join(f"{k}={int(v)}" for k, v in shape.items())
 
 
-def import_shape_sets(root: str | os.PathLike[str] | None = None) -> dict[str, ShapeSetImport]:
+def import_shape_sets(root: str | os.PathLike[str] | None = None,
+                      registry: Mapping[str, Workload] | None = None) -> dict[str, ShapeSetImport]:
     """Shape sets of every mapped definition that has workload entries, by definition name.
 
     Shapes are de-duplicated (several uuids may share axes) and sorted by the var axes.
-    When the target workload is registered, its axis names must equal the mapping's.
+    When the target workload is registered (in ``registry``, default
+    :data:`kernels.WORKLOADS`), its axis names must equal the mapping's.
 
     Raises:
         FileNotFoundError: no folder.
         FlashInferTraceError: malformed files, or a registered workload whose axes differ
             from :data:`DEFINITION_MAP` (names both).
     """
+    if registry is None:
+        from kernels.workloads import WORKLOADS as registry  # noqa: PLC0415  (see the imports above)
     definitions = load_definitions(root)
     workloads = load_workloads(root)
     out: dict[str, ShapeSetImport] = {}
@@ -286,7 +296,7 @@ def import_shape_sets(root: str | os.PathLike[str] | None = None) -> dict[str, S
         entries = workloads.get(name, [])
         if d is None or not entries:
             continue
-        wl = WORKLOADS.get(ours)
+        wl = registry.get(ours)
         if wl is not None:
             theirs = {k for shapes in wl.shape_sets.values() for s in shapes for k in s}
             if theirs and theirs != set(rename.values()):
@@ -306,6 +316,53 @@ def import_shape_sets(root: str | os.PathLike[str] | None = None) -> dict[str, S
         dtypes = {t: spec.get("dtype", "") for t, spec in {**d.inputs, **d.outputs}.items()}
         out[name] = ShapeSetImport(name, ours, tuple(order), {k: tuple(v) for k, v in uuids.items()},
                                    dtypes, wl is not None)
+    return out
+
+
+#: Name of an imported shape set: ``flashinfer-<definition>``, e.g. ``flashinfer-rmsnorm_h4096``.
+IMPORTED_PREFIX = "flashinfer-"
+
+
+def with_imported_shape_sets(registry: Mapping[str, Workload],
+                             root: str | os.PathLike[str] | None = None) -> dict[str, Workload]:
+    """``registry`` with each imported definition (:func:`import_shape_sets`) added to its
+    workload as shape set ``flashinfer-<definition>``, so that evaluation, tuning, goals and
+    the web forms can use the recorded serving shapes like any other set.
+
+    The odd shapes validated with it and the attributes in force (e.g. ``eps``) are those of
+    the workload's first own shape set whose shapes agree with the definition's constant axes
+    (``gemm_n4096_k4096`` -> ``llama3-8b-o-decode``, ``rmsnorm_h4096`` -> ``llama3-8b``), else
+    the odd shapes of ``test-small`` and the default attributes.
+
+    Never raises: without a FlashInfer Trace folder the registry comes back unchanged, and a
+    malformed one is reported with :func:`warnings.warn` and left out.
+    """
+    out = dict(registry)
+    try:
+        if root is None and config.flashinfer_trace_dir() is None:
+            return out
+        imported = import_shape_sets(root, registry)
+        definitions = load_definitions(root)
+    except (OSError, FlashInferTraceError) as exc:
+        warnings.warn(f"FlashInfer Trace shape sets not imported: {exc}", stacklevel=2)
+        return out
+    for name, imp in imported.items():
+        wl = out.get(imp.workload)
+        if wl is None:
+            continue
+        _, rename = _rename(name)
+        const = {rename[k]: int(v) for k, v in definitions[name].const_axes.items() if k in rename}
+        own = next((s for s, shapes in wl.shape_sets.items()
+                    if shapes and all(all(shape.get(k) == v for k, v in const.items()) for shape in shapes)), None)
+        label = f"{IMPORTED_PREFIX}{name}"
+        odd = wl.validation_shapes.get(own if own is not None else "test-small", ())
+        attrs = dict(wl.shape_set_attrs.get(own, {})) if own is not None else {}
+        out[imp.workload] = dataclasses.replace(
+            wl,
+            shape_sets={**wl.shape_sets, label: imp.shapes},
+            validation_shapes={**wl.validation_shapes, label: tuple(odd)},
+            shape_set_attrs={**wl.shape_set_attrs, **({label: attrs} if attrs else {})},
+        )
     return out
 
 

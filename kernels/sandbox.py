@@ -272,6 +272,9 @@ class DiskWatch:
         root: the child's private directory, holding what this process put there.
         max_bytes, max_entries: what the child may add.
         logs: files the child's stdout and stderr go to.
+        own_bytes, own_entries: what the child's trusted code itself saves there at most
+            (outputs, snapshots; grows with the shapes: 1.9 GB for the largest FlashInfer
+            RMSNorm batches), allowed on top of ``max_bytes`` and ``max_entries``.
     """
 
     FLOOR_BYTES = 64 * 2**20
@@ -280,15 +283,22 @@ class DiskWatch:
     MAX_POLL_GAP_S = 0.25
     _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
-    def __init__(self, root: Path, max_bytes: int, max_entries: int, logs: Sequence[Path] = ()) -> None:
+    def __init__(self, root: Path, max_bytes: int, max_entries: int, logs: Sequence[Path] = (),
+                 own_bytes: int = 0, own_entries: int = 0) -> None:
         self.root, self.max_bytes, self.max_entries = str(root), max_bytes, max_entries
+        self.own_bytes, self.own_entries = max(0, int(own_bytes)), max(0, int(own_entries))
         self.logs = [str(p) for p in logs]
-        self.base_bytes, self.base_entries, _ = self._usage(None)
-        self.base_logs = self._log_bytes()
-        self.base_free = self._free()
         self.pid: int | None = None
         self.exceeded: str | None = None
         self._next_poll = 0.0
+        self.rebase()
+
+    def rebase(self) -> None:
+        """Take what is there now as the starting point (e.g. once this process has put the
+        candidate's library into the directory, just before the child runs it)."""
+        self.base_bytes, self.base_entries, _ = self._usage(None)
+        self.base_logs = self._log_bytes()
+        self.base_free = self._free()
 
     def attach(self, pid: int) -> None:
         """Measure also what process ``pid`` (the child, just started) holds open or mapped."""
@@ -414,7 +424,7 @@ class DiskWatch:
         """Measure now; True (and :attr:`exceeded` says why) once the child is over a limit."""
         if self.exceeded is not None:
             return True
-        used, entries, problem = self._usage(self.base_entries + self.max_entries)
+        used, entries, problem = self._usage(self.base_entries + self.max_entries + self.own_entries)
         held, unmeasured = self._held()
         logs = max(0, self._log_bytes() - self.base_logs)
         try:
@@ -427,11 +437,13 @@ class DiskWatch:
         unexplained = (self.base_free - free) - added
         if problem or unmeasured:
             self.exceeded = f"made what it wrote unmeasurable: {problem or unmeasured}"
-        elif entries - self.base_entries > self.max_entries:
-            self.exceeded = f"created more than {self.max_entries} files and directories in its private directory"
-        elif added > self.max_bytes:
-            self.exceeded = (f"wrote more than {self.max_bytes / mib:g} MiB ({added / mib:.0f} MiB when measured: "
-                             f"{grown / mib:.0f} in its private directory, "
+        elif entries - self.base_entries > self.max_entries + self.own_entries:
+            self.exceeded = (f"created more than {self.max_entries} files and directories in its private directory"
+                             + (f" besides the evaluator's own {self.own_entries}" if self.own_entries else ""))
+        elif added > self.max_bytes + self.own_bytes:
+            own = f" besides the evaluator's own files (up to {self.own_bytes / mib:.3g} MiB)" if self.own_bytes else ""
+            self.exceeded = (f"wrote more than {self.max_bytes / mib:g} MiB{own} ({added / mib:.0f} MiB when "
+                             f"measured: {grown / mib:.0f} in its private directory, "
                              f"{held / mib:.0f} in files it deleted but holds, {logs / mib:.0f} to stdout/stderr)")
         elif free < self.FLOOR_BYTES and unexplained > self.FLOOR_UNEXPLAINED:
             self.exceeded = (f"was running when the disk holding its private directory fell to {free / mib:.0f} MiB "
@@ -774,6 +786,7 @@ class PendingChild:
         if self.done:
             raise RuntimeError("PendingChild.go: this child was run or cancelled already")
         start = time.monotonic()
+        self.watch.rebase()  # what this process put there since the start (the library) is not the child's
         try:
             os.write(self.go_w, b"g")
         except BrokenPipeError:
@@ -829,6 +842,8 @@ def start_child(
     *,
     policy: SandboxPolicy | None = None,
     env: Mapping[str, str] | None = None,
+    own_bytes: int = 0,
+    own_entries: int = 0,
 ) -> PendingChild:
     """Start :mod:`kernels._sandbox_child` on ``request`` with ``workdir`` as its cwd; it
     prepares and waits for :meth:`PendingChild.go`.
@@ -841,6 +856,8 @@ def start_child(
         timeout_s: wall-clock limit in seconds the run will get (sizes ``RLIMIT_CPU``).
         policy: confinement; default :meth:`SandboxPolicy.from_env`.
         env: extra environment variables (see :func:`child_env`).
+        own_bytes, own_entries: what the child's trusted code saves in ``workdir`` at most,
+            allowed besides the policy's disk quota (:class:`DiskWatch`).
 
     Raises:
         SandboxError: the fork server failed.
@@ -876,7 +893,8 @@ def start_child(
             if total <= _MAX_RESULT_BYTES:
                 chunks.append(data)
 
-    watch = DiskWatch(workdir, policy.disk_bytes, policy.disk_entries, logs=(out_path, err_path))
+    watch = DiskWatch(workdir, policy.disk_bytes, policy.disk_entries, logs=(out_path, err_path),
+                      own_bytes=own_bytes, own_entries=own_entries)
     mode = config.sandbox_spawn()
     try:
         if mode == "fork":

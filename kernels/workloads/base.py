@@ -129,8 +129,11 @@ def _registry() -> dict[str, Workload]:
     from kernels.workloads.rope import ROPE
     from kernels.workloads.swiglu import SWIGLU
 
+    from kernels.flashinfer_trace import with_imported_shape_sets
+
     engine_ops = (LAYERNORM, GELU, GEMM_BIAS, ATTENTION, ROPE, SWIGLU, DECODE_ATTENTION)
-    return {w.name: w for w in (RMSNORM, GEMM, SOFTMAX, FUSED_ADD_RMSNORM, KDA, *engine_ops)}
+    # Plus the serving shapes recorded in FlashInfer Trace, as shape sets flashinfer-<definition>.
+    return with_imported_shape_sets({w.name: w for w in (RMSNORM, GEMM, SOFTMAX, FUSED_ADD_RMSNORM, KDA, *engine_ops)})
 
 
 WORKLOADS: Mapping[str, Workload] = _registry()

@@ -107,3 +107,41 @@ def test_tune_runs_a_seeded_random_search_and_prints_the_best():
                            "--seed", "4", "--quick", "--json").stdout)
     assert [c["params"] for c in again["candidates"]] == [c["params"] for c in out["candidates"]]
     assert "tune" in proc.stderr  # the progress bar goes to stderr, stdout stays JSON
+
+
+def test_evaluate_on_a_flashinfer_shape_set_writes_the_solution_and_one_trace_per_entry(tmp_path):
+    import shutil
+
+    from kernels import config
+
+    data = config.shared_dataset_dir("flashinfer-trace")
+    if data is None:
+        pytest.skip("shared/datasets/flashinfer-trace not found")
+    # A FlashInfer Trace folder with the real definition and its two smallest batches, so
+    # that the run takes seconds.
+    fi = tmp_path / "fi"
+    shutil.copytree(data / "definitions" / "rmsnorm", fi / "definitions" / "rmsnorm")
+    lines = (data / "workloads" / "rmsnorm" / "rmsnorm_h4096.jsonl").read_text().splitlines()
+    small = [ln for ln in lines if json.loads(ln)["workload"]["axes"]["batch_size"] in (1, 7)]
+    (fi / "workloads" / "rmsnorm").mkdir(parents=True)
+    (fi / "workloads" / "rmsnorm" / "rmsnorm_h4096.jsonl").write_text("\n".join(small) + "\n")
+    env = {**os.environ, "KERNELS_FLASHINFER_TRACE_DIR": str(fi)}
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "kernels", "evaluate", "--workload", "rmsnorm", "--shape",
+                           "flashinfer-rmsnorm_h4096", "--quick", "--seed", "3", "--flashinfer-out", str(out), "--json"],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=170)
+    assert proc.returncode == 0, proc.stderr
+    assert set(json.loads(proc.stdout)["timing"]) == {"rows=1,hidden=4096", "rows=7,hidden=4096"}
+    solution = json.loads((out / "solution.json").read_text())
+    assert solution["definition"] == "rmsnorm_h4096" and solution["spec"]["entry_point"] == "kernel.c::rmsnorm"
+    traces = [json.loads(ln) for ln in (out / "traces.jsonl").read_text().splitlines()]
+    assert sorted(t["workload"]["axes"]["batch_size"] for t in traces) == [1, 7]
+    for t in traces:
+        assert t["solution"] == solution["name"] and t["evaluation"]["status"] == "PASSED"
+        assert t["evaluation"]["performance"]["latency_ms"] > 0
+
+
+def test_flashinfer_out_needs_a_flashinfer_shape_set(tmp_path):
+    proc = cli("evaluate", "--workload", "rmsnorm", "--shape", "test-small", "--flashinfer-out", str(tmp_path),
+               check=False)
+    assert proc.returncode == 2 and "needs --shape flashinfer-<definition>" in proc.stderr

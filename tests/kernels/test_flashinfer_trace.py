@@ -118,6 +118,32 @@ def test_malformed_files_are_named(tmp_path):
         load_workloads(tmp_path)
 
 
+def test_the_imported_definitions_are_shape_sets_of_the_registered_workloads():
+    rms, gemm = WORKLOADS["rmsnorm"], WORKLOADS["gemm"]
+    imported = import_shape_sets()
+    assert rms.shapes("flashinfer-rmsnorm_h4096") == imported["rmsnorm_h4096"].shapes
+    assert gemm.shapes("flashinfer-gemm_n6144_k4096") == imported["gemm_n6144_k4096"].shapes
+    # odd shapes and attributes of the own shape set with the same constant axes
+    assert rms.validation_shapes["flashinfer-rmsnorm_h4096"] == rms.validation_shapes["llama3-8b"]
+    assert rms.attrs_for("flashinfer-rmsnorm_h4096") == rms.attrs_for("llama3-8b")
+    assert gemm.validation_shapes["flashinfer-gemm_n4096_k4096"] == gemm.validation_shapes["llama3-8b-o-decode"]
+    assert {s["K"] for s in gemm.validation_shapes["flashinfer-gemm_n4096_k4096"]} == {4099}  # real K + 3
+
+
+def test_without_the_folder_or_with_a_broken_one_the_registry_is_unchanged(tmp_path):
+    from kernels.flashinfer_trace import with_imported_shape_sets
+    from kernels.workloads.base import WORKLOADS as registry
+
+    own = dict(registry)
+    (tmp_path / "empty").mkdir()
+    assert with_imported_shape_sets(own, tmp_path / "empty") == own  # nothing to import: no error
+    (tmp_path / "workloads" / "x").mkdir(parents=True)
+    (tmp_path / "workloads" / "x" / "bad.jsonl").write_text("not json\n")
+    with pytest.warns(UserWarning, match="FlashInfer Trace shape sets not imported: .*bad.jsonl:1"):
+        out = with_imported_shape_sets(own, tmp_path)
+    assert out == own
+
+
 # -- export ----------------------------------------------------------------------------------
 
 

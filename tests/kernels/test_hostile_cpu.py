@@ -654,11 +654,12 @@ def test_a_kernel_cannot_write_outside_its_directory(quick_bench):
 
 
 @pytest.mark.parametrize("name, source, limit, reason", [
-    ("fills the disk", FILLS_THE_DISK, {"disk_bytes": 16 * 2**20}, "wrote more than 16 MiB ("),
+    ("fills the disk", FILLS_THE_DISK, {"disk_bytes": 16 * 2**20},
+     "wrote more than 16 MiB besides the evaluator's own files (up to "),
     ("makes files without end", MAKES_FILES_WITHOUT_END, {"disk_entries": 100},
      "created more than 100 files and directories"),
     ("writes below a path longer than PATH_MAX", WRITES_BELOW_PATH_MAX, {"disk_bytes": 16 * 2**20},
-     "wrote more than 16 MiB ("),
+     "wrote more than 16 MiB besides the evaluator's own files (up to "),
 ], ids=["bytes", "files", "long-path"])
 def test_a_kernel_that_fills_its_directory_is_killed(name, source, limit, reason, quick_bench):
     policy = replace(SandboxPolicy.from_env(), **limit)

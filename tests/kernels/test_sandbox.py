@@ -226,6 +226,26 @@ def test_the_disk_watch_counts_only_what_the_child_adds(tmp_path):
     assert many.check() and "more than 64 files and directories" in many.exceeded
 
 
+def test_the_disk_watch_allows_the_evaluators_own_files_besides_the_quota_and_rebases(tmp_path):
+    from kernels.sandbox import DiskWatch
+
+    watch = DiskWatch(tmp_path, 2**20, 64, own_bytes=4 * 2**20, own_entries=3)
+    (tmp_path / "candidate.so").write_bytes(b"x" * 2 * 2**20)  # put there by the evaluator after the start
+    watch.rebase()  # at the go: not the child's
+    (tmp_path / "out1.npy").write_bytes(b"y" * 3 * 2**20)  # the child's own snapshots: within its allowance
+    assert not watch.check()
+    (tmp_path / "extra").write_bytes(b"z" * 3 * 2**20)  # 6 MiB in all: over quota plus allowance
+    assert watch.check()
+    assert "wrote more than 1 MiB besides the evaluator's own files (up to 4 MiB)" in watch.exceeded
+    files = DiskWatch(tmp_path, 2**30, 64, own_entries=10)
+    for i in range(74):  # 64 + 10
+        (tmp_path / f"e{i}").touch()
+    assert not files.check()
+    (tmp_path / "e74").touch()
+    assert files.check() and "more than 64 files and directories in its private directory besides the " \
+                               "evaluator's own 10" in files.exceeded
+
+
 def test_the_free_space_is_a_guard_near_a_full_disk_only(tmp_path, monkeypatch):
     """Other processes' writes are not the child's: they count only when the disk is nearly
     full, and then only what the child's own additions do not explain."""
