@@ -3,6 +3,8 @@ activations (the inference-engine workloads)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import numpy as np
 
 from kernels.workloads.base import Arrays
@@ -24,6 +26,30 @@ def row_errors(out: np.ndarray, ref: np.ndarray, floor: float = REL_FLOOR) -> tu
     worst = diff.max(axis=-1)  # per row
     scale = np.maximum(np.maximum(ref.max(axis=-1), -ref.min(axis=-1)), floor)  # max |ref| per row
     return float(worst.max()), float((worst / scale).max())
+
+
+def batched_salted_reference(reference: Callable[[Arrays, Mapping[str, float]], Arrays]):
+    """A ``salted_reference`` (:class:`~kernels.workloads.base.Workload`) for a workload whose
+    inputs and outputs share a leading batch axis, each batch entry computed from the same
+    entry of the inputs alone (softmax rows, KDA batch-heads): only the entries a swap
+    touches (flat index // elements per entry, for both indices of every swap) are computed
+    again, by ``reference`` on one-entry slices; the rest is copied from the reference before
+    the swaps. Falls back to the whole ``reference`` when the leading axes differ."""
+
+    def salted(inputs: Arrays, ref: Arrays, swaps: Mapping[str, list[int]], attrs: Mapping[str, float]) -> Arrays:
+        leads = {a.shape[0] if a.ndim else None for a in (*inputs.values(), *ref.values())}
+        if len(leads) != 1 or None in leads or not next(iter(leads)):
+            return reference(inputs, attrs)
+        n = next(iter(leads))
+        touched = sorted({int(i) // (inputs[name].size // n) for name, pair in swaps.items() for i in pair})
+        out = {k: np.array(v, dtype=np.float64, copy=True) for k, v in ref.items()}
+        for b in touched:
+            part = reference({k: v[b : b + 1] for k, v in inputs.items()}, attrs)
+            for k in out:
+                out[k][b] = part[k][0]
+        return out
+
+    return salted
 
 
 def row_error_definition(tolerance: float, row: str = "row (last axis)") -> str:

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from kernels.workloads._common import batched_salted_reference
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
 CHUNK = 64  # chunk length of the reference and of the paper's FLOP model (FLA's default)
@@ -234,4 +235,5 @@ KDA = Workload(
     flops=flops,
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
+    salted_reference=batched_salted_reference(reference),
 )

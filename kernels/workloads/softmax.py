@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from kernels.workloads._common import row_errors
+from kernels.workloads._common import batched_salted_reference, row_errors
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
 VOCAB = 128256
@@ -129,4 +129,5 @@ SOFTMAX = Workload(
     flops=flops,
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
+    salted_reference=batched_salted_reference(reference),
 )
