@@ -21,6 +21,7 @@ raise and become ``runtime_error`` with the CUDA message.
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
 from typing import Any
 
@@ -106,6 +107,8 @@ def prepare(req: dict):
     workload = get_workload(req["workload"])
     if hasattr(workload, "for_shape_set"):
         workload = workload.for_shape_set(req.get("shape_set"))
+    if isinstance(req.get("attrs"), dict):  # the parent's, whatever shape sets this process imported
+        workload = dataclasses.replace(workload, attrs={k: float(v) for k, v in req["attrs"].items()})
     guard = int(req["guard"])
     info = device_info(cp)
     want = req["arch"].rstrip("a")

@@ -255,6 +255,7 @@ class CudaEvaluation:
             "backend": "cuda",
             "workload": self.wl.name,
             "shape_set": self.shape_set,
+            "attrs": dict(self.wl.attrs),  # e.g. eps, as in force here for the shape set
             "guard": GUARD_ELEMS,
             "cases": self.cases_plan,
             "timed": self.timed,

@@ -56,6 +56,7 @@ sandbox protects the host from such a candidate, not the figures.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 import io
 import json
@@ -350,6 +351,8 @@ def _prepare_cpu(req: dict):
     workload = get_workload(req["workload"])
     if hasattr(workload, "for_shape_set"):
         workload = workload.for_shape_set(req.get("shape_set"))  # same attrs as the parent
+    if isinstance(req.get("attrs"), dict):  # the parent's, whatever shape sets this process imported
+        workload = dataclasses.replace(workload, attrs={k: float(v) for k, v in req["attrs"].items()})
     guard = int(req["guard"])
     cases = []
     for case in req["cases"]:

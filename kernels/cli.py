@@ -27,6 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -121,10 +123,24 @@ def _source(workload: str, backend: str, path: str | None) -> str:
         raise _UsageError(f"{exc.args[0]}; pass --source") from None
 
 
-def _check_template_params(workload: str, backend: str, params: dict) -> None:
+def _template_defaults(source: str) -> dict[str, int | float]:
+    """A template's parameter defaults: its ``#ifndef NAME`` / ``#define NAME value`` pairs."""
+    out: dict[str, int | float] = {}
+    for name, value in re.findall(r"#ifndef\s+(\w+)\s*\n\s*#define\s+\1\s+(\S+)", source):
+        for kind in (int, float):
+            try:
+                out[name] = kind(value)
+                break
+            except ValueError:
+                pass
+    return out
+
+
+def _check_template_params(workload: str, backend: str, params: dict, source: str) -> None:
     """With the workload's own template: a parameter the template's design space does not
     have is a usage error (a typo would otherwise be ignored: the template's default stands);
-    a value outside the space is evaluated, with a warning on stderr."""
+    a value outside the space, or a point (with the template's defaults) that breaks its
+    restrictions, is evaluated, with a warning on stderr."""
     from kernels.templates import default_space  # noqa: PLC0415
 
     try:
@@ -136,9 +152,14 @@ def _check_template_params(workload: str, backend: str, params: dict) -> None:
     if unknown:
         raise _UsageError(f"--params: the {workload} {backend} template has no parameter {', '.join(unknown)} "
                           f"(its parameters: {', '.join(known)})")
-    outside = [f"{k}={v!r}" for k, v in params.items() if v not in known[k]]
+    # 4.0 is not 4 (#define UNROLL 4.0 is not an integer) and False is not 0 to a template
+    outside = [f"{k}={v!r}" for k, v in params.items() if not any(type(v) is type(x) and v == x for x in known[k])]
     if outside:
         print(f"warning: {', '.join(outside)} outside the template's design space", file=sys.stderr)
+    point = {**_template_defaults(source), **params}
+    broken = space.broken_restrictions(point) if set(space.names) <= set(point) else []
+    if broken:
+        print(f"warning: the point breaks the template's restrictions: {'; '.join(broken)}", file=sys.stderr)
 
 
 def _bench(quick: bool):
@@ -230,12 +251,13 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     shape_set = _shape_set(args.workload, args.shape) if args.backend != "replay" else (args.shape or "")
     source = _source(args.workload, args.backend, args.source)
     if args.source is None and args.backend in ("cpu", "cuda"):
-        _check_template_params(args.workload, args.backend, params)
-    if args.flashinfer_out is not None and not shape_set.startswith("flashinfer-"):
-        raise _UsageError("--flashinfer-out needs --shape flashinfer-<definition> (see `python -m kernels workloads`)")
-    ev = _evaluate(args, source, params, shape_set, args.seed)
+        cuda = args.backend == "cuda" or (args.target or "").startswith("cuda-")
+        _check_template_params(args.workload, "cuda" if cuda else "cpu", params, source)
     if args.flashinfer_out is not None:
-        _write_flashinfer(Path(args.flashinfer_out), args.workload, source, params, shape_set, ev)
+        if not shape_set.startswith("flashinfer-"):
+            raise _UsageError("--flashinfer-out needs --shape flashinfer-<definition> (see `python -m kernels workloads`)")
+        _writable_dir(Path(args.flashinfer_out))  # before the evaluation, not after it
+    ev = _evaluate(args, source, params, shape_set, args.seed)
     summary = evidence_summary(ev, full=args.full)
     if args.json:
         print(json.dumps(summary, allow_nan=False, default=_finite))
@@ -248,7 +270,19 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         if "latency_ms" in m:
             print(f"  total {m['latency_ms']:.4g} ms, {m.get('gflops', 0):.3g} GFLOP/s, {m.get('gbps', 0):.3g} GB/s, "
                   f"{m.get('roofline_pct', float('nan')):.3g}% of roofline")
+    if args.flashinfer_out is not None:  # after the summary: a failure here loses no result
+        _write_flashinfer(Path(args.flashinfer_out), args.workload, source, params, shape_set, ev)
     return 0 if summary["status"] == "ok" else 1
+
+
+def _writable_dir(out: Path) -> None:
+    """Create ``out`` (a directory this process can write into) or raise a usage error."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _UsageError(f"--flashinfer-out: cannot make directory {out}: {exc}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise _UsageError(f"--flashinfer-out: directory {out} is not writable")
 
 
 def _write_flashinfer(out: Path, workload: str, source: str, params: dict, shape_set: str, ev: Any) -> None:
@@ -268,7 +302,6 @@ def _write_flashinfer(out: Path, workload: str, source: str, params: dict, shape
     except (fi.FlashInferTraceError, OSError) as exc:
         raise _UsageError(f"--flashinfer-out: {exc}") from None
     try:
-        out.mkdir(parents=True, exist_ok=True)
         (out / "solution.json").write_text(json.dumps(solution, indent=2, allow_nan=False) + "\n")
         (out / "traces.jsonl").write_text("".join(json.dumps(t, allow_nan=False) + "\n" for t in traces))
     except OSError as exc:
@@ -332,7 +365,5 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # e.g. `| head`: the reader went away
-        import os  # noqa: PLC0415
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

@@ -859,26 +859,21 @@ def _limits(be: Any) -> dict:
     return {}
 
 
-def _own_writes(wl: Workload, cases: list[dict], timed: list[dict], workdir: Path) -> tuple[int, int]:
-    """(bytes, files) the sandbox child's trusted code saves in ``workdir`` at most
-    (:mod:`kernels._sandbox_child`): per validation case both calls' outputs and a late copy
-    of each; per timed shape the last, drawn and fresh-contents calls' outputs and late
-    copies; and every input it finds changed (whole guarded buffers). The inputs' size is
-    that of the input files already in ``workdir``. Allowed besides the candidate's own disk
-    quota: large shapes need far more than it (1.9 GB for FlashInfer's 14,509-row RMSNorm)."""
+def _own_writes(wl: Workload, cases: list[dict], timed: list[dict]) -> tuple[int, int]:
+    """(bytes, files) the sandbox child's trusted code saves for a candidate that behaves
+    (:mod:`kernels._sandbox_child`): both calls' outputs per validation case; the last, drawn
+    and fresh-contents calls' outputs per timed shape (whole guarded buffers, an ``.npy``
+    header and a partly used 4 KiB block each). Allowed besides the candidate's own disk
+    quota: large shapes need far more than it (1.9 GB for FlashInfer's 14,509-row RMSNorm),
+    and nothing more is allowed: what the child saves only when the candidate misbehaves
+    (late copies, changed inputs) comes out of the candidate's quota."""
     g = GUARD_ELEMS
 
     def out_bytes(shape: dict) -> int:
-        return sum((int(np.prod(s)) + 2 * g) * 4 + 128 for s in wl.output_shapes(shape).values())
+        return sum((int(np.prod(s)) + 2 * g) * 4 + 4096 + 128 for s in wl.output_shapes(shape).values())
 
-    n_out, n_in = len(wl.outputs), len(wl.inputs)
-    nbytes = 4 * sum(out_bytes(c["shape"]) for c in cases) + 5 * sum(out_bytes(t["shape"]) for t in timed)
-    files = len(cases) * (4 * n_out + n_in) + sum(5 * n_out + (len(t["seeds"]) + 1) * n_in for t in timed)
-    try:
-        nbytes += sum(p.stat().st_size + 2 * g * 4 for p in workdir.glob("in_*.npy"))
-    except OSError:
-        pass
-    return nbytes, files
+    nbytes = 2 * sum(out_bytes(c["shape"]) for c in cases) + 3 * sum(out_bytes(t["shape"]) for t in timed)
+    return nbytes, len(wl.outputs) * (2 * len(cases) + 3 * len(timed))
 
 
 class _Starter:
@@ -1020,17 +1015,20 @@ def evaluate(
         "guard": GUARD_ELEMS,
         "bench": bench.to_dict(),
         "evict_library": None,
+        "attrs": dict(wl.attrs),  # e.g. eps, as in force here for the shape set
     }
 
     def start_phase(phase: str, budget_s: float) -> None:
         """Start ``phase``'s child: it loads its input files and waits for the go."""
         expected.wait(phase)  # its input files are written
+        if expected.stop:
+            return  # the evaluation ended first (e.g. a compile error): nothing to start
         (logdir / phase).mkdir()
         cases, items = expected.with_files(phase, cases_plan if phase == "validation" else [],
                                            timed if phase == "timing" else [])
         req = {**request, "cases": cases, "timed": items, "library": str(workdirs[phase] / "candidate.so")}
         env = omp_validation if phase == "validation" else omp
-        own_bytes, own_files = _own_writes(wl, cases, items, workdirs[phase])
+        own_bytes, own_files = _own_writes(wl, cases, items)
         pending[phase] = start_child(req, workdirs[phase], logdir / phase, budget_s, policy=policy, env=env,
                                      own_bytes=own_bytes, own_entries=own_files)
 
@@ -1096,12 +1094,12 @@ def evaluate(
             wl, cases_plan, timed, runs, (workdirs["validation"], workdirs["timing"]), timeout_s, limits, expected,
             validated, input_report=True)
     finally:
+        if expected is not None:
+            expected.cancel()  # first: a starter still waiting for its inputs gives up at once
         if starter is not None:
             starter.join(raise_error=False)
         for child in pending.values():  # started, never run: compile or validation decided
             child.cancel()
-        if expected is not None:
-            expected.cancel()
         for d in (*workdirs.values(), *([logdir] if logdir is not None else [])):
             remove_tree(d)
     wrong = [c for c in cases if c["verdict"] == Outcome.wrong_result]

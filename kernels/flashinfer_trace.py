@@ -234,7 +234,7 @@ def load_workloads(root: str | os.PathLike[str] | None = None) -> dict[str, list
                 rec = json.loads(line)
                 wl = rec["workload"]
                 entry = WorkloadEntry(definition=rec["definition"], uuid=wl["uuid"],
-                                      axes={k: int(v) for k, v in wl["axes"].items()},
+                                      axes=dict(wl["axes"]),
                                       inputs=wl.get("inputs", {}), raw=rec)
             except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
                 raise FlashInferTraceError(f"{path}:{n}: not a workload entry: {exc!r}") from None
@@ -251,6 +251,9 @@ def _rename(definition: str) -> tuple[str, Mapping[str, str]]:
         ) from None
 
 
+MAX_AXIS = 2**31 - 1  # axes are C ints in the kernels' signatures
+
+
 def entry_shape(definition: Definition, entry: WorkloadEntry | Mapping[str, Any]) -> dict[str, int]:
     """Our shape of one workload entry: the definition's const axes plus the entry's var
     axes, renamed to our axis names, in our axis order.
@@ -258,11 +261,23 @@ def entry_shape(definition: Definition, entry: WorkloadEntry | Mapping[str, Any]
     Example: ``rmsnorm_h4096`` + ``{"batch_size": 7}`` -> ``{"rows": 7, "hidden": 4096}``.
 
     Raises:
-        FlashInferTraceError: unmapped definition, or an axis missing from the entry.
+        FlashInferTraceError: unmapped definition, an axis missing from the entry, a variable
+            axis that is not an integer in [1, 2**31 - 1], or a constant axis the entry sets
+            to another value.
     """
     _, rename = _rename(definition.name)
     axes = entry.axes if isinstance(entry, WorkloadEntry) else _workload_of(entry)["axes"]
-    values = {**definition.const_axes, **{k: int(v) for k, v in axes.items()}}
+    values = dict(definition.const_axes)
+    for k, v in axes.items():
+        if k in values:
+            if v != values[k]:
+                raise FlashInferTraceError(f"workload entry of '{definition.name}' sets constant axis {k} to {v!r}, "
+                                           f"the definition fixes it at {values[k]}")
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_AXIS:
+            raise FlashInferTraceError(f"workload entry of '{definition.name}': axis {k} = {v!r} is not an integer "
+                                       f"in [1, {MAX_AXIS}]")
+        values[k] = v
     missing = [k for k in rename if k not in values]
     if missing:
         raise FlashInferTraceError(f"workload entry of '{definition.name}' lacks axes {', '.join(missing)}")
@@ -343,8 +358,8 @@ def with_imported_shape_sets(registry: Mapping[str, Workload],
             return out
         imported = import_shape_sets(root, registry)
         definitions = load_definitions(root)
-    except (OSError, FlashInferTraceError) as exc:
-        warnings.warn(f"FlashInfer Trace shape sets not imported: {exc}", stacklevel=2)
+    except Exception as exc:  # noqa: BLE001  (any malformed file: the registry must still load)
+        warnings.warn(f"FlashInfer Trace shape sets not imported: {type(exc).__name__}: {exc}", stacklevel=2)
         return out
     for name, imp in imported.items():
         wl = out.get(imp.workload)

@@ -5,8 +5,9 @@ against a whitelist; evaluation walks the tree itself (no ``eval``/``exec``/``co
 
 Allowed: int/float/bool literals, parameter names, ``+ - * / // % **``, unary ``- + not``,
 ``and``/``or``, comparisons (chained too), parentheses, and calls to ``min``, ``max``, ``abs``
-with positional arguments. A restriction as a whole must be a condition: a comparison,
-``not``/``and``/``or`` of conditions, or ``True``/``False``.
+with positional arguments. A restriction as a whole must be a condition: a comparison, a
+parameter name (a flag, true when not 0), ``not``/``and``/``or`` of conditions, or
+``True``/``False``.
 """
 
 from __future__ import annotations
@@ -42,10 +43,11 @@ _FUNCS = {"min": min, "max": max, "abs": abs}
 
 
 def _is_condition(node: ast.AST) -> bool:
-    """A comparison, ``not``/``and``/``or`` of conditions, or True/False: what a restriction
-    must be (``"A + B"`` would be taken by its truthiness, surely not what was meant)."""
+    """A comparison, a parameter name (a 0/1 flag: true when not 0), ``not``/``and``/``or``
+    of conditions, or True/False: what a restriction must be (``"A + B"`` would be taken by
+    its truthiness, surely not what was meant: ``"A + B != 0"`` says it)."""
     match node:
-        case ast.Compare():
+        case ast.Compare() | ast.Name():
             return True
         case ast.Constant(value=value):
             return isinstance(value, bool)
@@ -119,8 +121,9 @@ class Restriction:
             raise RestrictionError(f"{self.kind} '{self.text}': nested too deeply") from None
         self._check(tree)
         if self.condition and not _is_condition(tree):
-            raise self._fail("is not a condition: write a comparison or a boolean combination of "
-                             "comparisons, e.g. 'UNROLL * VEC <= 64' or 'N % TILE == 0'")
+            raise self._fail("is not a condition: write a comparison, a flag parameter, or a boolean "
+                             "combination of them, e.g. 'UNROLL * VEC <= 64', 'N % TILE == 0' or "
+                             "'not USE_SMEM or BLOCK >= 64'")
         object.__setattr__(self, "_tree", tree)
 
     def _fail(self, why: str) -> RestrictionError:

@@ -223,6 +223,10 @@ class DesignSpace:
         """Number of points before restrictions (product of value counts; no enumeration)."""
         return math.prod(len(p.values) for p in self.parameters)
 
+    def broken_restrictions(self, params: Mapping[str, Value]) -> list[str]:
+        """The restrictions (as written) that ``params`` does not satisfy."""
+        return [r.text for r in self._compiled if not r(params)]
+
     def satisfies_restrictions(self, params: Mapping[str, Value]) -> bool:
         """True if every restriction holds (division by zero counts as False)."""
         return all(r(params) for r in self._compiled)

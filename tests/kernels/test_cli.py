@@ -88,9 +88,9 @@ def test_a_template_value_outside_its_space_is_evaluated_with_a_warning():
 
 def test_tune_searches_the_space_of_the_backend_it_is_given():
     cu = ROOT / "kernels" / "templates" / "rmsnorm.cu"  # any source: the space is looked up first
-    proc = cli("tune", "--workload", "kda", "--backend", "cuda", "--budget", "1", "--shape", "test-small",
+    proc = cli("tune", "--workload", "layernorm", "--backend", "cuda", "--budget", "1", "--shape", "test-small",
                "--source", str(cu), check=False)
-    assert proc.returncode == 2 and "no CUDA design space for 'kda'" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "no CUDA design space for 'layernorm'" in proc.stderr, proc.stderr
 
 
 def test_tune_runs_a_seeded_random_search_and_prints_the_best():
@@ -145,3 +145,21 @@ def test_flashinfer_out_needs_a_flashinfer_shape_set(tmp_path):
     proc = cli("evaluate", "--workload", "rmsnorm", "--shape", "test-small", "--flashinfer-out", str(tmp_path),
                check=False)
     assert proc.returncode == 2 and "needs --shape flashinfer-<definition>" in proc.stderr
+
+
+def test_an_unusable_flashinfer_out_is_refused_before_the_evaluation(tmp_path):
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    proc = cli("evaluate", "--workload", "rmsnorm", "--shape", "flashinfer-rmsnorm_h4096",
+               "--flashinfer-out", str(taken), check=False)
+    assert proc.returncode == 2 and "--flashinfer-out: cannot make directory" in proc.stderr
+    assert "status" not in proc.stdout  # refused up front: nothing was evaluated
+
+
+@pytest.mark.parametrize("params, warning", [
+    ('{"UNROLL": 4.0}', "UNROLL=4.0 outside the template's design space"),  # not the integer 4
+    ('{"UNROLL": 8, "VEC": 16}', "breaks the template's restrictions: UNROLL * VEC <= 64"),
+])
+def test_a_template_point_of_another_type_or_against_its_restrictions_gets_a_warning(params, warning):
+    proc = cli("evaluate", "--workload", "rmsnorm", "--params", params, "--shape", "test-small", "--quick", "--json")
+    assert warning in proc.stderr

@@ -144,6 +144,45 @@ def test_without_the_folder_or_with_a_broken_one_the_registry_is_unchanged(tmp_p
     assert out == own
 
 
+@pytest.mark.parametrize("break_it", ["const-value", "axes-list", "not-utf8", "name-list"])
+def test_a_malformed_folder_is_a_warning_and_imports_nothing(tmp_path, break_it):
+    from kernels.flashinfer_trace import with_imported_shape_sets
+    from kernels.workloads.base import WORKLOADS as registry
+
+    for sub in ("definitions/rmsnorm", "workloads/rmsnorm"):
+        shutil.copytree(DATA / sub, tmp_path / sub)
+    path = tmp_path / "definitions" / "rmsnorm" / "rmsnorm_h4096.json"
+    d = json.loads(path.read_text())
+    if break_it == "const-value":
+        d["axes"]["hidden_size"]["value"] = "big"
+    elif break_it == "axes-list":
+        d["axes"] = ["batch_size"]
+    elif break_it == "name-list":
+        d["name"] = ["rmsnorm_h4096"]
+    else:
+        (tmp_path / "workloads" / "rmsnorm" / "rmsnorm_h4096.jsonl").write_bytes(b"\xff\xfe not utf-8\n")
+    path.write_text(json.dumps(d))
+    own = dict(registry)
+    with pytest.warns(UserWarning, match="FlashInfer Trace shape sets not imported"):
+        assert with_imported_shape_sets(own, tmp_path) == own
+
+
+@pytest.mark.parametrize("axes, message", [
+    ({"batch_size": 0}, "not an integer in"),
+    ({"batch_size": -3}, "not an integer in"),
+    ({"batch_size": True}, "not an integer in"),
+    ({"batch_size": 3.9}, "not an integer in"),
+    ({"batch_size": "7"}, "not an integer in"),
+    ({"batch_size": 2**40}, "not an integer in"),
+    ({"batch_size": 7, "hidden_size": 5}, "sets constant axis hidden_size to 5"),
+])
+def test_an_entry_with_bad_axes_is_refused(axes, message):
+    d = load_definitions()["rmsnorm_h4096"]
+    with pytest.raises(FlashInferTraceError, match=message):
+        entry_shape(d, {"uuid": "u", "axes": axes})
+    assert entry_shape(d, {"uuid": "u", "axes": {"batch_size": 7, "hidden_size": 4096}}) == {"rows": 7, "hidden": 4096}
+
+
 # -- export ----------------------------------------------------------------------------------
 
 
