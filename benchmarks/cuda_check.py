@@ -60,6 +60,12 @@ FUSED_POINTS = [
     {"BLOCK_SIZE": 512, "THREADS_PER_ROW": 512, "VEC": 4, "UNROLL": 1, "USE_SMEM": 1},
     {"BLOCK_SIZE": 256, "THREADS_PER_ROW": 256, "VEC": 4, "UNROLL": 2, "USE_SMEM": 0},
 ]
+KDA_POINTS = [  # FAST_EXP = 0: whether __expf stays within tolerance over long sequences is open
+    {"DV_BLOCK": 8, "THREADS_PER_COL": 8, "VEC": 4, "CHUNK": 32, "STATE_SMEM": 0, "ASYNC_COPY": 1,
+     "FAST_EXP": 0, "PREP": 0, "PIPELINE": 1},
+    {"DV_BLOCK": 4, "THREADS_PER_COL": 16, "VEC": 4, "CHUNK": 64, "STATE_SMEM": 0, "ASYNC_COPY": 1,
+     "FAST_EXP": 0, "PREP": 1, "PIPELINE": 1},
+]
 # (workload, shape set, points); decode shapes first: they matter most for serving
 PLAN = [
     ("rmsnorm", "llama3-8b", RMSNORM_POINTS),
@@ -67,6 +73,7 @@ PLAN = [
     ("gemm", "square-1024", [p for p in GEMM_POINTS if p["SPLIT_K"] == 1]),
     ("fused_add_rmsnorm", "llama3-8b", FUSED_POINTS),
     ("softmax", "llama3-8b", SOFTMAX_POINTS),
+    ("kda", "kimi-linear", KDA_POINTS),
 ]
 
 

@@ -6,7 +6,7 @@ kernels whose tunables arrive as ``#define`` lines; :func:`default_launch_plan` 
 parameter point, with grid, block and shared memory as safe expressions over the shape's
 axes and the parameters. Restrictions keep every point launchable on sm_90/sm_100: at most
 1024 threads per block, static shared memory under 48 KiB, dynamic shared memory for the
-Llama-3-8B shapes under the 227 KiB opt-in limit.
+Llama-3-8B and Kimi Linear shapes under the 227 KiB opt-in limit.
 """
 
 from __future__ import annotations
@@ -55,6 +55,38 @@ def _gemm_plan(params: Mapping[str, Any]) -> dict[str, Any]:
              "args": ["partial", "C", "M * N", "SPLIT_K"]},
         ],
         "scratch": {"partial": "SPLIT_K * M * N"},
+    }
+
+
+# kda.cu: rows of the register-resident state, and the head dimension the space is sized
+# for (Kimi Linear: dk = dv = 128). Larger dk still run (state in shared memory).
+KDA_REG_DK_MAX = 128
+KDA_DK = 128
+SMEM_OPTIN_MAX = 227 * 1024  # sm_90 dynamic shared memory per block (opt-in)
+
+
+def _kda_plan(params: Mapping[str, Any]) -> dict[str, Any]:
+    align = "max(THREADS_PER_COL * VEC, 4)"
+    ld = f"((dk + {align} - 1) // {align} * {align})"  # staged row length, zero-padded
+    # two staging buffers; the state slab when STATE_SMEM or dk beyond the register state
+    smem = (f"2 * CHUNK * (3 * {ld} + DV_BLOCK + 2) * 4"
+            f" + max(STATE_SMEM, dk > {KDA_REG_DK_MAX}) * {ld} * DV_BLOCK * 4")
+    main = {
+        "kernel": "kda_kernel",
+        "grid": ["batch_heads * ((dv + DV_BLOCK - 1) // DV_BLOCK)"],
+        "block": ["DV_BLOCK * THREADS_PER_COL"],
+        "shared_mem_bytes": smem,
+    }
+    sizes = ["batch_heads", "seq", "dk", "dv"]
+    if not int(params.get("PREP", 0)):
+        return {"launches": [{**main, "args": ["q", "k", "v", "g", "beta", "o", "state", *sizes]}]}
+    return {
+        "launches": [
+            {"kernel": "kda_prep_kernel", "grid": ["(batch_heads * seq + 7) // 8"], "block": ["256"],
+             "args": ["q", "k", "g", "decay", "qk", "batch_heads * seq", "dk"]},
+            {**main, "args": ["q", "k", "v", "decay", "beta", "qk", "o", "state", *sizes]},
+        ],
+        "scratch": {"decay": "batch_heads * seq * dk", "qk": "batch_heads * seq"},
     }
 
 
@@ -110,6 +142,30 @@ CUDA_SPACES: dict[str, DesignSpace] = {
             "USE_SMEM == 1 or (VEC == 1 and SMEM_PAD == 0 and BLOCK_K == 8)",
         ),
     ),
+    "kda": DesignSpace(
+        parameters=(
+            Parameter("DV_BLOCK", (4, 8, 16, 32, 64, 128)),
+            Parameter("THREADS_PER_COL", (2, 4, 8, 16, 32)),
+            Parameter("VEC", (1, 2, 4)),
+            Parameter("CHUNK", (8, 16, 32, 64)),
+            Parameter("STATE_SMEM", (0, 1)),
+            Parameter("ASYNC_COPY", (0, 1)),
+            Parameter("FAST_EXP", (0, 1)),
+            Parameter("PREP", (0, 1)),
+            Parameter("PIPELINE", (0, 1)),
+        ),
+        restrictions=(
+            # at 1024 threads ptxas has 64 registers per thread and spills
+            "32 <= DV_BLOCK * THREADS_PER_COL <= 512",
+            # prefetched rows (3x the register state of 128 / THREADS_PER_COL floats) must fit
+            # the registers a thread may have at this block size, with ~32 to spare
+            "PIPELINE == 0 or 512 // THREADS_PER_COL + 32 <= min(255, 65536 // (DV_BLOCK * THREADS_PER_COL))",
+            "STATE_SMEM == 0 or PIPELINE == 0",  # only the register state is pipelined
+            # both staging buffers plus the state slab at dk = 128 within the opt-in limit
+            f"2 * CHUNK * (3 * {KDA_DK} + DV_BLOCK + 2) * 4 + STATE_SMEM * {KDA_DK} * DV_BLOCK * 4"
+            f" <= {SMEM_OPTIN_MAX}",
+        ),
+    ),
 }
 
 CUDA_SPACES["fused_add_rmsnorm"] = CUDA_SPACES["rmsnorm"]  # same kernel structure and tunables
@@ -121,6 +177,7 @@ _PLANS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
         ["x", "residual", "w", "y", "residual_out", "rows", "hidden", "eps"]),
     "softmax": lambda p: _rows_plan("softmax_kernel", "rows", "cols", ["x", "y", "rows", "cols"]),
     "gemm": _gemm_plan,
+    "kda": _kda_plan,
 }
 
 

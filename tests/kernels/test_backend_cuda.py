@@ -331,6 +331,8 @@ def test_ptx_is_generated_for_display_and_ptx_sources_assemble():
     ("rmsnorm", {"BLOCK_SIZE": 128, "THREADS_PER_ROW": 32, "VEC": 4, "UNROLL": 1, "USE_SMEM": 1}, "rmsnorm_kernel", 128),
     ("gemm", {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 16, "THREAD_M": 4, "THREAD_N": 4}, "gemm_kernel", 256),
     ("gemm", {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 8, "THREAD_M": 8, "THREAD_N": 8}, "gemm_kernel", 256),
+    ("kda", {"DV_BLOCK": 8, "THREADS_PER_COL": 8, "VEC": 4, "CHUNK": 32, "ASYNC_COPY": 1}, "kda_kernel", 64),
+    ("kda", {"DV_BLOCK": 64, "THREADS_PER_COL": 8, "VEC": 4, "CHUNK": 16, "PREP": 1, "PIPELINE": 1}, "kda_kernel", 512),
 ])
 def test_static_evidence_of_the_templates(workload, params, kernel, threads):
     ev = static.static_evidence(load_template(workload, "cuda"), format_defines(params), arch="sm_90",
@@ -441,6 +443,35 @@ def test_the_gemm_split_k_plan_adds_a_reduction_and_scratch():
     assert LaunchPlan.from_dict(default_launch_plan("gemm", one)).kernels == ("gemm_kernel",)
 
 
+KDA_PARAMS = {"DV_BLOCK": 8, "THREADS_PER_COL": 8, "VEC": 4, "CHUNK": 32, "STATE_SMEM": 0, "ASYNC_COPY": 1,
+              "FAST_EXP": 0, "PREP": 0, "PIPELINE": 1}
+
+
+def test_the_kda_plan_splits_value_columns_and_sizes_the_staging_buffers():
+    kda = get_workload("kda")
+    buffers = list(kda.inputs) + list(kda.outputs)
+    plan = LaunchPlan.from_dict(default_launch_plan("kda", KDA_PARAMS), plan_names(kda, KDA_PARAMS))
+    (l,), scratch = plan.resolve(plan_env(kda, {"batch_heads": 4, "seq": 2048, "dk": 128, "dv": 128}, KDA_PARAMS),
+                                 buffers, arch="sm_90")
+    assert scratch == {} and l.kernel == "kda_kernel"
+    assert l.grid == (4 * 16, 1, 1) and l.block == (64, 1, 1)  # 16 blocks of 8 value columns per head
+    assert l.shared_mem_bytes == 2 * 32 * (3 * 128 + 8 + 2) * 4  # two buffers, state in registers
+    assert [a for _, a in l.args] == ["q", "k", "v", "g", "beta", "o", "state", 4, 2048, 128, 128]
+    # ragged head dimensions: rows padded to THREADS_PER_COL * VEC, the slab when dk > 128
+    (l,), _ = plan.resolve(plan_env(kda, {"batch_heads": 3, "seq": 37, "dk": 131, "dv": 13}, KDA_PARAMS), buffers)
+    assert l.grid == (3 * 2, 1, 1) and l.shared_mem_bytes == 2 * 32 * (3 * 160 + 8 + 2) * 4 + 160 * 8 * 4
+    prep = {**KDA_PARAMS, "PREP": 1, "STATE_SMEM": 1, "PIPELINE": 0}
+    plan = LaunchPlan.from_dict(default_launch_plan("kda", prep), plan_names(kda, prep))
+    assert plan.kernels == ("kda_prep_kernel", "kda_kernel")
+    (pre, main), scratch = plan.resolve(
+        plan_env(kda, {"batch_heads": 4, "seq": 512, "dk": 128, "dv": 128}, prep), buffers)
+    assert scratch == {"decay": 4 * 512 * 128, "qk": 4 * 512}
+    assert pre.grid == (256, 1, 1)  # one warp per token
+    assert pre.args[3:] == (("buffer", "decay"), ("buffer", "qk"), ("int32", 2048), ("int32", 128))
+    assert main.args[3:6] == (("buffer", "decay"), ("buffer", "beta"), ("buffer", "qk"))
+    assert main.shared_mem_bytes == 2 * 32 * (3 * 128 + 8 + 2) * 4 + 128 * 8 * 4
+
+
 def test_names_used_twice_are_rejected():
     plan = _plan({**_launch(), "scratch": {"x": "4"}})
     with pytest.raises(LaunchPlanError, match="names used twice"):
@@ -463,7 +494,7 @@ def test_compile_options_are_typed_and_whitelisted():
 
 # -- templates and their spaces ------------------------------------------------------------
 
-CUDA_WORKLOADS = ("rmsnorm", "softmax", "gemm", "fused_add_rmsnorm")
+CUDA_WORKLOADS = ("rmsnorm", "softmax", "gemm", "fused_add_rmsnorm", "kda")
 
 
 def test_default_space_keeps_its_cpu_signature_and_adds_cuda():
@@ -472,7 +503,7 @@ def test_default_space_keeps_its_cpu_signature_and_adds_cuda():
     with pytest.raises(KeyError, match="known: cpu, cuda"):
         default_space("rmsnorm", "tpu")
     with pytest.raises(KeyError, match="no CUDA"):
-        default_launch_plan("kda", {})
+        default_launch_plan("layernorm", {})
 
 
 @pytest.mark.parametrize("workload", CUDA_WORKLOADS)
@@ -594,6 +625,17 @@ EMULATED = [
               "USE_SMEM": 1, "SPLIT_K": 4}, {"M": 7, "N": 37, "K": 133}),
     ("gemm", {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 8, "THREAD_M": 1, "THREAD_N": 2, "VEC": 1, "SMEM_PAD": 0,
               "USE_SMEM": 0, "SPLIT_K": 2}, {"M": 1, "N": 64, "K": 128}),
+    # kda: the test-small shapes (register and shared-memory state, several chunks), ragged
+    # validation shapes (4-byte copies, partial column blocks), dk > 128 (the slab fallback);
+    # ASYNC_COPY runs as plain copies here (no __CUDA_ARCH__)
+    ("kda", {**KDA_PARAMS, "CHUNK": 16}, {"batch_heads": 2, "seq": 64, "dk": 32, "dv": 32}),
+    ("kda", {"DV_BLOCK": 16, "THREADS_PER_COL": 4, "VEC": 2, "CHUNK": 32, "STATE_SMEM": 1, "ASYNC_COPY": 0,
+             "FAST_EXP": 1, "PREP": 1, "PIPELINE": 0}, {"batch_heads": 1, "seq": 160, "dk": 32, "dv": 32}),
+    ("kda", {"DV_BLOCK": 4, "THREADS_PER_COL": 16, "VEC": 1, "CHUNK": 8, "STATE_SMEM": 0, "ASYNC_COPY": 1,
+             "FAST_EXP": 0, "PREP": 1, "PIPELINE": 1}, {"batch_heads": 3, "seq": 37, "dk": 19, "dv": 13}),
+    ("kda", {"DV_BLOCK": 16, "THREADS_PER_COL": 2, "VEC": 4, "CHUNK": 64, "STATE_SMEM": 0, "ASYNC_COPY": 0,
+             "FAST_EXP": 0, "PREP": 0, "PIPELINE": 0}, {"batch_heads": 1, "seq": 133, "dk": 33, "dv": 17}),
+    ("kda", {**KDA_PARAMS, "DV_BLOCK": 4, "CHUNK": 8}, {"batch_heads": 1, "seq": 21, "dk": 131, "dv": 6}),
 ]
 
 
@@ -756,6 +798,9 @@ GPU_CASES = [
                                     "SMEM_PAD": 1, "USE_SMEM": 1, "SPLIT_K": 4}),
     ("gemm", "square-1024", {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 16, "THREAD_M": 4, "THREAD_N": 4, "VEC": 4,
                              "SMEM_PAD": 1, "USE_SMEM": 1, "SPLIT_K": 1}),
+    ("kda", "kimi-linear", KDA_PARAMS),
+    ("kda", "kimi-linear", {"DV_BLOCK": 4, "THREADS_PER_COL": 16, "VEC": 4, "CHUNK": 64, "STATE_SMEM": 0,
+                            "ASYNC_COPY": 1, "FAST_EXP": 0, "PREP": 1, "PIPELINE": 1}),
 ]
 
 
