@@ -7,7 +7,9 @@ Protocol (DESIGN.md, "Evaluation protocol"):
    wall-clock timeout that kills the process group, resource limits, empty environment,
    private directory, no network, no writes outside that directory, unprivileged user.
 3. Two children run one after the other, each in its own private directory, within one
-   wall-clock budget: a *validation* child with spinning OpenMP threads
+   wall-clock budget; each is started ahead and loads its inputs (the validation child while
+   the compiler runs, the timing child while the validation is judged), then waits, before
+   its lockdown, for its directory to be complete (:class:`kernels.sandbox.PendingChild`): a *validation* child with spinning OpenMP threads
    (``OMP_WAIT_POLICY=ACTIVE``: parallel regions start together, so data races show) and a
    *timing* child with sleeping ones (``PASSIVE``: stable medians when other processes
    compete for the cores; measurement in :mod:`kernels.timing`). Each gives the candidate
