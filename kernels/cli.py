@@ -94,7 +94,9 @@ def _shape_set(workload: str, given: str | None) -> str:
     if given is None:
         return next(iter(wl.shape_sets))
     if given not in wl.shape_sets:
-        raise _UsageError(f"workload '{workload}' has no shape set '{given}' (known: {', '.join(wl.shape_sets)})")
+        hint = ("; FlashInfer Trace shape sets need the data set: set KERNELS_FLASHINFER_TRACE_DIR"
+                if given.startswith("flashinfer-") else "")
+        raise _UsageError(f"workload '{workload}' has no shape set '{given}' (known: {', '.join(wl.shape_sets)}){hint}")
     return given
 
 

@@ -114,7 +114,7 @@ def test_evaluate_on_a_flashinfer_shape_set_writes_the_solution_and_one_trace_pe
 
     from kernels import config
 
-    data = config.shared_dataset_dir("flashinfer-trace")
+    data = config.flashinfer_trace_dir()
     if data is None:
         pytest.skip("shared/datasets/flashinfer-trace not found")
     # A FlashInfer Trace folder with the real definition and its two smallest batches, so
@@ -148,6 +148,10 @@ def test_flashinfer_out_needs_a_flashinfer_shape_set(tmp_path):
 
 
 def test_an_unusable_flashinfer_out_is_refused_before_the_evaluation(tmp_path):
+    from kernels import config
+
+    if config.flashinfer_trace_dir() is None:
+        pytest.skip("no FlashInfer Trace data set")
     taken = tmp_path / "a-file"
     taken.write_text("")
     proc = cli("evaluate", "--workload", "rmsnorm", "--shape", "flashinfer-rmsnorm_h4096",

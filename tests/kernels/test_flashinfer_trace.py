@@ -18,7 +18,7 @@ from kernels.flashinfer_trace import (
     load_workloads,
 )
 
-DATA = config.shared_dataset_dir("flashinfer-trace")
+DATA = config.flashinfer_trace_dir()  # KERNELS_FLASHINFER_TRACE_DIR or shared/datasets/flashinfer-trace
 pytestmark = pytest.mark.skipif(DATA is None, reason="shared/datasets/flashinfer-trace not found")
 
 PARAMS = {"ROWS_PER_CHUNK": 4, "UNROLL": 2, "VEC": 8, "ACC_DOUBLE": 0}
