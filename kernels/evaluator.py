@@ -57,6 +57,7 @@ import signal
 import stat
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -878,28 +879,6 @@ def _own_writes(wl: Workload, cases: list[dict], timed: list[dict]) -> tuple[int
     return nbytes, len(wl.outputs) * (2 * len(cases) + 3 * len(timed))
 
 
-class _Starter:
-    """Runs ``fn`` in a thread started now; :meth:`join` waits and re-raises what it raised."""
-
-    def __init__(self, fn) -> None:
-        self.error: BaseException | None = None
-
-        def body() -> None:
-            try:
-                fn()
-            except BaseException as exc:  # noqa: BLE001  (re-raised in the caller's thread)
-                self.error = exc
-
-        self.thread = threading.Thread(target=body, name="start-child", daemon=True)
-        self.thread.start()
-
-    def join(self, *, raise_error: bool = True) -> None:
-        self.thread.join()
-        if raise_error and self.error is not None:
-            error, self.error = self.error, None
-            raise error
-
-
 # -- entry point -----------------------------------------------------------------------------
 
 
@@ -1009,7 +988,7 @@ def evaluate(
     logdir: Path | None = None
     expected: Expected | None = None
     pending: dict[str, PendingChild] = {}
-    starter: _Starter | None = None
+    starter: Future | None = None
     request = {
         "backend": getattr(be, "name", backend),
         "workload": wl.name,
@@ -1049,7 +1028,9 @@ def evaluate(
         logdir = private_tempdir("log")
         expected = Expected(wl, cases_plan, timed, workdirs=workdirs, policy=policy).start()
         # The validation child starts (and loads its inputs) while the compiler runs.
-        starter = _Starter(lambda: start_phase("validation", timeout_s))
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="start-child")
+        starter = pool.submit(start_phase, "validation", timeout_s)
+        pool.shutdown(wait=False)  # no more work: its thread ends with start_phase
         compiling = time.monotonic()
         try:
             artifact = be.compile(source, defines)
@@ -1069,7 +1050,7 @@ def evaluate(
         # validation with spinning OpenMP threads (races show), then timing with sleeping ones.
         # The timing child runs only for a candidate whose validation cases all passed; it
         # starts (loads its inputs) while this process judges the validation child's cases.
-        starter.join()
+        starter.result()  # re-raises what starting the child raised
         runs: list[ChildRun] = [run_phase("validation", timeout_s)]
         deadline = time.monotonic() + timeout_s - runs[0].wall_s
         verdict = validated = None
@@ -1099,7 +1080,7 @@ def evaluate(
         if expected is not None:
             expected.cancel()  # first: a starter still waiting for its inputs gives up at once
         if starter is not None:
-            starter.join(raise_error=False)
+            wait([starter])
         for child in pending.values():  # started, never run: compile or validation decided
             child.cancel()
         for d in (*workdirs.values(), *([logdir] if logdir is not None else [])):

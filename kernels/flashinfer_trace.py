@@ -164,6 +164,7 @@ class ShapeSetImport:
         dtypes: FlashInfer tensor name -> dtype (``"float16"``, ``"bfloat16"``).
         registered: True if ``workload`` is registered in :data:`kernels.WORKLOADS` (its
             axis names were then checked against this mapping).
+        constants: the definition's constant axes in our axis names, e.g. ``{"hidden": 4096}``.
     """
 
     definition: str
@@ -172,6 +173,7 @@ class ShapeSetImport:
     uuids: Mapping[str, tuple[str, ...]]
     dtypes: Mapping[str, str]
     registered: bool
+    constants: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -329,8 +331,9 @@ def import_shape_sets(root: str | os.PathLike[str] | None = None,
         var = [rename[a] for a in d.var_axes if a in rename]
         order = sorted(shapes.values(), key=lambda s: tuple(s[a] for a in var))
         dtypes = {t: spec.get("dtype", "") for t, spec in {**d.inputs, **d.outputs}.items()}
+        constants = {rename[k]: v for k, v in d.const_axes.items() if k in rename}
         out[name] = ShapeSetImport(name, ours, tuple(order), {k: tuple(v) for k, v in uuids.items()},
-                                   dtypes, wl is not None)
+                                   dtypes, wl is not None, constants)
     return out
 
 
@@ -357,7 +360,6 @@ def with_imported_shape_sets(registry: Mapping[str, Workload],
         if root is None and config.flashinfer_trace_dir() is None:
             return out
         imported = import_shape_sets(root, registry)
-        definitions = load_definitions(root)
     except Exception as exc:  # noqa: BLE001  (any malformed file: the registry must still load)
         warnings.warn(f"FlashInfer Trace shape sets not imported: {type(exc).__name__}: {exc}", stacklevel=2)
         return out
@@ -365,10 +367,9 @@ def with_imported_shape_sets(registry: Mapping[str, Workload],
         wl = out.get(imp.workload)
         if wl is None:
             continue
-        _, rename = _rename(name)
-        const = {rename[k]: int(v) for k, v in definitions[name].const_axes.items() if k in rename}
         own = next((s for s, shapes in wl.shape_sets.items()
-                    if shapes and all(all(shape.get(k) == v for k, v in const.items()) for shape in shapes)), None)
+                    if shapes and all(all(shape.get(k) == v for k, v in imp.constants.items()) for shape in shapes)),
+                   None)
         label = f"{IMPORTED_PREFIX}{name}"
         odd = wl.validation_shapes.get(own if own is not None else "test-small", ())
         attrs = dict(wl.shape_set_attrs.get(own, {})) if own is not None else {}
