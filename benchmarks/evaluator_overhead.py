@@ -2,7 +2,7 @@
 benchmarking the same kernel by hand in this process.
 
     python -m benchmarks.evaluator_overhead [--no-gemm] [--repeats 1] [--seed 0] \
-        [--timeout 300] [--out benchmarks/results] [--json]
+        [--rep-ms 150 [1000 ...]] [--timeout 300] [--out benchmarks/results] [--json]
 
 Candidates: the ``rmsnorm`` template at three points on shape set ``llama3-8b`` and (unless
 ``--no-gemm``) the ``gemm`` template at one point on ``square-1024``, CPU backend.
@@ -15,7 +15,9 @@ and one small evaluation (``rmsnorm`` on ``test-small``) starts the fork server 
 the cache-eviction helper.
 
 - **evaluator**: wall time (``time.perf_counter``) of one ``kernels.evaluate(...)`` call with
-  default ``BenchSettings`` (compile, plan, validation child, timing child, judging).
+  default ``BenchSettings`` (compile, plan, validation child, timing child, judging), or with
+  each timing budget of ``--rep-ms`` (:func:`budget`: ``rep_ms`` and ``max_reps`` scaled
+  together, so that short kernels are not capped at the default's 200 calls).
 - **bare benchmark** (judged): what an engineer does without the evaluator, in this process:
   ``CpuBackend.compile`` + ``ctypes.CDLL`` load, then per timed shape the same benchmark
   protocol on one input set of that shape: :func:`kernels.timing.bench` itself (warm-up calls
@@ -33,8 +35,18 @@ Reported per candidate (medians over ``--repeats``): evaluator total (s) and whe
 (compile, the validation and timing children's wall times, and the rest: this process's input
 generation and references not hidden behind the compiler, judging, cleanup), bare benchmark and
 bare calls totals (s) and their parts, overhead % = (evaluator - bare) / bare * 100 against
-each, and the kernel's own latency (ms: ``Evidence.metrics["latency_ms"]``, the sum over the
-shape set of per-shape medians). The target (issue): overhead <= 15% for kernels that run 1 ms
+each, the evaluator's own time (evaluator minus its compile, less bare benchmark minus its
+compile: what is left when the compiler's run-to-run noise is taken out), and the kernel's
+own latency (ms: ``Evidence.metrics["latency_ms"]``, the sum over the shape set of per-shape
+medians).
+
+With two or more budgets, the evaluator's time without its compile is fitted per candidate
+as ``fixed + slope * work`` (least squares, :func:`numpy.polyfit`), ``work`` being the bare
+benchmark's time without its compile (warm-up and flushed calls): ``fixed`` (s) is what the
+evaluator adds once per candidate whatever the budget (validation child, children, saving
+and judging outputs), ``slope - 1`` what it adds per second of timing (NaN fills, checks
+between calls). From them, the bare work (s) from which the overhead falls to the target,
+with the bare compile ``c`` as measured: ``(fixed - 0.15 c) / (1.15 - slope)``. The target (issue): overhead <= 15% for kernels that run 1 ms
 or more, judged against the bare benchmark; kernels below 1 ms are shown but not judged. The
 table goes to stdout and ``<out>/evaluator_overhead.md``, the raw rows to
 ``<out>/evaluator_overhead.json``; ``--json`` prints one JSON object instead.
@@ -164,11 +176,19 @@ def bare_run(workload: str, shape_set: str, source: str, params: dict, reps: dic
             "bare_s": compile_s + load_s + bench_s, "bare_calls_s": compile_s + load_s + calls_s}
 
 
+def budget(rep_ms: float) -> BenchSettings:
+    """Default :class:`BenchSettings` with ``rep_ms`` of timed kernel time per shape and
+    ``max_reps`` scaled by the same factor (never below the default's)."""
+    base = BenchSettings()
+    return replace(base, rep_ms=rep_ms, max_reps=max(base.max_reps, round(base.max_reps * rep_ms / base.rep_ms)))
+
+
 def measure(workload: str, shape_set: str, params: dict, seed: int, timeout_s: float,
-            evictor: Evictor | None) -> dict:
+            evictor: Evictor | None, settings: BenchSettings) -> dict:
     source = kernels.load_template(workload)
     t0 = time.perf_counter()
-    ev = kernels.evaluate(workload, cold(source), params, shape_set=shape_set, seed=seed, timeout_s=timeout_s)
+    ev = kernels.evaluate(workload, cold(source), params, shape_set=shape_set, seed=seed, timeout_s=timeout_s,
+                          bench=settings)
     eval_s = time.perf_counter() - t0
     children = ev.fingerprint.get("child_wall_s", {})
     row = {"evaluator_s": eval_s, "status": str(ev.status), "latency_ms": ev.metrics.get("latency_ms"),
@@ -184,8 +204,12 @@ def measure(workload: str, shape_set: str, params: dict, seed: int, timeout_s: f
         return row
     reps = {label: len(s) for label, s in ev.samples_ms.items()}
     row["reps"] = reps
-    row.update(bare_run(workload, shape_set, source, params, reps, seed, BenchSettings(), evictor))
+    row.update(bare_run(workload, shape_set, source, params, reps, seed, settings, evictor))
     row["overhead_pct"] = 100.0 * (row["evaluator_s"] - row["bare_s"]) / row["bare_s"]
+    if row.get("ev_compile_s") is not None:
+        row["ev_work_s"] = row["evaluator_s"] - row["ev_compile_s"]
+        row["work_s"] = row["bare_s"] - row["compile_s"]
+        row["own_s"] = row["ev_work_s"] - row["work_s"]
     row["overhead_calls_pct"] = 100.0 * (row["evaluator_s"] - row["bare_calls_s"]) / row["bare_calls_s"]
     return row
 
@@ -205,7 +229,7 @@ def _median_rows(rows: list[dict]) -> dict:
     out = dict(rows[-1])
     for k in ("evaluator_s", "bare_s", "bare_calls_s", "compile_s", "load_s", "bench_s", "calls_s", "gen_s",
               "latency_ms", "overhead_pct", "overhead_calls_pct", "ev_compile_s", "ev_validation_s", "ev_timing_s",
-              "ev_rest_s"):
+              "ev_rest_s", "ev_work_s", "work_s", "own_s"):
         vals = [r[k] for r in rows if r.get(k) is not None]
         if vals:
             out[k] = statistics.median(vals)
@@ -218,11 +242,11 @@ def _fmt(v, spec: str) -> str:
 
 
 def markdown(results: list[dict]) -> str:
-    head = ("| workload | shape set | params | status | kernel latency (ms) | evaluator (s) "
+    head = ("| workload | shape set | params | timed budget (ms) | status | kernel latency (ms) | evaluator (s) "
             "| compile / validation child / timing child / rest (s) | bare benchmark (s) "
             "| compile / load / warm-up + flushed calls (s) | overhead % | target <= 15% "
-            "| bare calls (s) | overhead vs calls % |")
-    lines = [head, "|" + "---|" * 13]
+            "| evaluator's own time (s) | bare calls (s) | overhead vs calls % |")
+    lines = [head, "|" + "---|" * 15]
     for r in results:
         p = ",".join(f"{k}={v}" for k, v in r["params"].items())
         lat = r.get("latency_ms")
@@ -236,10 +260,44 @@ def markdown(results: list[dict]) -> str:
                  f"{r['compile_s']:.2f} / {r['load_s']:.3f} / {r['bench_s']:.3f}")
         split = ("-" if "ev_rest_s" not in r else
                  " / ".join(f"{r[k]:.2f}" for k in ("ev_compile_s", "ev_validation_s", "ev_timing_s", "ev_rest_s")))
-        lines.append(f"| {r['workload']} | {r['shape_set']} | {p} | {r['status']} | {_fmt(lat, '.3f')} "
-                     f"| {_fmt(r.get('evaluator_s'), '.2f')} | {split} | {_fmt(r.get('bare_s'), '.2f')} | {parts} "
-                     f"| {_fmt(r.get('overhead_pct'), '.0f')} | {verdict} | {_fmt(r.get('bare_calls_s'), '.2f')} "
+        lines.append(f"| {r['workload']} | {r['shape_set']} | {p} | {r['rep_ms']:g} | {r['status']} "
+                     f"| {_fmt(lat, '.3f')} | {_fmt(r.get('evaluator_s'), '.2f')} | {split} "
+                     f"| {_fmt(r.get('bare_s'), '.2f')} | {parts} | {_fmt(r.get('overhead_pct'), '.0f')} | {verdict} "
+                     f"| {_fmt(r.get('own_s'), '.2f')} | {_fmt(r.get('bare_calls_s'), '.2f')} "
                      f"| {_fmt(r.get('overhead_calls_pct'), '.0f')} |")
+    return "\n".join(lines)
+
+
+def fit(results: list[dict]) -> list[dict]:
+    """Per candidate measured at two or more budgets: ``fixed`` (s), ``slope`` and the bare
+    work (s) from which the overhead is within the target (module docstring; None where the
+    slope alone exceeds it)."""
+    groups: dict[str, list[dict]] = {}
+    for r in results:
+        if r.get("ev_work_s") is not None:
+            groups.setdefault(f"{r['workload']}|{r['shape_set']}|{sorted(r['params'].items())}", []).append(r)
+    fits = []
+    for rows in groups.values():
+        if len({r["rep_ms"] for r in rows}) < 2:
+            continue
+        slope, fixed = np.polyfit([r["work_s"] for r in rows], [r["ev_work_s"] for r in rows], 1)
+        c = statistics.median(r["compile_s"] for r in rows)
+        t = TARGET_PCT / 100.0
+        breakeven = (fixed - t * c) / (1.0 + t - slope) if slope < 1.0 + t else None
+        fits.append({"workload": rows[0]["workload"], "shape_set": rows[0]["shape_set"], "params": rows[0]["params"],
+                     "fixed_s": float(fixed), "slope": float(slope), "compile_s": c,
+                     "breakeven_work_s": None if breakeven is None else max(0.0, float(breakeven)),
+                     "points": [(r["rep_ms"], r["work_s"], r["ev_work_s"]) for r in rows]})
+    return fits
+
+
+def fit_markdown(fits: list[dict]) -> str:
+    lines = ["| workload | shape set | params | fixed (s) | per second of timing | bare compile (s) "
+             "| bare work for <= 15% (s) |", "|" + "---|" * 7]
+    for f in fits:
+        p = ",".join(f"{k}={v}" for k, v in f["params"].items())
+        lines.append(f"| {f['workload']} | {f['shape_set']} | {p} | {f['fixed_s']:.2f} | {100 * (f['slope'] - 1):+.0f}% "
+                     f"| {f['compile_s']:.2f} | {_fmt(f['breakeven_work_s'], '.1f')} |")
     return "\n".join(lines)
 
 
@@ -248,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-gemm", action="store_true", help="skip the gemm square-1024 candidate")
     parser.add_argument("--repeats", type=int, default=1, help="measurements per candidate (median reported)")
     parser.add_argument("--seed", type=int, default=0, help="evaluation seed (inputs)")
+    parser.add_argument("--rep-ms", type=float, nargs="+", default=[BenchSettings().rep_ms],
+                        help="timed kernel time per shape (ms), one run per value (default: BenchSettings')")
     parser.add_argument("--timeout", type=float, default=300.0, help="evaluate() timeout_s per candidate")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -263,19 +323,24 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, RuntimeError) as exc:  # the evaluator falls back to rewriting; say so
             print(f"no eviction helper ({exc}): the bare benchmark runs without a flush", file=sys.stderr)
             evictor = None
-        for workload, shape_set, params in cands:
-            rows = []
-            for rep in range(args.repeats):
-                if not args.json:
-                    print(f"{workload} {shape_set} {params} (repeat {rep + 1}/{args.repeats})", file=sys.stderr)
-                rows.append(measure(workload, shape_set, params, args.seed + rep, args.timeout, evictor))
-            results.append({"workload": workload, "shape_set": shape_set, "params": params, **_median_rows(rows)})
+        for rep_ms in args.rep_ms:
+            settings = budget(rep_ms)
+            for workload, shape_set, params in cands:
+                rows = []
+                for rep in range(args.repeats):
+                    if not args.json:
+                        print(f"{workload} {shape_set} {params} rep_ms={rep_ms:g} (repeat {rep + 1}/{args.repeats})",
+                              file=sys.stderr)
+                    rows.append(measure(workload, shape_set, params, args.seed + rep, args.timeout, evictor, settings))
+                results.append({"workload": workload, "shape_set": shape_set, "params": params, "rep_ms": rep_ms,
+                                **_median_rows(rows)})
     elapsed = time.perf_counter() - started
-    table = markdown(results)
+    fits = fit(results)
+    table = markdown(results) + ("\n\n" + fit_markdown(fits) if fits else "")
     judged = [r for r in results if "overhead_pct" in r and (r.get("latency_ms") or 0) >= JUDGED_FROM_MS]
-    verdict = (f"{sum(r['overhead_pct'] <= TARGET_PCT for r in judged)} of {len(judged)} judged candidates "
+    verdict = (f"{sum(r['overhead_pct'] <= TARGET_PCT for r in judged)} of {len(judged)} judged rows (candidate and budget) "
                f"(kernel latency >= {JUDGED_FROM_MS:g} ms) within {TARGET_PCT:g}% overhead")
-    payload = {"results": results, "target": verdict, "seconds": elapsed, "cpus": os.cpu_count(),
+    payload = {"results": results, "fits": fits, "target": verdict, "seconds": elapsed, "cpus": os.cpu_count(),
                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "limits": limits}
     emit(args.out, "evaluator_overhead", "Evaluator overhead", argv, f"{elapsed:.0f} s on {os.cpu_count()} CPUs.",
          payload, table, verdict, as_json=args.json)
