@@ -1,6 +1,7 @@
 """The evaluator-overhead benchmark's budgets and its fixed + per-second fit, on rows whose
 answer is known (the measurements themselves need a compiler and time: not a unit test)."""
 
+import numpy as np
 import pytest
 
 from benchmarks import evaluator_overhead as eo
@@ -38,3 +39,24 @@ def test_a_slope_above_the_target_never_breaks_even():
     [f] = eo.fit(rows)
     assert f["slope"] == pytest.approx(1.5) and f["breakeven_work_s"] is None
     assert eo.fit_markdown([f]).rstrip().endswith("| - |")
+
+
+def test_flush_cost_times_both_flushes_and_leaves_the_outputs_nan():
+    from kernels.timing import Evictor, evict_library
+
+    x = np.ones(4096, np.float32)
+    y = np.zeros(4096, np.float32)
+    calls = []
+    f = eo.flush_cost(lambda: calls.append(y.__setitem__(slice(None), 1.0)), [x, y], [y], Evictor(evict_library()), n=5)
+    assert len(calls) == 10 and np.isnan(y).all() and (x == 1).all()
+    assert f["output_bytes"] == y.nbytes and f["bytes"] == x.nbytes + y.nbytes
+    assert f["evict_us"] > 0 and f["fill_evict_us"] > 0
+
+
+def test_flush_table_relates_the_fill_to_the_kernel_time():
+    row = {"workload": "rmsnorm", "median_ms": {"rows=512,hidden=4096": 0.4},
+           "flush_us": {"rows=512,hidden=4096": {"output_bytes": 8 * 2**20, "bytes": 16 * 2**20,
+                                                 "evict_us": 200.0, "fill_evict_us": 500.0}}}
+    table = eo.flush_markdown([row, dict(row)])  # one line per workload and shape
+    assert table.count("rows=512") == 1
+    assert "| rmsnorm | rows=512,hidden=4096 | 0.400 | 8.00 / 16.00 | 200 | 500 | +50% |" in table
