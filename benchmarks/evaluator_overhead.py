@@ -349,12 +349,33 @@ def fit_markdown(fits: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    return n
+
+
+def _budget_ms(text: str) -> float:
+    """``--rep-ms`` value: ms of timed kernel time per shape, in (0, 60000]."""
+    try:
+        ms = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of ms: {text!r}") from None
+    if not 0 < ms <= 60_000:
+        raise argparse.ArgumentTypeError(f"must be in (0, 60000] ms, not {text}")
+    return ms
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-gemm", action="store_true", help="skip the gemm square-1024 candidate")
-    parser.add_argument("--repeats", type=int, default=1, help="measurements per candidate (median reported)")
+    parser.add_argument("--repeats", type=_positive_int, default=1, help="measurements per candidate (median reported)")
     parser.add_argument("--seed", type=int, default=0, help="evaluation seed (inputs)")
-    parser.add_argument("--rep-ms", type=float, nargs="+", default=[BenchSettings().rep_ms],
+    parser.add_argument("--rep-ms", type=_budget_ms, nargs="+", default=[BenchSettings().rep_ms],
                         help="timed kernel time per shape (ms), one run per value (default: BenchSettings')")
     parser.add_argument("--timeout", type=float, default=300.0, help="evaluate() timeout_s per candidate")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")

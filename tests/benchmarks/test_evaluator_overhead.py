@@ -60,3 +60,11 @@ def test_flush_table_relates_the_fill_to_the_kernel_time():
     table = eo.flush_markdown([row, dict(row)])  # one line per workload and shape
     assert table.count("rows=512") == 1
     assert "| rmsnorm | rows=512,hidden=4096 | 0.400 | 8.00 / 16.00 | 200 | 500 | +50% |" in table
+
+
+@pytest.mark.parametrize("argv", [["--rep-ms", "0"], ["--rep-ms", "nan"], ["--rep-ms", "150", "x"],
+                                  ["--repeats", "0"]])
+def test_bad_arguments_are_usage_errors_before_anything_runs(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        eo.main(argv)
+    assert exc.value.code == 2 and "error: argument" in capsys.readouterr().err
