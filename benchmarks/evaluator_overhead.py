@@ -52,10 +52,12 @@ Last, per workload and timed shape, what the flush before each timed call costs 
 call (:func:`flush_cost`): the bare benchmark's eviction against the evaluator's NaN fill
 (streaming stores) and eviction, next to the kernel's median time on that shape. For a
 memory-bound kernel this is the per-call part of the overhead: the rule that outputs are
-NaN-filled before every call is one more write of the outputs to memory per call. The target (issue): overhead <= 15% for kernels that run 1 ms
-or more, judged against the bare benchmark; kernels below 1 ms are shown but not judged. The
-table goes to stdout and ``<out>/evaluator_overhead.md``, the raw rows to
-``<out>/evaluator_overhead.json``; ``--json`` prints one JSON object instead.
+NaN-filled before every call is one more write of the outputs to memory per call.
+
+The target (issue): overhead <= 15% for kernels that run 1 ms or more, judged against the bare
+benchmark; kernels below 1 ms are shown but not judged. The tables go to stdout and
+``<out>/evaluator_overhead.md``, the raw rows and fits to ``<out>/evaluator_overhead.json``;
+``--json`` prints one JSON object instead.
 """
 
 from __future__ import annotations
@@ -301,7 +303,7 @@ def flush_markdown(results: list[dict]) -> str:
     """Per workload and timed shape (first row measured): the flush before each timed call,
     by hand and in the evaluator, against the kernel's median time on that shape."""
     lines = ["| workload | shape | kernel median (ms) | outputs / all buffers (MiB) | evict (µs) "
-             "| NaN fill + evict (µs) | fill's extra per timed call |", "|" + "---|" * 7]
+             "| NaN fill + evict (µs) | fill's extra per timed call (of kernel + evict) |", "|" + "---|" * 7]
     seen = set()
     for r in results:
         for label, f in (r.get("flush_us") or {}).items():
