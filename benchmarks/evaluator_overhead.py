@@ -36,23 +36,28 @@ Reported per candidate (medians over ``--repeats``): evaluator total (s) and whe
 generation and references not hidden behind the compiler, judging, cleanup), bare benchmark and
 bare calls totals (s) and their parts, overhead % = (evaluator - bare) / bare * 100 against
 each, the evaluator's own time (evaluator minus its compile, less bare benchmark minus its
-compile: what is left when the compiler's run-to-run noise is taken out), and the kernel's
+compile: without the compiler's run-to-run noise, and without the evaluator's compile being
+slower, as it is on few cores, for the inputs it generates meanwhile), and the kernel's
 own latency (ms: ``Evidence.metrics["latency_ms"]``, the sum over the shape set of per-shape
 medians).
 
-With two or more budgets, the evaluator's time without its compile is fitted per candidate
-as ``fixed + slope * work`` (least squares, :func:`numpy.polyfit`), ``work`` being the bare
-benchmark's time without its compile (warm-up and flushed calls): ``fixed`` (s) is what the
-evaluator adds once per candidate whatever the budget (validation child, children, saving
-and judging outputs), ``slope - 1`` what it adds per second of timing (NaN fills, checks
-between calls). From them, the bare work (s) from which the overhead falls to the target,
-with the bare compile ``c`` as measured: ``(fixed - 0.15 c) / (1.15 - slope)``.
+With several budgets, the evaluator's time less the bare compile is fitted per candidate as
+``fixed + slope * work`` (least squares, :func:`numpy.polyfit`; with its r2), ``work`` being
+the bare benchmark's time less its compile (load, warm-up and flushed calls), over at least
+:data:`FIT_MIN_BUDGETS` budgets whose work spans :data:`FIT_MIN_SPREAD` times or more:
+``fixed`` (s) is what the evaluator adds once per candidate whatever the budget (a compile
+slowed by the input generation it overlaps, the validation child, two children starting
+cold, saving and judging outputs), ``slope - 1`` what it adds per second of timing (NaN fills,
+checks between calls). Then overhead(work) = (fixed + (slope - 1) work) / (c + work), with
+``c`` the bare compile, and the bare work from which it stays within the target ``t`` = 0.15
+is ``(fixed - t c) / (1 + t - slope)`` (for slope < 1 + t; else never).
 
 Last, per workload and timed shape, what the flush before each timed call costs right after a
 call (:func:`flush_cost`): the bare benchmark's eviction against the evaluator's NaN fill
 (streaming stores) and eviction, next to the kernel's median time on that shape. For a
-memory-bound kernel this is the per-call part of the overhead: the rule that outputs are
-NaN-filled before every call is one more write of the outputs to memory per call.
+memory-bound kernel this is most of the per-call part of the overhead (the checks between
+calls come on top): the rule that outputs are NaN-filled before every call is one more
+write of the outputs to memory per call.
 
 The target (issue): overhead <= 15% for kernels that run 1 ms or more, judged against the bare
 benchmark; kernels below 1 ms are shown but not judged. The tables go to stdout and
@@ -93,6 +98,8 @@ from kernels.workloads import get_workload, shape_label  # noqa: E402
 
 TARGET_PCT = 15.0
 FLUSH_SAMPLES = 15
+FIT_MIN_BUDGETS = 3  # a line through two noisy points is not a measurement
+FIT_MIN_SPREAD = 3.0  # largest / smallest bare work of a fit
 JUDGED_FROM_MS = 1.0
 
 CANDIDATES: list[tuple[str, str, dict]] = [
@@ -169,10 +176,10 @@ def bare_run(workload: str, shape_set: str, source: str, params: dict, reps: dic
         evict = evictor.plan(keep) if evictor is not None else (lambda: None)
         gen_s += clock() - g0
         n = reps[shape_label(shape)]
-        # The evaluator's own protocol (kernels.timing.bench): warm-up, then exactly n timed
-        # calls, each after the flush (the warm-up cap becomes n, above any warm-up here).
+        # The evaluator's own protocol (kernels.timing.bench): the same warm-up (same cap),
+        # then exactly n timed calls (rep_ms 0: min_reps decides), each after the flush.
         b0 = clock()
-        bench(lambda: fn(*args), replace(settings, min_reps=n, max_reps=n), flush=evict)
+        bench(lambda: fn(*args), replace(settings, rep_ms=0, min_reps=n), flush=evict)
         b1 = clock()
         for _ in range(n):  # the calls alone
             fn(*args)
@@ -199,10 +206,13 @@ def flush_cost(call, arrays: list[np.ndarray], outputs: list[np.ndarray], evicto
                n: int = FLUSH_SAMPLES) -> dict:
     """Median µs of the bare benchmark's flush (evict ``arrays``) and of the evaluator's (NaN-fill
     ``outputs`` with streaming stores, then evict), each timed right after a ``call`` (its
-    outputs dirty in the cache, its inputs cached), ``n`` times; with the bytes involved."""
+    outputs dirty in the cache, its inputs cached), ``n`` times; with the bytes involved and
+    ``fills`` (False: the helper has no fill, the second figure is an eviction alone)."""
     clock = time.perf_counter_ns
-    out = {"output_bytes": sum(a.nbytes for a in outputs), "bytes": sum(a.nbytes for a in arrays)}
-    for name, plan in (("evict_us", evictor.plan(arrays)), ("fill_evict_us", evictor.plan(arrays, fill=outputs))):
+    filling = evictor.plan(arrays, fill=outputs)
+    out = {"output_bytes": sum(a.nbytes for a in outputs), "bytes": sum(a.nbytes for a in arrays),
+           "fills": bool(getattr(filling, "fills", False))}
+    for name, plan in (("evict_us", evictor.plan(arrays)), ("fill_evict_us", filling)):
         times = []
         for _ in range(n):
             call()
@@ -237,10 +247,8 @@ def measure(workload: str, shape_set: str, params: dict, seed: int, timeout_s: f
     row["median_ms"] = {label: statistics.median(s) for label, s in ev.samples_ms.items()}
     row.update(bare_run(workload, shape_set, source, params, reps, seed, settings, evictor))
     row["overhead_pct"] = 100.0 * (row["evaluator_s"] - row["bare_s"]) / row["bare_s"]
-    if row.get("ev_compile_s") is not None:
-        row["ev_work_s"] = row["evaluator_s"] - row["ev_compile_s"]
-        row["work_s"] = row["bare_s"] - row["compile_s"]
-        row["own_s"] = row["ev_work_s"] - row["work_s"]
+    if row.get("ev_compile_s") is not None:  # each side less its own compile
+        row["own_s"] = (row["evaluator_s"] - row["ev_compile_s"]) - (row["bare_s"] - row["compile_s"])
     row["overhead_calls_pct"] = 100.0 * (row["evaluator_s"] - row["bare_calls_s"]) / row["bare_calls_s"]
     return row
 
@@ -257,10 +265,16 @@ def warm_up(timeout_s: float) -> dict:
 
 
 def _median_rows(rows: list[dict]) -> dict:
+    """One row per candidate and budget: medians over the repeats; a candidate that was not
+    ``ok`` in every repeat gets the first failing repeat's row (not judged, not fitted)."""
+    failed = [r for r in rows if "overhead_pct" not in r]
+    if failed:
+        return {**failed[0], "status": f"{failed[0]['status']} ({len(failed)} of {len(rows)} repeats)",
+                "repeats": len(rows)}
     out = dict(rows[-1])
     for k in ("evaluator_s", "bare_s", "bare_calls_s", "compile_s", "load_s", "bench_s", "calls_s", "gen_s",
               "latency_ms", "overhead_pct", "overhead_calls_pct", "ev_compile_s", "ev_validation_s", "ev_timing_s",
-              "ev_rest_s", "ev_work_s", "work_s", "own_s"):
+              "ev_rest_s", "own_s"):
         vals = [r[k] for r in rows if r.get(k) is not None]
         if vals:
             out[k] = statistics.median(vals)
@@ -302,53 +316,83 @@ def markdown(results: list[dict]) -> str:
 def flush_markdown(results: list[dict]) -> str:
     """Per workload and timed shape (first row measured): the flush before each timed call,
     by hand and in the evaluator, against the kernel's median time on that shape."""
-    lines = ["| workload | shape | kernel median (ms) | outputs / all buffers (MiB) | evict (µs) "
-             "| NaN fill + evict (µs) | fill's extra per timed call (of kernel + evict) |", "|" + "---|" * 7]
+    lines = ["| workload | params | shape | kernel median (ms) | outputs / all buffers (MiB) | evict (µs) "
+             "| NaN fill + evict (µs) | fill's extra per timed call (of kernel + evict) |", "|" + "---|" * 8]
     seen = set()
     for r in results:
+        p = ",".join(f"{k}={v}" for k, v in r["params"].items())
         for label, f in (r.get("flush_us") or {}).items():
-            if (r["workload"], label) in seen:
+            if (r["workload"], p, label) in seen:  # the first budget's
                 continue
-            seen.add((r["workload"], label))
+            seen.add((r["workload"], p, label))
             kernel_us = 1e3 * r["median_ms"][label]
+            fills = f.get("fills", True)
             extra = (f["fill_evict_us"] - f["evict_us"]) / (kernel_us + f["evict_us"])
-            lines.append(f"| {r['workload']} | {label} | {kernel_us / 1e3:.3f} "
+            lines.append(f"| {r['workload']} | {p} | {label} | {kernel_us / 1e3:.3f} "
                          f"| {f['output_bytes'] / 2**20:.2f} / {f['bytes'] / 2**20:.2f} | {f['evict_us']:.0f} "
-                         f"| {f['fill_evict_us']:.0f} | {100 * extra:+.0f}% |")
+                         f"| {f['fill_evict_us']:.0f} | {f'{100 * extra:+.0f}%' if fills else '- (no fill helper)'} |")
     return "\n".join(lines)
 
 
-def fit(results: list[dict]) -> list[dict]:
-    """Per candidate measured at two or more budgets: ``fixed`` (s), ``slope`` and the bare
-    work (s) from which the overhead is within the target (module docstring; None where the
-    slope alone exceeds it)."""
+def fit(results: list[dict]) -> tuple[list[dict], list[str]]:
+    """Fixed cost and cost per second of timing, per candidate (module docstring).
+
+    Fitted where a candidate was measured ``ok`` at :data:`FIT_MIN_BUDGETS` or more budgets
+    whose bare work spans at least :data:`FIT_MIN_SPREAD` times (else the slope is noise).
+    Each fit: ``fixed_s``, ``slope``, ``r2`` (coefficient of determination), ``compile_s``
+    (median bare compile), ``work_s`` (smallest and largest bare work measured) and
+    ``breakeven_work_s``: the bare work (s) from which the overhead stays within the target,
+    0.0 where it always is, None where it does not stay within it from any work on.
+
+    Returns:
+        (fits, reasons): ``reasons`` says, per candidate not fitted, why.
+    """
     groups: dict[str, list[dict]] = {}
     for r in results:
-        if r.get("ev_work_s") is not None:
+        if "overhead_pct" in r:
             groups.setdefault(f"{r['workload']}|{r['shape_set']}|{sorted(r['params'].items())}", []).append(r)
-    fits = []
+    fits, reasons = [], []
+    t = TARGET_PCT / 100.0
     for rows in groups.values():
-        if len({r["rep_ms"] for r in rows}) < 2:
+        head = f"{rows[0]['workload']} {','.join(f'{k}={v}' for k, v in rows[0]['params'].items())}"
+        # What the overhead's numerator and denominator are made of: evaluator - bare compile
+        # (the evaluator's compile, slowed by the input generation it overlaps, is its cost),
+        # and the bare benchmark less its compile (load, warm-up, flushed calls).
+        x = np.array([r["bare_s"] - r["compile_s"] for r in rows])
+        y = np.array([r["evaluator_s"] - r["compile_s"] for r in rows])
+        if len({r["rep_ms"] for r in rows}) < FIT_MIN_BUDGETS:
+            reasons.append(f"{head}: not fitted, fewer than {FIT_MIN_BUDGETS} budgets measured ok")
             continue
-        slope, fixed = np.polyfit([r["work_s"] for r in rows], [r["ev_work_s"] for r in rows], 1)
+        if x.min() <= 0 or x.max() / x.min() < FIT_MIN_SPREAD:
+            reasons.append(f"{head}: not fitted, the bare work spans {x.min():.3f}-{x.max():.3f} s "
+                           f"(less than {FIT_MIN_SPREAD:g} times)")
+            continue
+        slope, fixed = np.polyfit(x, y, 1)
+        r2 = 1.0 - float(np.sum((y - (fixed + slope * x)) ** 2)) / max(float(np.sum((y - y.mean()) ** 2)), 1e-30)
         c = statistics.median(r["compile_s"] for r in rows)
-        t = TARGET_PCT / 100.0
-        breakeven = (fixed - t * c) / (1.0 + t - slope) if slope < 1.0 + t else None
+        # overhead(x) = (fixed + (slope - 1) x) / (c + x) <= t  <=>  fixed - t c <= (1 + t - slope) x
+        if slope < 1.0 + t:
+            breakeven = max(0.0, float((fixed - t * c) / (1.0 + t - slope)))
+        else:
+            breakeven = 0.0 if slope == 1.0 + t and fixed <= t * c else None
         fits.append({"workload": rows[0]["workload"], "shape_set": rows[0]["shape_set"], "params": rows[0]["params"],
-                     "fixed_s": float(fixed), "slope": float(slope), "compile_s": c,
-                     "breakeven_work_s": None if breakeven is None else max(0.0, float(breakeven)),
-                     "points": [(r["rep_ms"], r["work_s"], r["ev_work_s"]) for r in rows]})
-    return fits
+                     "fixed_s": float(fixed), "slope": float(slope), "r2": r2, "compile_s": c,
+                     "work_s": [float(x.min()), float(x.max())], "breakeven_work_s": breakeven,
+                     "points": [(r["rep_ms"], float(xi), float(yi)) for r, xi, yi in zip(rows, x, y)]})
+    return fits, reasons
 
 
-def fit_markdown(fits: list[dict]) -> str:
-    lines = ["| workload | shape set | params | fixed (s) | per second of timing | bare compile (s) "
-             "| bare work for <= 15% (s) |", "|" + "---|" * 7]
+def fit_markdown(fits: list[dict], reasons: list[str] = ()) -> str:
+    lines = ["| workload | shape set | params | fixed (s) | per second of timing | r2 | bare compile (s) "
+             "| bare work measured (s) | bare work for <= 15% (s) |", "|" + "---|" * 9]
     for f in fits:
         p = ",".join(f"{k}={v}" for k, v in f["params"].items())
+        be = "never" if f["breakeven_work_s"] is None else f"{f['breakeven_work_s']:.1f}"
         lines.append(f"| {f['workload']} | {f['shape_set']} | {p} | {f['fixed_s']:.2f} | {100 * (f['slope'] - 1):+.0f}% "
-                     f"| {f['compile_s']:.2f} | {_fmt(f['breakeven_work_s'], '.1f')} |")
-    return "\n".join(lines)
+                     f"| {f['r2']:.3f} | {f['compile_s']:.2f} | {f['work_s'][0]:.2f}-{f['work_s'][1]:.2f} | {be} |")
+    body = "\n".join(lines) if fits else ""
+    notes = "\n".join(f"- {r}" for r in reasons)
+    return "\n\n".join(part for part in (body, notes) if part)
 
 
 def _positive_int(text: str) -> int:
@@ -378,9 +422,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=_positive_int, default=1, help="measurements per candidate (median reported)")
     parser.add_argument("--seed", type=int, default=0, help="evaluation seed (inputs)")
     parser.add_argument("--rep-ms", type=_budget_ms, nargs="+", default=[BenchSettings().rep_ms],
-                        help="timed kernel time per shape (ms), one run per value (default: BenchSettings')")
+                        help=f"timed kernel time per shape (ms), one run per value; three or more are fitted "
+                             f"(default: {BenchSettings().rep_ms:g}, the evaluator's)")
     parser.add_argument("--timeout", type=float, default=300.0, help="evaluate() timeout_s per candidate")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results",
+                        help="folder of evaluator_overhead.md and .json (default: benchmarks/results)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     args = parser.parse_args(argv)
 
@@ -394,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, RuntimeError) as exc:  # the evaluator falls back to rewriting; say so
             print(f"no eviction helper ({exc}): the bare benchmark runs without a flush", file=sys.stderr)
             evictor = None
-        for rep_ms in args.rep_ms:
+        for rep_ms in dict.fromkeys(args.rep_ms):  # each budget once, in the order given
             settings = budget(rep_ms)
             for workload, shape_set, params in cands:
                 rows = []
@@ -406,14 +452,16 @@ def main(argv: list[str] | None = None) -> int:
                 results.append({"workload": workload, "shape_set": shape_set, "params": params, "rep_ms": rep_ms,
                                 **_median_rows(rows)})
     elapsed = time.perf_counter() - started
-    fits = fit(results)
-    table = markdown(results) + ("\n\n" + fit_markdown(fits) if fits else "")
+    fits, unfitted = fit(results)
+    table = markdown(results)
+    if len(set(args.rep_ms)) > 1:
+        table += "\n\n" + fit_markdown(fits, unfitted)
     if any(r.get("flush_us") for r in results):
         table += "\n\n" + flush_markdown(results)
     judged = [r for r in results if "overhead_pct" in r and (r.get("latency_ms") or 0) >= JUDGED_FROM_MS]
     verdict = (f"{sum(r['overhead_pct'] <= TARGET_PCT for r in judged)} of {len(judged)} judged rows (candidate and budget) "
                f"(kernel latency >= {JUDGED_FROM_MS:g} ms) within {TARGET_PCT:g}% overhead")
-    payload = {"results": results, "fits": fits, "target": verdict, "seconds": elapsed, "cpus": os.cpu_count(),
+    payload = {"results": results, "fits": fits, "not_fitted": unfitted, "target": verdict, "seconds": elapsed, "cpus": os.cpu_count(),
                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "limits": limits}
     emit(args.out, "evaluator_overhead", "Evaluator overhead", argv, f"{elapsed:.0f} s on {os.cpu_count()} CPUs.",
          payload, table, verdict, as_json=args.json)
