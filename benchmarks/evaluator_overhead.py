@@ -54,7 +54,9 @@ is ``(fixed - t c) / (1 + t - slope)`` (for slope < 1 + t; else never).
 
 Last, per workload and timed shape, what the flush before each timed call costs right after a
 call (:func:`flush_cost`): the bare benchmark's eviction against the evaluator's NaN fill
-(streaming stores) and eviction, next to the kernel's median time on that shape. For a
+(streaming stores) and eviction, next to the kernel's median time on that shape in the
+evaluator and by hand (the protocol's rotating input sets and NaN-filled outputs should not
+change what a call costs). For a
 memory-bound kernel this is most of the per-call part of the overhead (the checks between
 calls come on top): the rule that outputs are NaN-filled before every call is one more
 write of the outputs to memory per call.
@@ -168,6 +170,7 @@ def bare_run(workload: str, shape_set: str, source: str, params: dict, reps: dic
     gen_s = bench_s = calls_s = 0.0
     calls = 0
     flush_us: dict[str, dict] = {}
+    median_ms: dict[str, float] = {}  # per timed shape: the kernel's median here, by hand
     for i, shape in enumerate(wl.shapes(shape_set)):
         g0 = clock()
         inputs = wl.generate(dict(shape), seed + i)
@@ -179,7 +182,7 @@ def bare_run(workload: str, shape_set: str, source: str, params: dict, reps: dic
         # The evaluator's own protocol (kernels.timing.bench): the same warm-up (same cap),
         # then exactly n timed calls (rep_ms 0: min_reps decides), each after the flush.
         b0 = clock()
-        bench(lambda: fn(*args), replace(settings, rep_ms=0, min_reps=n), flush=evict)
+        samples = bench(lambda: fn(*args), replace(settings, rep_ms=0, min_reps=n), flush=evict)
         b1 = clock()
         for _ in range(n):  # the calls alone
             fn(*args)
@@ -187,11 +190,12 @@ def bare_run(workload: str, shape_set: str, source: str, params: dict, reps: dic
         bench_s += b1 - b0
         calls_s += b2 - b1
         calls += n
+        median_ms[shape_label(shape)] = statistics.median(samples)
         if evictor is not None:  # untimed here: what each flush costs right after a call
             flush_us[shape_label(shape)] = flush_cost(lambda: fn(*args), keep, list(outs.values()), evictor)
     compile_s, load_s = t1 - t0, t2 - t1
     return {"compile_s": compile_s, "load_s": load_s, "bench_s": bench_s, "calls_s": calls_s, "gen_s": gen_s,
-            "calls": calls, "cached": art.cached, "flush_us": flush_us,
+            "calls": calls, "cached": art.cached, "flush_us": flush_us, "bare_median_ms": median_ms,
             "bare_s": compile_s + load_s + bench_s, "bare_calls_s": compile_s + load_s + calls_s}
 
 
@@ -316,8 +320,8 @@ def markdown(results: list[dict]) -> str:
 def flush_markdown(results: list[dict]) -> str:
     """Per workload and timed shape (first row measured): the flush before each timed call,
     by hand and in the evaluator, against the kernel's median time on that shape."""
-    lines = ["| workload | params | shape | kernel median (ms) | outputs / all buffers (MiB) | evict (µs) "
-             "| NaN fill + evict (µs) | fill's extra per timed call (of kernel + evict) |", "|" + "---|" * 8]
+    lines = ["| workload | params | shape | kernel median (ms) | by hand (ms) | outputs / all buffers (MiB) "
+             "| evict (µs) | NaN fill + evict (µs) | fill's extra per timed call (of kernel + evict) |", "|" + "---|" * 9]
     seen = set()
     for r in results:
         p = ",".join(f"{k}={v}" for k, v in r["params"].items())
@@ -328,7 +332,8 @@ def flush_markdown(results: list[dict]) -> str:
             kernel_us = 1e3 * r["median_ms"][label]
             fills = f.get("fills", True)
             extra = (f["fill_evict_us"] - f["evict_us"]) / (kernel_us + f["evict_us"])
-            lines.append(f"| {r['workload']} | {p} | {label} | {kernel_us / 1e3:.3f} "
+            bare_ms = (r.get("bare_median_ms") or {}).get(label)
+            lines.append(f"| {r['workload']} | {p} | {label} | {kernel_us / 1e3:.3f} | {_fmt(bare_ms, '.3f')} "
                          f"| {f['output_bytes'] / 2**20:.2f} / {f['bytes'] / 2**20:.2f} | {f['evict_us']:.0f} "
                          f"| {f['fill_evict_us']:.0f} | {f'{100 * extra:+.0f}%' if fills else '- (no fill helper)'} |")
     return "\n".join(lines)

@@ -135,10 +135,11 @@ def test_flush_table_relates_the_fill_to_the_kernel_time():
     other = {**row, "params": {"VEC": 16}}
     table = eo.flush_markdown([row, dict(row), other])  # one line per candidate and shape
     assert table.count(label) == 2
-    assert f"| rmsnorm | VEC=8 | {label} | 0.400 | 8.00 / 16.00 | 200 | 500 | +50% |" in table
+    assert f"| rmsnorm | VEC=8 | {label} | 0.400 | - | 8.00 / 16.00 | 200 | 500 | +50% |" in table
     nofill = {**row, "flush_us": {label: {**row["flush_us"][label], "fills": False}}}
     assert table.splitlines()[0].count("|") == eo.flush_markdown([nofill]).splitlines()[2].count("|")
     assert "- (no fill helper)" in eo.flush_markdown([nofill])
+    assert f"| {label} | 0.400 | 0.390 | 8.00 / 16.00 |" in eo.flush_markdown([{**row, "bare_median_ms": {label: 0.39}}])
 
 
 def test_main_table_cells_and_verdicts():
