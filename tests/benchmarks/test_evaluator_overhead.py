@@ -29,7 +29,7 @@ def test_budget_scales_the_cap_on_calls_with_the_time():
     assert long.rep_ms == 4 * base.rep_ms and long.max_reps == 4 * base.max_reps
     assert long.warmup_ms == base.warmup_ms and long.min_reps == base.min_reps
     assert eo.budget(base.rep_ms / 10).max_reps == base.max_reps  # never below the default's
-    assert eo.budget(100).max_reps == base.max_reps and eo.budget(250).max_reps == 333  # rounded
+    assert eo.budget(100).max_reps == base.max_reps and eo.budget(1001).max_reps == 1335  # rounded
 
 
 def test_fit_recovers_fixed_cost_and_slope_and_the_break_even_work():
@@ -58,6 +58,14 @@ def test_the_evaluators_slower_compile_is_part_of_its_fixed_cost():
     assert f["fixed_s"] == pytest.approx(0.3)
     # A bare work of x = (fixed - t c) / (1 + t - slope) gives the target: 0.24 / 0.15 = 1.6 s.
     assert f["breakeven_work_s"] == pytest.approx(1.6)
+    # With the bare compile varying between budgets, its median is the c of the break-even.
+    rows = _model(0.3, 1.0, 0.4, (0.2, 0.8, 2.0))
+    for r, c in zip(rows, (0.4, 0.6, 1.4)):
+        r["evaluator_s"] += c - r["compile_s"]
+        r["bare_s"] += c - r["compile_s"]
+        r["compile_s"] = c
+    [f], _ = eo.fit(rows)
+    assert f["compile_s"] == pytest.approx(0.6) and f["breakeven_work_s"] == pytest.approx((0.3 - 0.09) / 0.15)
 
 
 def test_break_even_at_the_edges():
@@ -75,6 +83,10 @@ def test_no_fit_through_noise():
     failed = _model(0.3, 1.1, 0.4, (0.2, 0.8, 2.0))
     failed[1] = _row(600, 0.8, 1.0, status="compile_error")
     fits, [reason] = eo.fit(failed)  # two budgets left ok
+    assert fits == [] and "fewer than 3" in reason
+    twice = _model(0.3, 1.1, 0.4, (0.2, 2.0))
+    twice.append({**twice[0], "evaluator_s": twice[0]["evaluator_s"] + 0.01})  # a budget again
+    fits, [reason] = eo.fit(twice)
     assert fits == [] and "fewer than 3" in reason
 
 
