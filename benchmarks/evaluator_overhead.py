@@ -286,6 +286,11 @@ def _median_rows(rows: list[dict]) -> dict:
     return out
 
 
+def _label(params: dict) -> str:
+    """``NAME=value,...``: a candidate's parameters in a table cell."""
+    return ",".join(f"{k}={v}" for k, v in params.items())
+
+
 def _fmt(v, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
@@ -297,7 +302,7 @@ def markdown(results: list[dict]) -> str:
             "| evaluator's own time (s) | bare calls (s) | overhead vs calls % |")
     lines = [head, "|" + "---|" * 15]
     for r in results:
-        p = ",".join(f"{k}={v}" for k, v in r["params"].items())
+        p = _label(r["params"])
         lat = r.get("latency_ms")
         if "overhead_pct" not in r:
             verdict = "n/a"
@@ -324,7 +329,7 @@ def flush_markdown(results: list[dict]) -> str:
              "| evict (µs) | NaN fill + evict (µs) | fill's extra per timed call (of kernel + evict) |", "|" + "---|" * 9]
     seen = set()
     for r in results:
-        p = ",".join(f"{k}={v}" for k, v in r["params"].items())
+        p = _label(r["params"])
         for label, f in (r.get("flush_us") or {}).items():
             if (r["workload"], p, label) in seen:  # the first budget's
                 continue
@@ -359,7 +364,7 @@ def fit(results: list[dict]) -> tuple[list[dict], list[str]]:
     fits, reasons = [], []
     t = TARGET_PCT / 100.0
     for rows in groups.values():
-        head = f"{rows[0]['workload']} {','.join(f'{k}={v}' for k, v in rows[0]['params'].items())}"
+        head = f"{rows[0]['workload']} {_label(rows[0]['params'])}"
         # What the overhead's numerator and denominator are made of: evaluator - bare compile
         # (the evaluator's compile, slowed by the input generation it overlaps, is its cost),
         # and the bare benchmark less its compile (load, warm-up, flushed calls).
@@ -391,7 +396,7 @@ def fit_markdown(fits: list[dict], reasons: list[str] = ()) -> str:
     lines = ["| workload | shape set | params | fixed (s) | per second of timing | r2 | bare compile (s) "
              "| bare work measured (s) | bare work for <= 15% (s) |", "|" + "---|" * 9]
     for f in fits:
-        p = ",".join(f"{k}={v}" for k, v in f["params"].items())
+        p = _label(f["params"])
         be = "never" if f["breakeven_work_s"] is None else f"{f['breakeven_work_s']:.1f}"
         lines.append(f"| {f['workload']} | {f['shape_set']} | {p} | {f['fixed_s']:.2f} | {100 * (f['slope'] - 1):+.0f}% "
                      f"| {f['r2']:.3f} | {f['compile_s']:.2f} | {f['work_s'][0]:.2f}-{f['work_s'][1]:.2f} | {be} |")

@@ -21,7 +21,6 @@ raise and become ``runtime_error`` with the CUDA message.
 
 from __future__ import annotations
 
-import dataclasses
 import traceback
 from typing import Any
 
@@ -99,16 +98,11 @@ def prepare(req: dict):
         ResolvedLaunch, arch_of_device, bench_events, bind_launches, device_info, import_cupy,
         kernel_attributes, load_kernels, make_l2_flush, prepare_kernels, run_bound,
     )
-    from kernels._sandbox_child import save_new
+    from kernels._sandbox_child import request_workload, save_new
     from kernels.timing import BenchSettings
-    from kernels.workloads import get_workload
 
     cp = import_cupy()
-    workload = get_workload(req["workload"])
-    if hasattr(workload, "for_shape_set"):
-        workload = workload.for_shape_set(req.get("shape_set"))
-    if isinstance(req.get("attrs"), dict):  # the parent's, whatever shape sets this process imported
-        workload = dataclasses.replace(workload, attrs={k: float(v) for k, v in req["attrs"].items()})
+    workload = request_workload(req)
     guard = int(req["guard"])
     info = device_info(cp)
     want = req["arch"].rstrip("a")

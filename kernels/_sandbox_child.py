@@ -343,16 +343,24 @@ def bind(lib: ctypes.CDLL, workload):
     return fn
 
 
-def _prepare_cpu(req: dict):
-    """Trusted phase of the CPU backend; returns the candidate phase as a callable."""
-    from kernels.timing import BenchSettings, bench
+def request_workload(req: dict):
+    """The request's workload as the parent has it: its shape set's, with the parent's
+    attributes (e.g. eps), whatever shape sets this process imported (every backend's child)."""
     from kernels.workloads import get_workload
 
     workload = get_workload(req["workload"])
     if hasattr(workload, "for_shape_set"):
-        workload = workload.for_shape_set(req.get("shape_set"))  # same attrs as the parent
-    if isinstance(req.get("attrs"), dict):  # the parent's, whatever shape sets this process imported
+        workload = workload.for_shape_set(req.get("shape_set"))
+    if isinstance(req.get("attrs"), dict):
         workload = dataclasses.replace(workload, attrs={k: float(v) for k, v in req["attrs"].items()})
+    return workload
+
+
+def _prepare_cpu(req: dict):
+    """Trusted phase of the CPU backend; returns the candidate phase as a callable."""
+    from kernels.timing import BenchSettings, bench
+
+    workload = request_workload(req)
     guard = int(req["guard"])
     cases = []
     for case in req["cases"]:
