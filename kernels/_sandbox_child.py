@@ -506,6 +506,8 @@ def _prepare(req: dict):
     must be imported or opened in this phase, before the lockdown.
     """
     backend = req.get("backend", "cpu")
+    if backend == "cpu" and req.get("mode") == "turns":
+        return _prepare_turns(req)
     if backend == "cpu":
         return _prepare_cpu(req)
     if backend == "cuda":
@@ -553,9 +555,11 @@ def serve(req: dict, result_fd: int, go_fd: int | None = None) -> None:
         _write(result_fd, b"{}\n" + _signed(key, {"ok": False, "error": f"prepare: {type(exc).__name__}: {exc}",
                                                   "traceback": traceback.format_exc()[-4000:]}))
         return
+    turns = req.get("mode") == "turns"
     if go_fd is not None:
         go = os.read(go_fd, 1)
-        os.close(go_fd)  # the candidate gets no channel to the parent
+        if not turns:
+            os.close(go_fd)  # the candidate gets no channel to the parent
         if not go:
             return
     try:
@@ -568,9 +572,82 @@ def serve(req: dict, result_fd: int, go_fd: int | None = None) -> None:
         os._exit(70)
     _write(result_fd, json.dumps(report).encode() + b"\n")
     try:
-        result = run()
+        # A turn-taking child keeps its channel: it calls the candidate once per command on it.
+        result = run(go_fd) if turns else run()
     except BaseException as exc:  # report, then let the parent classify runtime_error
         result = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
     _write(result_fd, _signed(key, result))
     sys.stdout.flush()
     sys.stderr.flush()
+
+
+def _prepare_turns(req: dict):
+    """Trusted phase of a turn-taking CPU child (one side of :mod:`kernels.paired`); returns
+    the candidate phase as a callable of the channel's descriptor.
+
+    The request's ``timed`` items are prepared as in the timing child (rotation sets, the
+    same flush). Then each byte ``k`` read from the channel is one call of item ``k``:
+    rotate and salt its inputs, flush (evict its buffers and NaN-fill its outputs), time the
+    call alone (``time.perf_counter_ns``), check that the sampled output elements were
+    written, acknowledge with ``b"."``. End-of-file ends the run; the result holds every
+    call's time in ns per item, in order (``samples_ns``), and the count of calls that left
+    output unwritten (``unwritten``).
+
+    Raises:
+        ValueError: a command names no item (from the candidate phase: ``runtime_error``).
+    """
+    from kernels.timing import BenchSettings
+
+    workload = request_workload(req)
+    guard = int(req["guard"])
+    items = []
+    for item in req["timed"]:
+        files = item.get("inputs") or [None] * len(item["seeds"])
+        first = _Io(workload, item["shape"], _inputs(workload, item["shape"], item["seeds"][0], files[0], guard), guard)
+        sets = [first] + [
+            _Io(workload, item["shape"], _inputs(workload, item["shape"], s, f, guard), guard, outputs=first.outputs)
+            for s, f in zip(item["seeds"][1:], files[1:])
+        ]
+        items.append((item, sets))
+    settings = BenchSettings(**req["bench"])
+    flush_method, evictor, rewrite = _flush_for(req, settings, True)
+    spot = np.random.default_rng()  # OS entropy: the sampled output elements are unknown to the candidate
+    rotations = [_Rotation(sets, int(item["fresh_seed"]), spot) for item, sets in items]
+    plans = [[evictor.plan([*s.inputs.values(), *s.outputs.values()], fill=s.output_bodies()) for s in sets]
+             for _, sets in items] if evictor else []
+    fills = bool(plans) and all(getattr(pl, "fills", False) for row in plans for pl in row)
+    traceback.format_exc()
+
+    def run(channel: int) -> dict:
+        lib = ctypes.CDLL(req["library"])  # candidate constructors run here, before any turn
+        fn = bind(lib, workload)
+        clock = time.perf_counter_ns
+        samples: list[list[int]] = [[] for _ in items]
+        while True:
+            command = os.read(channel, 1)
+            if not command:
+                break
+            k = command[0]
+            if k >= len(items):
+                raise ValueError(f"turn command {k} names no timed item (there are {len(items)})")
+            rot = rotations[k]
+            if fills:
+                rot.rotate()
+            else:
+                rot.prepare()
+            if plans:
+                plans[k][rot.cur]()
+            elif rewrite is not None:
+                rewrite()
+            args = rot.args
+            t0 = clock()
+            fn(*args)
+            samples[k].append(clock() - t0)
+            _write(channel, b".")  # the written-output check of this call runs at the next rotate()
+        for rot in rotations:
+            if rot.made:
+                rot.check_written()  # the last call of each item
+        unwritten = [rot.unwritten for rot in rotations]
+        return {"ok": True, "mode": "turns", "samples_ns": samples, "unwritten": unwritten, "flush": flush_method}
+
+    return run

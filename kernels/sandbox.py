@@ -73,6 +73,7 @@ import secrets
 import select
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -86,7 +87,7 @@ from pathlib import Path
 from kernels import config
 from kernels.hashing import result_mac
 
-__all__ = ["ChildRun", "DiskWatch", "SandboxError", "SandboxPolicy", "make_workdir", "private_tempdir", "remove_tree",
+__all__ = ["ChildRun", "DiskWatch", "PendingChild", "SandboxError", "SandboxPolicy", "TurnFailed", "make_workdir", "private_tempdir", "remove_tree",
            "run_child", "sweep_stale_tempdirs"]
 
 _TAIL = 4000  # characters of child stdout/stderr kept in the log
@@ -114,6 +115,11 @@ DEVICE_GLOBS: tuple[str, ...] = (
 
 class SandboxError(OSError):
     """The sandbox could not be set up (an infrastructure failure, not the candidate's)."""
+
+
+class TurnFailed(Exception):
+    """A turn-taking child did not complete a turn (:meth:`PendingChild.turn`): it hung,
+    died or broke its disk quota; the message says which."""
 
 
 @dataclass(frozen=True)
@@ -747,15 +753,24 @@ class PendingChild:
     be filled until just before :meth:`go`. Call exactly one of :meth:`go` and
     :meth:`cancel` (a child neither started nor cancelled is killed when this object is
     garbage-collected).
+
+    A child started with ``turns=True`` keeps its go channel (a Unix socket pair instead of a
+    pipe) after the go: :meth:`begin` lets it lock down, each :meth:`turn` makes it call the
+    candidate once and acknowledge, and :meth:`end` closes the channel and collects its
+    report. Between turns its process group is stopped (SIGSTOP), so two such children can
+    take turns with neither running while the other is timed (:mod:`kernels.paired`).
     """
 
     def __init__(self, *, mode: str, key: bytes, watch: DiskWatch, out_path: Path, err_path: Path,
                  rfd: int, thread: threading.Thread, chunks: list[bytes], go_w: int,
-                 proc: subprocess.Popen | None = None, pid: int | None = None, status=None) -> None:
+                 proc: subprocess.Popen | None = None, pid: int | None = None, status=None,
+                 turns: bool = False) -> None:
         self.mode, self.key, self.watch = mode, key, watch
         self.out_path, self.err_path = out_path, err_path
         self.rfd, self.thread, self.chunks, self.go_w = rfd, thread, chunks, go_w
         self.proc, self.pid, self.status = proc, pid, status
+        self.turns = turns
+        self.started: float | None = None
         self.done = False
 
     def _wait(self, timeout_s: float) -> tuple[int | None, bool]:
@@ -781,18 +796,95 @@ class PendingChild:
 
         Raises:
             SandboxError: the child could not confine itself (e.g. the privilege drop failed).
-            RuntimeError: :meth:`go` or :meth:`cancel` was called already.
+            RuntimeError: :meth:`go` or :meth:`cancel` was called already, or the child was
+                started with ``turns=True`` (use :meth:`begin`, :meth:`turn`, :meth:`end`).
         """
-        if self.done:
-            raise RuntimeError("PendingChild.go: this child was run or cancelled already")
-        start = time.monotonic()
+        if self.turns:
+            raise RuntimeError("PendingChild.go: a turn-taking child runs through begin, turn and end")
+        self.begin()
+        return self.end(timeout_s)
+
+    def begin(self) -> None:
+        """Let the child lock down and load the candidate. A turn-taking child then waits for
+        :meth:`turn`; any other runs to its end, collected by :meth:`end`.
+
+        Raises:
+            RuntimeError: :meth:`begin` or :meth:`cancel` was called already.
+        """
+        if self.done or self.started is not None:
+            raise RuntimeError("PendingChild.begin: this child was run or cancelled already")
+        self.started = time.monotonic()
         self.watch.rebase()  # what this process put there since the start (the library) is not the child's
         try:
             os.write(self.go_w, b"g")
-        except BrokenPipeError:
+        except (BrokenPipeError, ConnectionResetError):
             pass  # it exited already (a failed set-up): its report says why
         finally:
+            if not self.turns:
+                self._close_go()
+
+    def turn(self, command: int, timeout_s: float) -> float:
+        """One turn of a turn-taking child: resume its process group, send ``command`` (one
+        byte, 0-255: which of its timed items to call), wait for its acknowledgement, stop the
+        group again (SIGSTOP: nothing of it runs between turns, threads it left behind
+        included).
+
+        Returns:
+            Wall-clock seconds from the command to the acknowledgement.
+
+        Raises:
+            TurnFailed: no acknowledgement within ``timeout_s`` seconds, the channel closed
+                (the child died), or the disk quota was exceeded.
+            RuntimeError: not a turn-taking child, or not begun.
+        """
+        if not self.turns or self.started is None or self.go_w < 0:
+            raise RuntimeError("PendingChild.turn: only a begun turn-taking child takes turns")
+        self._signal(signal.SIGCONT)
+        t0 = time.monotonic()
+        try:
+            os.write(self.go_w, bytes((command,)))
+            ready, _, _ = select.select([self.go_w], [], [], max(timeout_s, 0.0))
+            ack = os.read(self.go_w, 1) if ready else None
+        except OSError as exc:
+            raise TurnFailed(f"the channel to the child failed: {exc}") from exc
+        finally:
+            self._signal(signal.SIGSTOP)
+        if ack is None:
+            raise TurnFailed(f"no acknowledgement of the call within {timeout_s:.3g} s")
+        if ack != b".":
+            raise TurnFailed("the child closed its channel (it died or exited)" if not ack else
+                             f"an unexpected acknowledgement {ack!r}")
+        if self.watch.poll():
+            raise TurnFailed(f"the child {self.watch.exceeded}")
+        return time.monotonic() - t0
+
+    def _signal(self, sig: int) -> None:
+        pid = self.pid if self.pid is not None else (self.proc.pid if self.proc is not None else None)
+        if pid is None:
+            return
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def end(self, timeout_s: float) -> ChildRun:
+        """Collect the child begun by :meth:`begin`: a turn-taking child is resumed and its
+        channel closed (it reports and exits); wait at most ``timeout_s`` seconds (wall
+        clock, from now) for it to exit, then kill its process group.
+
+        Returns:
+            :class:`ChildRun` (``wall_s``: from :meth:`begin` to the child's exit).
+
+        Raises:
+            SandboxError: the child could not confine itself (e.g. the privilege drop failed).
+            RuntimeError: not begun, or collected already.
+        """
+        if self.started is None or self.done:
+            raise RuntimeError("PendingChild.end: the child was not begun, or was collected already")
+        start = self.started
+        if self.turns:
             self._close_go()
+            self._signal(signal.SIGCONT)
         returncode, timed_out = self._wait(timeout_s)
         wall_s = time.monotonic() - start
         self.watch.check()  # also what a child wrote between the last poll and its exit
@@ -819,11 +911,12 @@ class PendingChild:
         )
 
     def cancel(self) -> None:
-        """Stop the child without running anything (it reads end-of-file instead of go, and
-        its group is killed); a no-op after :meth:`go`. Never raises."""
+        """Stop the child (it reads end-of-file instead of go, or instead of its next turn,
+        and its group is killed); a no-op once collected. Never raises."""
         if self.done:
             return
         self._close_go()
+        self._signal(signal.SIGCONT)
         try:
             self._wait(0)
         except OSError:
@@ -844,6 +937,7 @@ def start_child(
     env: Mapping[str, str] | None = None,
     own_bytes: int = 0,
     own_entries: int = 0,
+    turns: bool = False,
 ) -> PendingChild:
     """Start :mod:`kernels._sandbox_child` on ``request`` with ``workdir`` as its cwd; it
     prepares and waits for :meth:`PendingChild.go`.
@@ -858,6 +952,8 @@ def start_child(
         env: extra environment variables (see :func:`child_env`).
         own_bytes, own_entries: what the child's trusted code saves in ``workdir`` at most,
             allowed besides the policy's disk quota (:class:`DiskWatch`).
+        turns: the child takes turns (:meth:`PendingChild.turn`): its go channel is a socket
+            pair it keeps, and the request says ``"mode": "turns"``.
 
     Raises:
         SandboxError: the fork server failed.
@@ -878,7 +974,12 @@ def start_child(
         limits.append((resource.RLIMIT_NPROC, 4096))
     code = _BOOTSTRAP.format(limits=limits, root=_PROJECT_ROOT)
     rfd, wfd = os.pipe()
-    go_r, go_w = os.pipe()
+    if turns:  # both ways: commands to the child, its acknowledgements back
+        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        go_r, go_w = child_end.detach(), parent_end.detach()
+        request["mode"] = "turns"
+    else:
+        go_r, go_w = os.pipe()
     os.set_inheritable(go_w, False)
     out_path, err_path = logdir / "stdout", logdir / "stderr"
     chunks: list[bytes] = []
@@ -908,7 +1009,8 @@ def start_child(
         raise
     watch.attach(pid)
     return PendingChild(mode=mode, key=key, watch=watch, out_path=out_path, err_path=err_path, rfd=rfd,
-                        thread=_collect(rfd, reader), chunks=chunks, go_w=go_w, proc=proc, pid=pid, status=status)
+                        thread=_collect(rfd, reader), chunks=chunks, go_w=go_w, proc=proc, pid=pid, status=status,
+                        turns=turns)
 
 
 def run_child(

@@ -1,0 +1,115 @@
+"""The noise floor of a target: the smallest time ratio this host can resolve, and where it is kept.
+
+The floor is measured by A/A comparisons (:func:`kernels.paired.measure_noise_floor`): one
+kernel compared with itself, paired and interleaved, in fresh pairs of sandbox children
+(rounds). Every round's ratio would be exactly 1 on a noiseless host; the floor is how far
+the A/A comparison's interval (:func:`kernels.verdict.judge_rounds`) reaches from 1,
+``f = exp(max(|ln ci_low|, |ln ci_high|)) - 1``, and never below :data:`MIN_FLOOR`: the
+smallest ratio this host resolves with that many rounds.
+A paired comparison calls one kernel faster only when its whole interval lies outside
+``[1/(1+f), 1+f]`` (:func:`kernels.verdict.judge_rounds`).
+
+The floor depends on the host (CPU, compiler, load, frequency policy) and on the kind of
+kernel (a 5 us call is noisier than a 10 ms one), so it is kept per target fingerprint
+(:func:`fingerprint_key`: the backend's fingerprint, which names the CPU model, core count
+and compiler) and per (workload, shape set). :class:`FileFloorStore` keeps floors as JSON in
+``KERNELS_CACHE_DIR/noise-floor.json``; the web application keeps them in its database
+through the same two methods (:class:`FloorStore`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+from kernels import config
+from kernels.verdict import judge_rounds
+
+__all__ = ["MIN_FLOOR", "FileFloorStore", "FloorStore", "fingerprint_key", "floor_from_ratios", "floor_key"]
+
+#: No floor below 0.5%: differences that small are not a kernel's to claim on a shared host.
+MIN_FLOOR = 0.005
+
+
+def floor_from_ratios(aa_ratios: Sequence[float]) -> float:
+    """The noise floor ``f`` (a fraction) from A/A round ratios: how far their interval
+    (:func:`kernels.verdict.judge_rounds`, floor 0) reaches from 1, at least :data:`MIN_FLOOR`.
+
+    Raises:
+        ValueError: fewer than 2 ratios, or one that is not positive and finite.
+    """
+    aa = judge_rounds(aa_ratios, 0.0)
+    return max(MIN_FLOOR, math.expm1(max(abs(math.log(aa.ci[0])), abs(math.log(aa.ci[1])))))
+
+
+def fingerprint_key(fingerprint: dict) -> str:
+    """A stable 16-hex-digit digest of a backend fingerprint (sorted JSON, sha256)."""
+    return hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def floor_key(target: str, fingerprint: dict, workload: str, shape_set: str) -> str:
+    """``"<target>@<fingerprint digest>/<workload>/<shape set>"``: what one floor is kept under."""
+    return f"{target}@{fingerprint_key(fingerprint)}/{workload}/{shape_set}"
+
+
+class FloorStore(Protocol):
+    """Where floors are kept: ``get`` returns the entry stored under a :func:`floor_key` (or
+    None), ``put`` stores one. An entry is a JSON object with at least ``floor`` (a fraction),
+    ``aa_ratios``, ``rounds``, ``measured_at`` (Unix seconds) and ``fingerprint``."""
+
+    def get(self, key: str) -> dict | None: ...
+
+    def put(self, key: str, entry: dict) -> None: ...
+
+
+class FileFloorStore:
+    """Floors as one JSON object in a file (default ``KERNELS_CACHE_DIR/noise-floor.json``),
+    rewritten atomically; a missing or unreadable file holds no floor."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, path: str | os.PathLike | None = None) -> None:
+        self.path = Path(path) if path is not None else config.cache_dir() / "noise-floor.json"
+
+    def _read(self) -> dict:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def get(self, key: str) -> dict | None:
+        entry = self._read().get(key)
+        if not isinstance(entry, dict):
+            return None
+        floor = entry.get("floor")
+        if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not math.isfinite(floor) or floor < 0:
+            return None
+        return entry
+
+    def put(self, key: str, entry: dict) -> None:
+        """Store ``entry`` under ``key``.
+
+        Raises:
+            OSError: the file cannot be written.
+        """
+        with self._lock:
+            data = self._read()
+            data[key] = {**entry, "measured_at": entry.get("measured_at", time.time())}
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".noise-floor-", dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump(data, f, indent=1, sort_keys=True)
+                os.replace(tmp, self.path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise

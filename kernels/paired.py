@@ -1,0 +1,486 @@
+"""Paired, interleaved comparison of two kernels: "is B faster than A?" as a measurement.
+
+Samples taken in different processes at different times are not draws of one distribution:
+the difference between processes (frequency, page placement, cache colouring, other
+tenants) dominates, and two measurements of the same kernel "differ significantly". So a
+comparison is measured on its own, in *rounds*:
+
+1. Both kernels are compiled once (the same compiler and flags); their libraries' bytes say
+   whether they are identical.
+2. A round starts a fresh pair of sandbox children (:func:`kernels.sandbox.start_child`
+   with ``turns=True``), one per kernel, each confined as every evaluation child and in its
+   own private directory (neither can reach the other's process or files). Both generate the
+   same inputs (the round's seeds) into their own guarded buffers.
+3. The children take turns call by call in the order A B B A A B ... (the side that starts
+   alternates between rounds): each turn resumes one child, which rotates and salts its
+   inputs, flushes (evicts its buffers, NaN-fills its outputs, as the timing child does),
+   times one call and acknowledges; then its process group is stopped (SIGSTOP), so neither
+   runs while the other is timed. Per shape, :attr:`PairSettings.warmup_calls` turns each
+   are discarded, then turns continue until each side has at least ``min_calls`` timed calls
+   and ``round_ms`` of wall clock passed (at most ``max_calls``).
+4. A round's ratio is ``sum of B's per-shape medians / sum of A's``; the verdict is computed
+   over the rounds' ratios (:func:`kernels.verdict.judge_rounds`), against the target's noise
+   floor (:mod:`kernels.noise_floor`, measured here by A/A when none is stored).
+
+A side whose child fails (crashes, hangs past ``turn_timeout_s``, leaves sampled output
+elements unwritten, forges its report) ends the comparison with :class:`ComparisonFailed`
+naming the side. Correctness is not judged here: compare kernels that passed
+:func:`kernels.evaluate` (the command line and the web application do so first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kernels.backends import get_backend
+from kernels.noise_floor import FileFloorStore, FloorStore, floor_from_ratios, floor_key
+from kernels.sandbox import (
+    ChildRun, PendingChild, SandboxPolicy, TurnFailed, hand_over, make_workdir, place, private_tempdir, remove_tree,
+    start_child,
+)
+from kernels.space import SpaceError, format_defines
+from kernels.timing import FLUSH_MODES, evict_library, omp_environment
+from kernels.verdict import judge_rounds
+from kernels.workloads import Workload, get_workload, shape_label
+
+__all__ = ["ComparisonFailed", "Kernel", "PairSettings", "PairedComparison", "compare_paired", "measure_noise_floor"]
+
+GUARD_ELEMS = 1024  # sentinel elements before and after every buffer, as in the evaluator's children
+_FIRST_TURN_S = 120.0  # the first turn also waits for the child's input generation and lockdown
+
+
+class ComparisonFailed(Exception):
+    """A side of a paired comparison could not be measured.
+
+    Attributes:
+        side: ``"A"``, ``"B"`` or ``""`` (neither: e.g. the sandbox could not start).
+        reason: what happened, for a person.
+    """
+
+    def __init__(self, side: str, reason: str) -> None:
+        super().__init__(f"{side}: {reason}" if side else reason)
+        self.side, self.reason = side, reason
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One side of a comparison: a source defining the workload's C entry point and the
+    parameter values prepended to it as ``#define`` lines."""
+
+    source: str
+    params: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PairSettings:
+    """How a paired comparison is measured.
+
+    Attributes:
+        rounds: fresh pairs of children (the unit of replication), at least 2.
+        warmup_calls: untimed calls per side and shape at the start of each round, >= 1.
+        min_calls, max_calls: timed calls per side and shape in a round.
+        round_ms: wall clock (ms) of timed turns per shape in a round, both sides together;
+            turns continue past it until ``min_calls``.
+        flush: ``"evict"`` (default), ``"rewrite"`` or ``"none"``, as
+            :class:`kernels.timing.BenchSettings`.
+        turn_timeout_s: seconds one call (with its flush) may take before the side is failed.
+        seed: base seed of the rounds' inputs; None draws one.
+
+    Raises:
+        ValueError: a value out of range.
+    """
+
+    rounds: int = 8
+    warmup_calls: int = 3
+    min_calls: int = 15
+    max_calls: int = 400
+    round_ms: float = 150.0
+    flush: str = "evict"
+    turn_timeout_s: float = 30.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        for name, lo, hi in (("rounds", 2, 1000), ("warmup_calls", 1, 10_000), ("min_calls", 1, 100_000),
+                             ("max_calls", 1, 100_000)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ValueError(f"PairSettings: {name} must be an integer in [{lo}, {hi}], not {v!r}")
+        if self.min_calls > self.max_calls:
+            raise ValueError(f"PairSettings: min_calls {self.min_calls} exceeds max_calls {self.max_calls}")
+        for name, hi in (("round_ms", 600_000.0), ("turn_timeout_s", 3600.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= hi:
+                raise ValueError(f"PairSettings: {name} must be a number in (0, {hi:g}], not {v!r}")
+        if self.flush not in FLUSH_MODES:
+            raise ValueError(f"PairSettings: flush must be one of {', '.join(FLUSH_MODES)}, not {self.flush!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """The result of :func:`compare_paired`.
+
+    Attributes:
+        verdict: ``"a_faster"``, ``"b_faster"`` or ``"tie"`` (:func:`kernels.verdict.judge_rounds`).
+        ratio: geometric mean over rounds of ``time(B) / time(A)`` (> 1: A is faster).
+        ci: ``[low, high]`` 95% bootstrap interval of ``ratio`` over rounds.
+        p_value: sign-flip randomisation p-value over rounds.
+        noise_floor: the floor the interval had to clear (fraction); floor_source: where it
+            came from (``"given"``, ``"stored"``, ``"measured"``); floor: the stored entry.
+        rounds, round_ratios, rounds_needed, why: see :class:`kernels.verdict.RoundVerdict`.
+        median_a_ms, median_b_ms: median over rounds of each side's summed per-shape medians (ms).
+        shapes: per shape label ``{"ratio", "ci", "median_a_ms", "median_b_ms",
+            "round_ratios"}`` (the same statistic per shape; judged against the same floor).
+        calls: timed calls per side and shape in each round.
+        identical: both libraries have the same bytes (an A/A comparison in effect).
+        fingerprint: backend fingerprint, shape set, settings, seed, OpenMP environment.
+        duration_s: wall-clock seconds of the whole comparison.
+    """
+
+    verdict: str
+    ratio: float
+    ci: tuple[float, float]
+    p_value: float
+    noise_floor: float
+    floor_source: str
+    rounds: int
+    round_ratios: tuple[float, ...]
+    rounds_needed: int | None
+    why: str
+    median_a_ms: float
+    median_b_ms: float
+    shapes: dict[str, dict]
+    calls: list[dict[str, int]]
+    identical: bool
+    fingerprint: dict
+    duration_s: float
+    floor: dict | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ci"], d["round_ratios"] = list(self.ci), list(self.round_ratios)
+        return json.loads(json.dumps(d, default=str))
+
+
+def _shapes(wl: Workload, shape_set: str, labels: list[str] | None) -> list[dict]:
+    shapes = [dict(s) for s in wl.shapes(shape_set)]
+    if not labels:
+        return shapes
+    known = {shape_label(s): s for s in shapes}
+    missing = [x for x in labels if x not in known]
+    if missing:
+        raise KeyError(f"shape set {shape_set!r} of {wl.name} has no shape {', '.join(missing)}; "
+                       f"its shapes: {', '.join(known)}")
+    return [known[x] for x in labels]
+
+
+class _Side:
+    """One kernel's child in one round: its directories and its :class:`PendingChild`."""
+
+    def __init__(self, name: str, library: Path, request: dict, policy: SandboxPolicy, env: dict,
+                 timeout_s: float) -> None:
+        self.name = name
+        self.workdir = make_workdir(policy, {}, hand_over_dir=False)
+        self.logdir = private_tempdir("log")
+        self.child: PendingChild | None = None
+        req = {**request, "library": str(self.workdir / "candidate.so")}
+        place(policy, self.workdir, "candidate.so", library)
+        self.child = start_child(req, self.workdir, self.logdir, timeout_s, policy=policy, env=env, turns=True)
+        hand_over(policy, self.workdir, 0o700)
+        self.child.begin()
+        self.turns = 0
+
+    def turn(self, k: int, timeout_s: float) -> None:
+        try:
+            self.child.turn(k, _FIRST_TURN_S + timeout_s if self.turns == 0 else timeout_s)
+        except TurnFailed as exc:
+            raise ComparisonFailed(self.name, f"{exc}{self._tail()}") from exc
+        self.turns += 1
+
+    def _tail(self) -> str:
+        try:
+            err = (self.logdir / "stderr").read_text(errors="replace")[-600:].strip()
+        except OSError:
+            err = ""
+        return f"; its stderr: {err}" if err else ""
+
+    def finish(self, timeout_s: float) -> dict:
+        """The child's result, once it exited.
+
+        Raises:
+            ComparisonFailed: it crashed, timed out, forged or garbled its report, or failed.
+        """
+        run: ChildRun = self.child.end(timeout_s)
+        if run.disk:
+            raise ComparisonFailed(self.name, f"the child {run.disk}")
+        if run.timed_out:
+            raise ComparisonFailed(self.name, f"the child did not exit within {timeout_s:g} s of its last turn")
+        if not run.authentic:
+            raise ComparisonFailed(self.name, "its report was not the child's own (something else wrote to the pipe)")
+        try:
+            result = json.loads(run.result.decode() or "{}")
+        except (UnicodeDecodeError, ValueError):
+            result = {}
+        if run.returncode != 0 or not result.get("ok"):
+            why = result.get("error") or (f"exit status {run.returncode}" if run.returncode else "no report")
+            raise ComparisonFailed(self.name, f"the child failed: {why}" + (f"; stderr: {run.stderr[-600:]}"
+                                                                             if run.stderr else ""))
+        return result
+
+    def close(self) -> None:
+        if self.child is not None:
+            self.child.cancel()
+        for d in (self.workdir, self.logdir):
+            remove_tree(d)
+
+
+def _compile(be: Any, kernel: Kernel, side: str) -> Path:
+    from kernels.backends.cpu import CompileError  # noqa: PLC0415  (backend-specific error)
+
+    try:
+        defines = format_defines(kernel.params)
+    except (SpaceError, AttributeError, TypeError) as exc:
+        raise ComparisonFailed(side, f"bad parameters: {exc}") from exc
+    try:
+        return Path(be.compile(kernel.source, defines).path)
+    except CompileError as exc:
+        raise ComparisonFailed(side, f"compile error: {exc}") from exc
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _round(wl: Workload, shapes: list[dict], libraries: dict[str, Path], request: dict, settings: PairSettings,
+           policy: SandboxPolicy, env: dict, rng: np.random.Generator, a_first: bool) -> dict:
+    """One round: a fresh pair of children taking turns; per side and shape the timed calls (ms)."""
+    items = [{"id": f"t{k}", "shape": s, "seeds": [int(rng.integers(0, 2**62)) for _ in range(2)],
+              "fresh_seed": int(rng.integers(0, 2**62))} for k, s in enumerate(shapes)]
+    req = {**request, "timed": items}
+    budget_s = _FIRST_TURN_S + settings.turn_timeout_s * 4 * settings.max_calls * len(shapes)
+    sides: dict[str, _Side] = {}
+    try:
+        for name in ("A", "B") if a_first else ("B", "A"):
+            sides[name] = _Side(name, libraries[name], req, policy, env, budget_s)
+        first, second = (sides["A"], sides["B"]) if a_first else (sides["B"], sides["A"])
+        counts = []
+        for k in range(len(shapes)):
+            pairs = 0
+            for i in range(settings.warmup_calls):
+                order = (first, second) if i % 2 == 0 else (second, first)
+                for side in order:
+                    side.turn(k, settings.turn_timeout_s)
+            start = time.monotonic()
+            while pairs < settings.max_calls and (
+                    pairs < settings.min_calls or (time.monotonic() - start) * 1e3 < settings.round_ms):
+                order = (first, second) if (settings.warmup_calls + pairs) % 2 == 0 else (second, first)
+                for side in order:
+                    side.turn(k, settings.turn_timeout_s)
+                pairs += 1
+            counts.append(pairs)
+        results = {name: side.finish(30.0) for name, side in sides.items()}
+    finally:
+        for side in sides.values():
+            side.close()
+    out: dict[str, list[list[float]]] = {}
+    for name, result in results.items():
+        samples = result.get("samples_ns")
+        unwritten = result.get("unwritten") or []
+        if (not isinstance(samples, list) or len(samples) != len(shapes)
+                or any(not isinstance(s, list) or len(s) != settings.warmup_calls + n for s, n in zip(samples, counts))):
+            raise ComparisonFailed(name, "the child's report does not hold the calls it was asked for")
+        bad = [(shape_label(s), u) for s, u in zip(shapes, unwritten) if u]
+        if bad:
+            raise ComparisonFailed(name, "left sampled output elements unwritten (NaN) in "
+                                   + ", ".join(f"{u} calls at {label}" for label, u in bad) + ": it skips work")
+        out[name] = [[x / 1e6 for x in s[settings.warmup_calls:]] for s in samples]
+    return {"samples_ms": out, "calls": counts, "flush": results["A"].get("flush")}
+
+
+def compare_paired(
+    workload: str,
+    a: Kernel,
+    b: Kernel,
+    *,
+    shape_set: str = "llama3-8b",
+    shapes: list[str] | None = None,
+    backend: str = "cpu",
+    target: str | None = None,
+    settings: PairSettings | None = None,
+    noise_floor: float | None = None,
+    floor_store: FloorStore | None = None,
+    sandbox: SandboxPolicy | None = None,
+) -> PairedComparison:
+    """Is B faster than A? Measured paired and interleaved, in rounds (see the module).
+
+    Args:
+        workload: registered workload name, e.g. ``"rmsnorm"``.
+        a, b: the kernels (A is the reference side: ``ratio`` is B's time over A's).
+        shape_set: the workload's shape set to time.
+        shapes: labels of the shapes to time (``"rows=8,hidden=256"``); default all of the set.
+        backend: ``"cpu"`` (the backend with a turn-taking child).
+        target: target name the floor is kept under; default ``"cpu-<machine>"`` of the backend.
+        settings: :class:`PairSettings`; default ``PairSettings()``.
+        noise_floor: the floor to judge against (a fraction); default the stored one for
+            (target, fingerprint, workload, shape set), measured by :func:`measure_noise_floor`
+            and stored when there is none.
+        floor_store: where floors are read and kept; default :class:`FileFloorStore`.
+        sandbox: confinement of the children; default :meth:`SandboxPolicy.from_env`.
+
+    Returns:
+        :class:`PairedComparison`.
+
+    Raises:
+        KeyError: unknown workload, shape set, shape label or backend.
+        ValueError: a backend without a turn-taking child, or a negative ``noise_floor``.
+        ComparisonFailed: a side did not compile or its child failed (``side`` says which).
+        OSError: the sandbox cannot be started (:class:`kernels.sandbox.SandboxError`).
+    """
+    started = time.monotonic()
+    if noise_floor is not None and not noise_floor >= 0:
+        raise ValueError(f"compare_paired: noise_floor must be a fraction >= 0, not {noise_floor!r}")
+    wl = get_workload(workload)
+    wl.shapes(shape_set)  # KeyError early
+    if hasattr(wl, "for_shape_set"):
+        wl = wl.for_shape_set(shape_set)
+    chosen = _shapes(wl, shape_set, shapes)
+    be = get_backend(backend)
+    if getattr(be, "name", backend) != "cpu":
+        raise ValueError(f"paired comparison runs on the cpu backend's turn-taking child, not {backend!r}")
+    settings = settings or PairSettings()
+    policy = sandbox or SandboxPolicy.from_env()
+    fingerprint = be.fingerprint()
+    target = target or f"cpu-{fingerprint.get('machine', 'host')}"
+    base_seed = settings.seed if settings.seed is not None else secrets.randbits(62)
+    libraries = {"A": _compile(be, a, "A"), "B": _compile(be, b, "B")}
+    identical = _digest(libraries["A"]) == _digest(libraries["B"])
+    evict = None
+    if settings.flush == "evict":
+        from kernels.backends.cpu import CompileError  # noqa: PLC0415
+
+        try:
+            evict = str(evict_library())
+        except (CompileError, OSError):
+            evict = None  # the child says "rewrite ... (evict unavailable)" in its flush method
+    env = omp_environment("timing")
+    request = {"backend": "cpu", "workload": wl.name, "shape_set": shape_set, "guard": GUARD_ELEMS,
+               "bench": {"flush": settings.flush}, "evict_library": evict, "attrs": dict(wl.attrs), "cases": []}
+    floor_entry, floor_source = None, "given"
+    if noise_floor is None:
+        store = floor_store or FileFloorStore()
+        key = floor_key(target, fingerprint, wl.name, shape_set)
+        floor_entry = store.get(key)
+        floor_source = "stored"
+        if floor_entry is None:
+            floor_entry = _measure(wl, chosen, libraries["A"], request, settings, policy, env, base_seed + 1)
+            floor_entry.update(target=target, fingerprint=fingerprint, workload=wl.name, shape_set=shape_set)
+            try:
+                store.put(key, floor_entry)
+            except OSError:
+                pass  # the verdict stands; the next comparison measures again
+            floor_source = "measured"
+        noise_floor = float(floor_entry["floor"])
+    rng = np.random.default_rng(base_seed)
+    per_round: list[dict] = []
+    for r in range(settings.rounds):
+        per_round.append(_round(wl, chosen, libraries, request, settings, policy, env, rng, a_first=r % 2 == 0))
+    labels = [shape_label(s) for s in chosen]
+    med = {side: [[statistics.median(x) for x in rnd["samples_ms"][side]] for rnd in per_round] for side in ("A", "B")}
+    totals = [sum(mb) / sum(ma) for ma, mb in zip(med["A"], med["B"])]
+    verdict = judge_rounds(totals, noise_floor)
+    per_shape = {}
+    for k, label in enumerate(labels):
+        ratios = [mb[k] / ma[k] for ma, mb in zip(med["A"], med["B"])]
+        v = judge_rounds(ratios, noise_floor)
+        per_shape[label] = {"ratio": v.ratio, "ci": list(v.ci), "verdict": v.verdict,
+                            "median_a_ms": statistics.median(m[k] for m in med["A"]),
+                            "median_b_ms": statistics.median(m[k] for m in med["B"]),
+                            "round_ratios": list(v.round_ratios)}
+    return PairedComparison(
+        verdict=verdict.verdict, ratio=verdict.ratio, ci=verdict.ci, p_value=verdict.p_value,
+        noise_floor=noise_floor, floor_source=floor_source, rounds=verdict.rounds,
+        round_ratios=verdict.round_ratios, rounds_needed=verdict.rounds_needed, why=verdict.why,
+        median_a_ms=statistics.median(sum(m) for m in med["A"]),
+        median_b_ms=statistics.median(sum(m) for m in med["B"]),
+        shapes=per_shape, calls=[dict(zip(labels, rnd["calls"])) for rnd in per_round], identical=identical,
+        fingerprint={**fingerprint, "target": target, "shape_set": shape_set, "settings": settings.to_dict(),
+                     "seed": base_seed, "omp": env, "flush": per_round[0]["flush"] if per_round else None},
+        duration_s=time.monotonic() - started, floor=floor_entry,
+    )
+
+
+#: A/A rounds behind a measured floor: its maximum deviation needs enough rounds to be seen.
+FLOOR_ROUNDS = 12
+
+
+def _measure(wl: Workload, shapes: list[dict], library: Path, request: dict, settings: PairSettings,
+             policy: SandboxPolicy, env: dict, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    ratios = []
+    rounds = max(settings.rounds, FLOOR_ROUNDS)
+    for r in range(rounds):
+        rnd = _round(wl, shapes, {"A": library, "B": library}, request, settings, policy, env, rng, a_first=r % 2 == 0)
+        ma = [statistics.median(x) for x in rnd["samples_ms"]["A"]]
+        mb = [statistics.median(x) for x in rnd["samples_ms"]["B"]]
+        ratios.append(sum(mb) / sum(ma))
+    return {"floor": floor_from_ratios(ratios), "aa_ratios": ratios, "rounds": rounds, "measured_at": time.time(),
+            "kernel": _digest(library), "settings": settings.to_dict()}
+
+
+def measure_noise_floor(
+    workload: str,
+    kernel: Kernel,
+    *,
+    shape_set: str = "llama3-8b",
+    shapes: list[str] | None = None,
+    target: str | None = None,
+    settings: PairSettings | None = None,
+    floor_store: FloorStore | None = None,
+    sandbox: SandboxPolicy | None = None,
+) -> dict:
+    """Measure the noise floor by A/A: ``kernel`` against itself in at least
+    :data:`FLOOR_ROUNDS` rounds (:func:`kernels.noise_floor.floor_from_ratios`), and store it.
+
+    Returns:
+        The stored entry: ``floor`` (fraction), ``aa_ratios``, ``rounds``, ``measured_at``,
+        ``target``, ``fingerprint``, ``workload``, ``shape_set``, ``key``.
+
+    Raises:
+        As :func:`compare_paired`; OSError also when the store cannot be written.
+    """
+    wl = get_workload(workload)
+    wl.shapes(shape_set)
+    if hasattr(wl, "for_shape_set"):
+        wl = wl.for_shape_set(shape_set)
+    chosen = _shapes(wl, shape_set, shapes)
+    be = get_backend("cpu")
+    settings = settings or PairSettings()
+    policy = sandbox or SandboxPolicy.from_env()
+    fingerprint = be.fingerprint()
+    target = target or f"cpu-{fingerprint.get('machine', 'host')}"
+    library = _compile(be, kernel, "A")
+    from kernels.backends.cpu import CompileError  # noqa: PLC0415
+
+    try:
+        evict = str(evict_library()) if settings.flush == "evict" else None
+    except (CompileError, OSError):
+        evict = None
+    request = {"backend": "cpu", "workload": wl.name, "shape_set": shape_set, "guard": GUARD_ELEMS,
+               "bench": {"flush": settings.flush}, "evict_library": evict, "attrs": dict(wl.attrs), "cases": []}
+    seed = settings.seed if settings.seed is not None else secrets.randbits(62)
+    entry = _measure(wl, chosen, library, request, settings, policy, omp_environment("timing"), seed)
+    key = floor_key(target, fingerprint, wl.name, shape_set)
+    entry.update(target=target, fingerprint=fingerprint, workload=wl.name, shape_set=shape_set)
+    (floor_store or FileFloorStore()).put(key, entry)
+    return {**entry, "key": key}
