@@ -89,12 +89,18 @@ _ARCH = {
         "unshare": 272, "setns": 308, "bpf": 321, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "clone3": 435, "memfd_create": 319,
         "rt_sigaction": 13, "userfaultfd": 323, "fallocate": 285,
+        "kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
+        "pidfd_open": 434, "pidfd_send_signal": 424, "pidfd_getfd": 438, "process_vm_readv": 310,
+        "process_vm_writev": 311, "kcmp": 312, "prlimit64": 302,
     }),
     "aarch64": (0xC00000B7, 277, {
         "mount": 40, "unshare": 97, "ptrace": 117, "socket": 198, "socketpair": 199, "clone": 220,
         "setns": 268, "bpf": 280, "io_uring_setup": 425, "io_uring_enter": 426,
         "io_uring_register": 427, "clone3": 435, "memfd_create": 279,
         "rt_sigaction": 134, "userfaultfd": 282, "fallocate": 47,
+        "kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240,
+        "pidfd_open": 434, "pidfd_send_signal": 424, "pidfd_getfd": 438, "process_vm_readv": 270,
+        "process_vm_writev": 271, "kcmp": 272, "prlimit64": 261,
     }),
 }
 
@@ -346,8 +352,22 @@ def _ret(k: int) -> bytes:
     return _insn(0x06, 0, 0, k)  # BPF_RET | BPF_K
 
 
-def _seccomp_program(machine: str) -> tuple[bytes, int, list[str]]:
+def _own_process_only(nr: int, pid: int, *, group: bool = False) -> list[bytes]:
+    """Allow syscall ``nr`` only when its first argument (a pid or thread-group id, the low 32
+    bits the kernel reads) is this process (``pid``) or, with ``group``, 0 or ``-pid`` (its own
+    process group: the child leads its session); else EPERM."""
+    targets = [pid] + ([0, -pid] if group else [])
+    body = [_ld(16)]
+    for i, t in enumerate(targets):
+        last = i == len(targets) - 1
+        body.append(_jeq(t & 0xFFFFFFFF, len(targets) - 1 - i, 1 if last else 0))
+    body += [_ret(_RET_ALLOW), _ret(_RET_ERRNO | errno.EPERM)]
+    return [_jeq(nr, 0, len(body))] + body
+
+
+def _seccomp_program(machine: str, pid: int | None = None) -> tuple[bytes, int, list[str]]:
     arch, sys_seccomp, nr = _ARCH[machine]
+    pid = os.getpid() if pid is None else pid
     eacces, eperm, enosys = _RET_ERRNO | errno.EACCES, _RET_ERRNO | errno.EPERM, _RET_ERRNO | errno.ENOSYS
     prog = [_ld(4), _jeq(arch, 1, 0), _ret(_RET_KILL_PROCESS), _ld(0)]
     if machine == "x86_64":  # x32 ABI: syscall numbers with bit 30 set
@@ -369,12 +389,25 @@ def _seccomp_program(machine: str) -> tuple[bytes, int, list[str]]:
         # (a terabyte in milliseconds, also on the log files); posix_fallocate falls back to
         # writes, which the limit bounds
         "fallocate": _RET_ERRNO | errno.EOPNOTSUPP,
+        # reaching other processes (another sandbox child of the same user, the worker):
+        # signals by thread id, process descriptors, another process's memory
+        "tkill": eperm, "pidfd_open": eperm, "pidfd_send_signal": eperm, "pidfd_getfd": eperm,
+        "process_vm_readv": eperm, "process_vm_writev": eperm, "kcmp": eperm,
     }
     names = []
     for name, action in denied.items():
         if name in nr:
             prog += [_jeq(nr[name], 0, 1), _ret(action)]
             names.append(name)
+    # Signals and limits only for this process: every sandbox child of a comparison runs as
+    # the same user, and kill(-1, ...) or prlimit64(pid, ...) would reach the other one.
+    for name, group in (("kill", True), ("tgkill", False), ("rt_sigqueueinfo", False),
+                        ("rt_tgsigqueueinfo", False)):
+        prog += _own_process_only(nr[name], pid, group=group)
+        names.append(f"{name} (other processes)")
+    prog += [_jeq(nr["prlimit64"], 0, 5), _ld(16), _jeq(0, 1, 0), _jeq(pid & 0xFFFFFFFF, 0, 1),
+             _ret(_RET_ALLOW), _ret(eperm)]
+    names.append("prlimit64 (other processes)")
     # clone: allowed only for threads (CLONE_THREAD set in the low word of args[0]).
     prog += [_jeq(nr["clone"], 0, 4), _ld(16), _insn(0x45, 0, 1, CLONE_THREAD), _ret(_RET_ALLOW), _ret(eperm)]
     names.append("clone (processes)")

@@ -7,6 +7,10 @@ Commands::
         [--params '{"UNROLL": 4}'] [--shape llama3-8b] [--target T] [--seed S] [--quick] --json
     python -m kernels tune --workload rmsnorm --backend cpu --budget 20 [--shape test-small] \\
         [--seed S] [--quick] [--json]
+    python -m kernels compare --workload rmsnorm [--shape S] --a a.c [--params-a JSON] \\
+        --b b.c [--params-b JSON] [--rounds N] [--noise-floor F] [--no-validate] [--json]
+    python -m kernels noise-floor --workload rmsnorm [--shape S] [--source k.c] [--params JSON] \\
+        [--rounds N] [--json]
 
 ``evaluate --json`` prints one JSON object: ``status``, ``reason``, ``cases`` (per case
 ``kind``, ``label``, ``seed``, ``max_abs_error``, ``max_rel_error``, ``passed``,
@@ -18,8 +22,18 @@ CUDA registers and occupancy; ``{}`` otherwise), ``fingerprint`` (including ``sa
 search over the workload's default design space with a progress bar on stderr and prints the
 best candidate.
 
-Exit status: 0 when the (best) candidate is ``ok``, 1 when it is not, 2 for usage errors
-(unknown workload, shape set or backend, unreadable source, bad ``--params``).
+``compare`` first validates both kernels (``evaluate`` with the short timing protocol; skip
+with ``--no-validate``), then measures them paired and interleaved in rounds
+(:func:`kernels.paired.compare_paired`) and prints one object: ``verdict`` (``a_faster``,
+``b_faster`` or ``tie``), ``ratio`` (median over rounds of B's time over A's), ``ci``
+(``[low, high]``), ``noise_floor`` (fraction) and ``floor_source``, ``rounds``,
+``round_ratios``, ``rounds_needed``, ``why``, ``shapes``, ``identical``, ``median_a_ms``,
+``median_b_ms``, ``a_status``, ``b_status``. ``noise-floor`` measures this host's floor by
+A/A (the template's first point by default) and stores it (``KERNELS_CACHE_DIR``).
+
+Exit status: 0 when the (best) candidate is ``ok`` (``compare``: whatever the verdict), 1 when
+it is not (``compare``: a kernel failed its validation or its paired measurement), 2 for
+usage errors (unknown workload, shape set or backend, unreadable source, bad ``--params``).
 """
 
 from __future__ import annotations
@@ -75,7 +89,36 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--budget", type=int, required=True, help="number of candidates to evaluate")
     t.add_argument("--source", default=None, help="template file (default: the workload's template)")
     t.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+    c = sub.add_parser("compare", help="is B faster than A? paired, interleaved, in rounds")
+    c.add_argument("--workload", required=True, help="workload name, e.g. rmsnorm")
+    c.add_argument("--shape", default=None, help="shape set name (default: the workload's first)")
+    c.add_argument("--a", required=True, metavar="FILE", help="source of kernel A (the reference side)")
+    c.add_argument("--params-a", default="{}", help="A's parameter values as a JSON object")
+    c.add_argument("--b", required=True, metavar="FILE", help="source of kernel B")
+    c.add_argument("--params-b", default="{}", help="B's parameter values as a JSON object")
+    floor_options(c)
+    c.add_argument("--noise-floor", type=float, default=None,
+                   help="judge against this floor (a fraction, e.g. 0.02) instead of the host's stored one")
+    c.add_argument("--no-validate", action="store_true", help="skip the correctness check of both kernels")
+    c.add_argument("--json", action="store_true", help="print one JSON object (default: a summary)")
+
+    n = sub.add_parser("noise-floor", help="measure this host's noise floor by an A/A comparison and store it")
+    n.add_argument("--workload", required=True, help="workload name, e.g. rmsnorm")
+    n.add_argument("--shape", default=None, help="shape set name (default: the workload's first)")
+    n.add_argument("--source", default=None, help="kernel source (default: the workload's template)")
+    n.add_argument("--params", default=None, help="parameter values as a JSON object (default: the template's first point)")
+    floor_options(n)
+    n.add_argument("--json", action="store_true", help="print the stored entry as one JSON object")
     return p
+
+
+def floor_options(sp: argparse.ArgumentParser) -> None:
+    """Options of the paired measurement (``compare``, ``noise-floor``)."""
+    sp.add_argument("--rounds", type=int, default=None, help="fresh pairs of children (default 8; floor: at least 12)")
+    sp.add_argument("--target", default=None, help="target the floor is kept under (default cpu-<machine>)")
+    sp.add_argument("--seed", type=int, default=None, help="base seed of the inputs (default: fresh)")
+    sp.add_argument("--quick", action="store_true", help="few, short rounds (smoke tests, not for decisions)")
 
 
 def _finite(x: Any) -> Any:
@@ -358,11 +401,112 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return 0 if best else 1
 
 
+QUICK_PAIRS = {"rounds": 4, "warmup_calls": 2, "min_calls": 5, "max_calls": 50, "round_ms": 20.0}
+
+
+def _json_object(text: str, option: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise _UsageError(f"{option} is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise _UsageError(f"{option} must be a JSON object")
+    return value
+
+
+def _pair_settings(args: argparse.Namespace):
+    from kernels.paired import PairSettings  # noqa: PLC0415
+
+    given = {**(QUICK_PAIRS if args.quick else {}), **({"rounds": args.rounds} if args.rounds is not None else {}),
+             "seed": args.seed}
+    try:
+        return PairSettings(**given)
+    except ValueError as exc:
+        raise _UsageError(str(exc).replace("PairSettings: rounds", "--rounds")) from None
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from kernels.paired import ComparisonFailed, Kernel, compare_paired  # noqa: PLC0415
+
+    shape_set = _shape_set(args.workload, args.shape)
+    kernels_ = {side: Kernel(_source(args.workload, "cpu", path), _json_object(params, f"--params-{side.lower()}"))
+                for side, path, params in (("A", args.a, args.params_a), ("B", args.b, args.params_b))}
+    settings = _pair_settings(args)
+    if args.noise_floor is not None and not (math.isfinite(args.noise_floor) and 0 <= args.noise_floor < 1):
+        raise _UsageError(f"--noise-floor must be a fraction in [0, 1), got {args.noise_floor}")
+    out: dict[str, Any] = {"workload": args.workload, "shape_set": shape_set}
+    failed = []
+    for side, k in kernels_.items():
+        if args.no_validate:
+            out[f"{side.lower()}_status"] = None
+            continue
+        args.backend, args.timeout = "cpu", 60.0
+        args_quick, args.quick = args.quick, True
+        ev = _evaluate(args, k.source, k.params, shape_set, args.seed)
+        args.quick = args_quick
+        out[f"{side.lower()}_status"] = str(ev.status)
+        if ev.status != "ok":
+            reason = ev.log.rsplit("== verdict ==\n", 1)[-1].strip()
+            failed.append(f"{side} is {ev.status}: {reason}")
+    if not failed:
+        try:
+            result = compare_paired(args.workload, kernels_["A"], kernels_["B"], shape_set=shape_set, target=args.target,
+                                    settings=settings, noise_floor=args.noise_floor)
+        except ComparisonFailed as exc:
+            failed.append(str(exc))
+        except (KeyError, ValueError) as exc:
+            raise _UsageError(exc.args[0] if exc.args else str(exc)) from None
+        else:
+            out.update(result.to_dict())
+    if failed:
+        out["error"] = "; ".join(failed)
+    if args.json:
+        print(json.dumps(out, allow_nan=False, default=_finite))
+    elif failed:
+        print(f"not compared: {out['error']}")
+    else:
+        print(f"{out['verdict']}: {out['why']}")
+        for label, s in out["shapes"].items():
+            print(f"  {label}: A {s['median_a_ms']:.4g} ms, B {s['median_b_ms']:.4g} ms, ratio {s['ratio']:.4f} "
+                  f"(CI {s['ci'][0]:.4f}-{s['ci'][1]:.4f})")
+        print(f"  noise floor {out['noise_floor']:.2%} ({out['floor_source']}), {out['rounds']} rounds"
+              + ("; the two libraries are identical" if out["identical"] else ""))
+    return 1 if failed else 0
+
+
+def _cmd_noise_floor(args: argparse.Namespace) -> int:
+    from kernels.paired import ComparisonFailed, Kernel, measure_noise_floor  # noqa: PLC0415
+    from kernels.templates import default_space  # noqa: PLC0415
+
+    shape_set = _shape_set(args.workload, args.shape)
+    source = _source(args.workload, "cpu", args.source)
+    if args.params is not None:
+        params = _json_object(args.params, "--params")
+    elif args.source is None:
+        params = next(default_space(args.workload).iter_valid(), {})
+    else:
+        params = {}
+    try:
+        entry = measure_noise_floor(args.workload, Kernel(source, params), shape_set=shape_set, target=args.target,
+                                    settings=_pair_settings(args))
+    except ComparisonFailed as exc:
+        print(f"error: the A/A comparison failed: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(entry, allow_nan=False, default=_finite))
+    else:
+        print(f"noise floor of {entry['target']} for {args.workload} on {shape_set}: {entry['floor']:.2%} "
+              f"({entry['rounds']} A/A rounds, ratios {min(entry['aa_ratios']):.4f}-{max(entry['aa_ratios']):.4f}); "
+              f"kept as {entry['key']}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (see the module docstring)."""
     args = _parser().parse_args(argv)
     try:
-        return {"workloads": _cmd_workloads, "evaluate": _cmd_evaluate, "tune": _cmd_tune}[args.command](args)
+        return {"workloads": _cmd_workloads, "evaluate": _cmd_evaluate, "tune": _cmd_tune, "compare": _cmd_compare,
+                "noise-floor": _cmd_noise_floor}[args.command](args)
     except _UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

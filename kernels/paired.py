@@ -245,17 +245,56 @@ class _Side:
             remove_tree(d)
 
 
-def _compile(be: Any, kernel: Kernel, side: str) -> Path:
-    from kernels.backends.cpu import CompileError  # noqa: PLC0415  (backend-specific error)
+class _Setup:
+    """What both :func:`compare_paired` and :func:`measure_noise_floor` start from: the
+    workload at its shape set, the shapes, the settings, the sandbox, the backend's
+    fingerprint and target, the base seed and the children's request."""
 
-    try:
-        defines = format_defines(kernel.params)
-    except (SpaceError, AttributeError, TypeError) as exc:
-        raise ComparisonFailed(side, f"bad parameters: {exc}") from exc
-    try:
-        return Path(be.compile(kernel.source, defines).path)
-    except CompileError as exc:
-        raise ComparisonFailed(side, f"compile error: {exc}") from exc
+    def __init__(self, workload: str, shape_set: str, shapes: list[str] | None, settings: PairSettings | None,
+                 sandbox: SandboxPolicy | None, target: str | None) -> None:
+        wl = get_workload(workload)
+        wl.shapes(shape_set)  # KeyError early for an unknown shape set
+        self.wl = wl.for_shape_set(shape_set) if hasattr(wl, "for_shape_set") else wl
+        self.shapes = _shapes(self.wl, shape_set, shapes)
+        self.be = get_backend("cpu")
+        self.settings = settings or PairSettings()
+        self.policy = sandbox or SandboxPolicy.from_env()
+        self.env = omp_environment("timing")
+        self.fingerprint = self.be.fingerprint()
+        self.target = target or f"cpu-{self.fingerprint.get('machine', 'host')}"
+        self.seed = self.settings.seed if self.settings.seed is not None else secrets.randbits(62)
+        self.request = {"backend": "cpu", "workload": self.wl.name, "shape_set": shape_set, "guard": GUARD_ELEMS,
+                        "bench": {"flush": self.settings.flush}, "evict_library": self._evict(),
+                        "attrs": dict(self.wl.attrs), "cases": []}
+
+    def _evict(self) -> str | None:
+        """The eviction helper for the ``"evict"`` flush; None makes the children say
+        "rewrite ... (evict unavailable)" in their flush method."""
+        if self.settings.flush != "evict":
+            return None
+        from kernels.backends.cpu import CompileError  # noqa: PLC0415  (backend-specific error)
+
+        try:
+            return str(evict_library())
+        except (CompileError, OSError):
+            return None
+
+    def compile(self, kernel: Kernel, side: str) -> Path:
+        """The kernel's library (compile cache).
+
+        Raises:
+            ComparisonFailed: bad parameters or a compile error, naming ``side``.
+        """
+        from kernels.backends.cpu import CompileError  # noqa: PLC0415
+
+        try:
+            defines = format_defines(kernel.params)
+        except (SpaceError, AttributeError, TypeError) as exc:
+            raise ComparisonFailed(side, f"bad parameters: {exc}") from exc
+        try:
+            return Path(self.be.compile(kernel.source, defines).path)
+        except CompileError as exc:
+            raise ComparisonFailed(side, f"compile error: {exc}") from exc
 
 
 def _digest(path: Path) -> str:
@@ -350,32 +389,13 @@ def compare_paired(
     started = time.monotonic()
     if noise_floor is not None and not noise_floor >= 0:
         raise ValueError(f"compare_paired: noise_floor must be a fraction >= 0, not {noise_floor!r}")
-    wl = get_workload(workload)
-    wl.shapes(shape_set)  # KeyError early
-    if hasattr(wl, "for_shape_set"):
-        wl = wl.for_shape_set(shape_set)
-    chosen = _shapes(wl, shape_set, shapes)
-    be = get_backend(backend)
-    if getattr(be, "name", backend) != "cpu":
+    if getattr(get_backend(backend), "name", backend) != "cpu":
         raise ValueError(f"paired comparison runs on the cpu backend's turn-taking child, not {backend!r}")
-    settings = settings or PairSettings()
-    policy = sandbox or SandboxPolicy.from_env()
-    fingerprint = be.fingerprint()
-    target = target or f"cpu-{fingerprint.get('machine', 'host')}"
-    base_seed = settings.seed if settings.seed is not None else secrets.randbits(62)
-    libraries = {"A": _compile(be, a, "A"), "B": _compile(be, b, "B")}
+    ctx = _Setup(workload, shape_set, shapes, settings, sandbox, target)
+    wl, chosen, settings, policy, env, request = ctx.wl, ctx.shapes, ctx.settings, ctx.policy, ctx.env, ctx.request
+    fingerprint, target, base_seed = ctx.fingerprint, ctx.target, ctx.seed
+    libraries = {"A": ctx.compile(a, "A"), "B": ctx.compile(b, "B")}
     identical = _digest(libraries["A"]) == _digest(libraries["B"])
-    evict = None
-    if settings.flush == "evict":
-        from kernels.backends.cpu import CompileError  # noqa: PLC0415
-
-        try:
-            evict = str(evict_library())
-        except (CompileError, OSError):
-            evict = None  # the child says "rewrite ... (evict unavailable)" in its flush method
-    env = omp_environment("timing")
-    request = {"backend": "cpu", "workload": wl.name, "shape_set": shape_set, "guard": GUARD_ELEMS,
-               "bench": {"flush": settings.flush}, "evict_library": evict, "attrs": dict(wl.attrs), "cases": []}
     floor_entry, floor_source = None, "given"
     if noise_floor is None:
         store = floor_store or FileFloorStore()
@@ -420,7 +440,7 @@ def compare_paired(
     )
 
 
-#: A/A rounds behind a measured floor: its maximum deviation needs enough rounds to be seen.
+#: A/A rounds behind a measured floor (fewer give a wide interval, so a high floor).
 FLOOR_ROUNDS = 12
 
 
@@ -459,27 +479,10 @@ def measure_noise_floor(
     Raises:
         As :func:`compare_paired`; OSError also when the store cannot be written.
     """
-    wl = get_workload(workload)
-    wl.shapes(shape_set)
-    if hasattr(wl, "for_shape_set"):
-        wl = wl.for_shape_set(shape_set)
-    chosen = _shapes(wl, shape_set, shapes)
-    be = get_backend("cpu")
-    settings = settings or PairSettings()
-    policy = sandbox or SandboxPolicy.from_env()
-    fingerprint = be.fingerprint()
-    target = target or f"cpu-{fingerprint.get('machine', 'host')}"
-    library = _compile(be, kernel, "A")
-    from kernels.backends.cpu import CompileError  # noqa: PLC0415
-
-    try:
-        evict = str(evict_library()) if settings.flush == "evict" else None
-    except (CompileError, OSError):
-        evict = None
-    request = {"backend": "cpu", "workload": wl.name, "shape_set": shape_set, "guard": GUARD_ELEMS,
-               "bench": {"flush": settings.flush}, "evict_library": evict, "attrs": dict(wl.attrs), "cases": []}
-    seed = settings.seed if settings.seed is not None else secrets.randbits(62)
-    entry = _measure(wl, chosen, library, request, settings, policy, omp_environment("timing"), seed)
+    ctx = _Setup(workload, shape_set, shapes, settings, sandbox, target)
+    library = ctx.compile(kernel, "A")
+    entry = _measure(ctx.wl, ctx.shapes, library, ctx.request, ctx.settings, ctx.policy, ctx.env, ctx.seed)
+    target, fingerprint, wl = ctx.target, ctx.fingerprint, ctx.wl
     key = floor_key(target, fingerprint, wl.name, shape_set)
     entry.update(target=target, fingerprint=fingerprint, workload=wl.name, shape_set=shape_set)
     (floor_store or FileFloorStore()).put(key, entry)

@@ -1,0 +1,230 @@
+"""The paired, interleaved comparison through real sandbox children taking turns.
+
+Kernels here are single-threaded scalar RMSNorm with a tunable amount of extra work (rows
+computed again), timed on one shape where a call takes a fraction of a millisecond (the double-precision sum
+of squares is a dependent chain, so time follows work; short calls are rarely preempted): the
+differences the tests plant are differences of work, not of noise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernels import sandbox
+from kernels.noise_floor import FileFloorStore
+from kernels.paired import ComparisonFailed, Kernel, PairSettings, compare_paired, measure_noise_floor
+
+ROOT = Path(__file__).resolve().parents[2]
+SHAPE = ["rows=32,hidden=4096"]  # llama3-8b: about 0.2 ms a call for the scalar kernel, compute-bound
+
+SCALAR = r"""
+#include <math.h>
+#include <stddef.h>
+#ifndef EXTRA_PERMILLE
+#define EXTRA_PERMILLE 0
+#endif
+static void row(const float *x, const float *w, float *y, int hidden, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < hidden; i++) ss += (double)x[i] * x[i];
+    float inv = (float)(1.0 / sqrt(ss / hidden + eps));
+    for (int i = 0; i < hidden; i++) y[i] = x[i] * inv * w[i];
+}
+void rmsnorm(const float *x, const float *w, float *y, int rows, int hidden, float eps) {
+    PRELUDE
+    for (int r = 0; r < rows; r++) row(x + (size_t)r * hidden, w, y + (size_t)r * hidden, hidden, eps);
+    /* the same rows again: more work, the same result */
+    int extra = (int)((long)rows * EXTRA_PERMILLE / 1000);
+    for (int r = 0; r < extra; r++) row(x + (size_t)r * hidden, w, y + (size_t)r * hidden, hidden, eps);
+}
+"""
+
+QUICK = PairSettings(rounds=6, warmup_calls=2, min_calls=8, max_calls=60, round_ms=40.0)
+
+
+def kernel(prelude: str = "", includes: str = "", **params) -> Kernel:
+    return Kernel(includes + SCALAR.replace("PRELUDE", prelude), params)
+
+
+@pytest.fixture
+def store(tmp_path) -> FileFloorStore:
+    return FileFloorStore(tmp_path / "floors.json")
+
+
+def test_identical_kernels_come_out_tied_every_time(store):
+    """A/A: the same kernel, with a #define it never reads differing, is a tie in each of three
+    comparisons, against a floor this host measured by A/A first."""
+    a, b = kernel(UNUSED=1), kernel(UNUSED=2)
+    results = [compare_paired("rmsnorm", a, b, shape_set="llama3-8b", shapes=SHAPE, settings=QUICK, floor_store=store)
+               for _ in range(3)]
+    assert [r.verdict for r in results] == ["tie"] * 3, [r.why for r in results]
+    assert all(r.identical for r in results)
+    assert results[0].floor_source == "measured" and results[1].floor_source == "stored"
+    assert results[0].noise_floor == results[2].noise_floor > 0
+    assert all(len(r.round_ratios) == QUICK.rounds for r in results)
+
+
+def test_a_kernel_doing_half_again_the_work_is_found_slower(store):
+    r = compare_paired("rmsnorm", kernel(), kernel(EXTRA_PERMILLE=500), shape_set="llama3-8b", shapes=SHAPE,
+                       settings=QUICK, floor_store=store)
+    assert r.verdict == "a_faster", r.why
+    assert 1.3 < r.ratio < 1.7 and r.ci[0] > 1 + r.noise_floor
+    assert not r.identical
+    swapped = compare_paired("rmsnorm", kernel(EXTRA_PERMILLE=500), kernel(), shape_set="llama3-8b", shapes=SHAPE,
+                             settings=QUICK, floor_store=store)
+    assert swapped.verdict == "b_faster", swapped.why
+
+
+def test_a_five_percent_difference_is_found_or_the_rounds_it_needs_are_given(store):
+    r = compare_paired("rmsnorm", kernel(), kernel(EXTRA_PERMILLE=50), shape_set="llama3-8b", shapes=SHAPE,
+                       settings=PairSettings(rounds=10, warmup_calls=2, min_calls=10, round_ms=60.0),
+                       floor_store=store)
+    if r.verdict == "a_faster":
+        assert 1.02 < r.ratio < 1.09, r.why
+    else:  # this host cannot resolve it with these rounds: the result says what it would take
+        assert r.verdict == "tie", r.why
+        assert (r.rounds_needed is not None and r.rounds_needed > r.rounds) or "no number of rounds" in r.why, r.why
+    assert r.verdict != "b_faster"
+
+
+def test_a_side_that_skips_work_fails_the_comparison(store):
+    lazy = kernel(prelude="static int calls; if (calls++ > 1) return;")
+    with pytest.raises(ComparisonFailed) as err:
+        compare_paired("rmsnorm", kernel(), lazy, shape_set="llama3-8b", shapes=SHAPE, settings=QUICK,
+                       noise_floor=0.02, floor_store=store)
+    assert err.value.side == "B" and "unwritten" in err.value.reason
+
+
+def test_a_hanging_side_fails_within_its_turn_timeout(store):
+    hang = kernel(prelude="static int calls; if (calls++ == 3) for (;;) {}")
+    settings = PairSettings(rounds=2, warmup_calls=2, min_calls=4, round_ms=10.0, turn_timeout_s=2.0)
+    start = time.monotonic()
+    with pytest.raises(ComparisonFailed) as err:
+        compare_paired("rmsnorm", hang, kernel(), shape_set="llama3-8b", shapes=SHAPE, settings=settings,
+                       noise_floor=0.02, floor_store=store)
+    assert err.value.side == "A" and "no acknowledgement" in err.value.reason
+    assert time.monotonic() - start < 30
+
+
+def test_a_crashing_side_is_named(store):
+    crash = kernel(prelude="static int calls; if (calls++ == 2) *(volatile int *)0 = 1;")
+    with pytest.raises(ComparisonFailed) as err:
+        compare_paired("rmsnorm", kernel(), crash, shape_set="llama3-8b", shapes=SHAPE, settings=QUICK,
+                       noise_floor=0.02, floor_store=store)
+    assert err.value.side == "B"
+
+
+def test_a_side_cannot_signal_the_other_child(store):
+    """Both children run as the same sandbox user: ``kill(-1, 0)`` would find the other one
+    (and the worker, when not root). The sandbox refuses signals to other processes, so the
+    probe fails and the comparison completes; had it succeeded, the kernel crashes."""
+    probe = kernel(prelude="if (kill(-1, 0) == 0 || kill(getppid(), 0) == 0) *(volatile int *)0 = 1;",
+                   includes="#include <signal.h>\n#include <unistd.h>\n")
+    r = compare_paired("rmsnorm", kernel(), probe, shape_set="llama3-8b", shapes=SHAPE, settings=QUICK,
+                       noise_floor=0.02, floor_store=store)
+    assert r.verdict in ("a_faster", "b_faster", "tie")
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_child_is_stopped_between_its_turns(tmp_path):
+    """While one side is timed the other's process group is stopped (state T), and each turn
+    is one call acknowledged."""
+    from kernels.backends import get_backend
+    from kernels.space import format_defines
+    from kernels.timing import omp_environment
+
+    lib = Path(get_backend("cpu").compile(SCALAR.replace("PRELUDE", ""), format_defines({})).path)
+    policy = sandbox.SandboxPolicy.from_env()
+    children = []
+    try:
+        for _ in range(2):
+            wd = sandbox.make_workdir(policy, {}, hand_over_dir=False)
+            logdir = sandbox.private_tempdir("log")
+            sandbox.place(policy, wd, "candidate.so", lib)
+            req = {"backend": "cpu", "workload": "rmsnorm", "shape_set": "test-small", "guard": 1024,
+                   "bench": {"flush": "none"}, "evict_library": None, "attrs": {"eps": 1e-5}, "cases": [],
+                   "library": str(wd / "candidate.so"),
+                   "timed": [{"id": "t0", "shape": {"rows": 8, "hidden": 256}, "seeds": [1, 2], "fresh_seed": 3}]}
+            child = sandbox.start_child(req, wd, logdir, 60, policy=policy, env=omp_environment("timing"), turns=True)
+            sandbox.hand_over(policy, wd, 0o700)
+            child.begin()
+            children.append((child, wd, logdir))
+        (a, _, _), (b, _, _) = children
+        a.turn(0, 60)
+        b.turn(0, 60)
+        pid_a = a.pid if a.pid is not None else a.proc.pid
+        time.sleep(0.05)
+        assert _state(pid_a) == "T"
+        for _ in range(3):
+            assert a.turn(0, 10) >= 0 and b.turn(0, 10) >= 0
+        runs = [c.end(10) for c, _, _ in children]
+        for run in runs:
+            result = json.loads(run.result)
+            assert run.returncode == 0 and run.authentic and len(result["samples_ns"][0]) == 4, run
+        with pytest.raises(RuntimeError):
+            a.turn(0, 1)
+    finally:
+        for child, wd, logdir in children:
+            child.cancel()
+            sandbox.remove_tree(wd)
+            sandbox.remove_tree(logdir)
+
+
+def test_the_noise_floor_is_measured_by_a_over_a_and_kept(store):
+    entry = measure_noise_floor("rmsnorm", kernel(), shape_set="llama3-8b", shapes=SHAPE, settings=QUICK,
+                                floor_store=store, target="cpu-test")
+    assert entry["rounds"] >= 12 and len(entry["aa_ratios"]) == entry["rounds"]
+    assert 0.005 <= entry["floor"] < 1
+    assert store.get(entry["key"])["floor"] == entry["floor"]
+    assert entry["key"].startswith("cpu-test@") and entry["key"].endswith("/rmsnorm/llama3-8b")
+
+
+# -- command line ------------------------------------------------------------------------------
+
+
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kernels", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, **(env or {})})
+
+
+def test_cli_compare_prints_the_verdict_as_json(tmp_path):
+    a = tmp_path / "a.c"
+    a.write_text(SCALAR.replace("PRELUDE", ""))
+    p = _cli("compare", "--workload", "rmsnorm", "--shape", "test-small", "--a", str(a), "--b", str(a),
+             "--params-b", '{"UNUSED": 3}', "--quick", "--noise-floor", "0.05", "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["verdict"] == "tie" and out["identical"] and out["a_status"] == out["b_status"] == "ok"
+    assert out["noise_floor"] == 0.05 and out["floor_source"] == "given"
+    assert len(out["ci"]) == 2 and out["rounds"] == 4 and out["ratio"] > 0
+
+
+def test_cli_compare_refuses_a_wrong_kernel_and_bad_usage(tmp_path):
+    a = tmp_path / "a.c"
+    a.write_text(SCALAR.replace("PRELUDE", ""))
+    wrong = tmp_path / "wrong.c"
+    wrong.write_text(SCALAR.replace("PRELUDE", "") .replace("y[i] = x[i] * inv * w[i]", "y[i] = x[i] * w[i]"))
+    p = _cli("compare", "--workload", "rmsnorm", "--shape", "test-small", "--a", str(a), "--b", str(wrong),
+             "--quick", "--noise-floor", "0.05", "--json")
+    assert p.returncode == 1
+    out = json.loads(p.stdout)
+    assert out["b_status"] == "wrong_result" and "B is wrong_result" in out["error"] and "verdict" not in out
+    for args, message in (
+        (["--params-a", "[1]"], "--params-a must be a JSON object"),
+        (["--rounds", "1"], "--rounds must be an integer"),
+        (["--noise-floor", "-1"], "--noise-floor must be a fraction"),
+        (["--shape", "nope"], "has no shape set 'nope'"),
+    ):
+        p = _cli("compare", "--workload", "rmsnorm", "--a", str(a), "--b", str(a), *args)
+        assert p.returncode == 2 and message in p.stderr, (args, p.stderr)
+    p = _cli("compare", "--workload", "rmsnorm", "--a", str(tmp_path / "missing.c"), "--b", str(a))
+    assert p.returncode == 2 and "cannot read" in p.stderr
