@@ -536,7 +536,7 @@ def _unusable_reference(wl: Workload, record: dict, inputs: dict[str, np.ndarray
     None): a case kept earlier whose reference is bad says nothing about this candidate.
     ``record["reference"]`` lists the problems (:class:`~kernels.reference_check.ReferenceProblem`
     fields)."""
-    problems = reference_problems(wl, inputs, ref)
+    problems = reference_problems(ref, wl.reference_bound(inputs))
     if not problems:
         return False
     record["reference"] = [dict(vars(p)) for p in problems]
@@ -873,7 +873,7 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
             if verdict is Outcome.invalid_input:
                 return verdict, (f"{len(failed)} of {len(cases)} cases cannot be judged (invalid input of the "
                                  f"workload, not the candidate's failure): {reasons}. To fix: "
-                                 f"{fix_hint(wl, [c['shape'] for c in failed])}"), cases, metrics, samples
+                                 f"{fix_hint(wl.name, [c['label'] for c in failed])}"), cases, metrics, samples
             return verdict, f"{len(failed)} of {len(cases)} cases failed: {reasons}", cases, metrics, samples
     for item in timed:
         label = shape_label(item["shape"])
@@ -901,7 +901,7 @@ def reference_notes(wl: Workload, cases: list[dict]) -> str | None:
     lines = [f"{c['kind']} {c['label']} seed {c['seed']}"
              f"{' (stored case, skipped)' if c.get('skipped') else ''}: {describe(ReferenceProblem(**p) for p in c['reference'])}"
              for c in bad]
-    lines.append(f"to fix: {fix_hint(wl, [c['shape'] for c in bad])}")
+    lines.append(f"to fix: {fix_hint(wl.name, [c['label'] for c in bad])}")
     return "== reference check ==\n" + "\n".join(lines)
 
 

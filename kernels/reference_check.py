@@ -17,8 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kernels.workloads.base import Workload, shape_label
-
 __all__ = ["ReferenceProblem", "fix_hint", "reference_problems", "describe"]
 
 
@@ -65,17 +63,15 @@ def _largest(arr: np.ndarray) -> tuple[int, float]:
     return count, float(np.max(np.abs(values))) if values.size else 0.0
 
 
-def reference_problems(wl: Workload, inputs: Mapping[str, np.ndarray],
-                       reference: Mapping[str, np.ndarray]) -> list[ReferenceProblem]:
+def reference_problems(reference: Mapping[str, np.ndarray], bound: float) -> list[ReferenceProblem]:
     """The outputs of ``reference`` that cannot judge a candidate: with a NaN/inf element or a
-    magnitude above ``wl.reference_bound(inputs)``; [] when every output is usable.
+    magnitude above ``bound``; [] when every output is usable.
 
     Args:
-        wl: the workload (its bound).
-        inputs: the inputs the reference was computed from.
-        reference: ``{output name: float64 array}`` (:attr:`Workload.reference`).
+        reference: ``{output name: float64 array}`` (``Workload.reference`` of some inputs).
+        bound: the workload's magnitude bound for those inputs
+            (:meth:`kernels.workloads.base.Workload.reference_bound`).
     """
-    bound = wl.reference_bound(dict(inputs))
     problems = []
     for name, ref in reference.items():
         arr = np.asarray(ref)
@@ -90,12 +86,11 @@ def describe(problems: Iterable[ReferenceProblem]) -> str:
     return "the float64 reference is unusable: " + "; ".join(p.describe() for p in problems)
 
 
-def fix_hint(wl: Workload, shapes: Iterable[Mapping[str, int]]) -> str:
-    """How to fix the workload whose references went bad at ``shapes`` (the input generator,
-    not the candidate), in words."""
-    labels = sorted({shape_label(s) for s in shapes})
-    where = "; ".join(labels) if labels else "these shapes"
-    return (f"the input generator of workload '{wl.name}' produces inputs whose float64 reference overflows "
+def fix_hint(workload: str, labels: Iterable[str]) -> str:
+    """How to fix ``workload`` whose references went bad at the shapes ``labels`` (e.g.
+    ``"rows=7,hidden=259"``): the input generator, not the candidate, in words."""
+    where = "; ".join(sorted(set(labels))) or "these shapes"
+    return (f"the input generator of workload '{workload}' produces inputs whose float64 reference overflows "
             f"or leaves the workload's magnitude bound at shape {where}: bound the generated values (e.g. keep "
             f"gates and decays at most 1, normalise keys) or shorten the sequence, or fix the reference; if such "
             f"magnitudes are real, override the workload's magnitude_bound. No candidate can be judged on these "

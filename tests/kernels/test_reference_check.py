@@ -66,9 +66,9 @@ def test_a_non_finite_or_absurd_reference_is_reported_per_output(poison):
     wl = WORKLOADS["rmsnorm"]
     inputs = wl.generate(ODD, 1)
     ref = wl.reference(inputs, wl.attrs)
-    assert reference_problems(wl, inputs, ref) == []
+    assert reference_problems(ref, wl.reference_bound(inputs)) == []
     ref["y"].reshape(-1)[:3] = POISON[poison]
-    (problem,) = reference_problems(wl, inputs, ref)
+    (problem,) = reference_problems(ref, wl.reference_bound(inputs))
     assert problem.output == "y" and problem.size == ODD["rows"] * ODD["hidden"]
     assert problem.nonfinite == (0 if poison == "1e30" else 3)
     assert problem.bound == wl.reference_bound(inputs)
@@ -80,9 +80,9 @@ def test_a_workload_can_set_its_own_bound():
     shape = wl.shapes("test-small")[0]
     inputs = wl.generate(shape, 0)
     ref = wl.reference(inputs, wl.attrs)
-    assert reference_problems(wl, inputs, ref) == []
+    assert reference_problems(ref, wl.reference_bound(inputs)) == []
     tight = dataclasses.replace(wl, magnitude_bound=lambda inputs, attrs: 0.5)  # below softmax's largest output
-    assert [p.output for p in reference_problems(tight, inputs, ref)] == ["y"]
+    assert [p.output for p in reference_problems(ref, tight.reference_bound(inputs))] == ["y"]
 
 
 @pytest.mark.parametrize("name", sorted(WORKLOADS))
@@ -93,7 +93,7 @@ def test_every_registered_workload_has_usable_references_on_its_test_shapes(name
         for shape in (*w.shapes(shape_set), *w.validation_shapes.get(shape_set, ())):
             for seed in (0, 1):
                 inputs = w.generate(shape, seed)
-                assert reference_problems(w, inputs, w.reference(inputs, w.attrs)) == [], (shape_set, shape, seed)
+                assert reference_problems(w.reference(inputs, w.attrs), w.reference_bound(inputs)) == [], (shape_set, shape, seed)
 
 
 # -- the evaluator ---------------------------------------------------------------------------
