@@ -33,7 +33,7 @@ from typing import Any
 from kernels import config, static
 from kernels.backends.cuda import CompileError, CudaBackend, import_cupy
 from kernels.launch_plan import LaunchPlan, LaunchPlanError, plan_env, plan_names
-from kernels.evaluator import GUARD_ELEMS, Evidence, _judge, _plan
+from kernels.evaluator import GUARD_ELEMS, Evidence, _judge, _plan, reference_notes
 from kernels.hashing import candidate_hash
 from kernels.outcome import Outcome
 from kernels.sandbox import ChildRun, SandboxPolicy, make_workdir, private_tempdir, remove_tree, run_child
@@ -286,6 +286,9 @@ class CudaEvaluation:
         status, reason, cases, metrics, samples = _judge(self.wl, self.cases_plan, self.timed, run, workdir,
                                                          self.timeout_s, self.limits)
         metrics.update(_static_metrics(self.static))
+        notes = reference_notes(self.wl, cases)
+        if notes:
+            self.sections.append(notes)
         wrong = [c for c in cases if c["verdict"] == Outcome.wrong_result]
         if wrong and self.store_limit:
             try:

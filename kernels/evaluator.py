@@ -43,8 +43,13 @@ Protocol (DESIGN.md, "Evaluation protocol"):
    tolerance, repeated calls agreeing, timed, drawn and fresh-contents outputs correct and
    no timed call leaving its output unwritten (else ``wrong_result``); measured bandwidth and FLOP rate
    within ``roofline_margin`` times this host's measured copy bandwidth and FMA throughput
-   (:mod:`kernels.hostperf`; else ``invalid``). Inputs that exposed a wrong result are added
-   to the validation store.
+   (:mod:`kernels.hostperf`; else ``invalid``). Before any value is judged, each case's
+   float64 reference must be finite and within the workload's magnitude bound
+   (:mod:`kernels.reference_check`): a case whose reference is not is the workload's
+   failure, ``invalid_input`` (outranked by the candidate's own ``invalid`` and
+   ``wrong_result`` on usable references), and a stored case whose reference is not is
+   skipped with a note. Inputs that exposed a wrong result (on a usable reference) are
+   added to the validation store.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ from kernels import config, hostperf, stats
 from kernels.backends import get_backend
 from kernels.hashing import array_digest, candidate_hash
 from kernels.outcome import Outcome
+from kernels.reference_check import ReferenceProblem, describe, fix_hint, reference_problems
 from kernels.sandbox import (
     ChildRun, PendingChild, SandboxPolicy, hand_over, make_workdir, place, private_tempdir, remove_tree, start_child,
 )
@@ -99,7 +105,9 @@ class Evidence:
         samples_ms: raw timing samples (ms) per timed shape label, e.g.
             ``"rows=512,hidden=4096"``.
         cases: per validation case ``{kind, label, shape, seed, max_abs_error,
-            max_rel_error, passed, reason, verdict}``; ``kind`` is ``"validation"``,
+            max_rel_error, passed, reason, verdict}`` (plus ``reference``: the problems of an
+            unusable float64 reference, ``{output, size, nonfinite, largest, bound}`` each,
+            and ``skipped: True`` for a stored case skipped for it); ``kind`` is ``"validation"``,
             ``"regression"`` (a stored failure case), ``"timed"`` (the last timed call's
             output), ``"fresh"`` (the call on fresh contents in the timed buffers) or
             ``"picked"`` (a warm-up or timed call drawn at random, CPU backend).
@@ -422,11 +430,13 @@ def _guard_hits(buf: np.ndarray, n: int) -> tuple[int, int]:
 
 
 def _check_outputs(
-    wl: Workload, shape: dict, prefix: str, workdir: Path, ref: dict[str, np.ndarray],
+    wl: Workload, shape: dict, prefix: str, workdir: Path, ref: dict[str, np.ndarray] | None,
     files: dict[str, str] | None = None, same_as: dict[str, np.ndarray] | None = None,
 ) -> tuple[Outcome | None, str, dict[str, np.ndarray], float, float]:
     """Guards, late writes and accuracy of one call's outputs (files ``<prefix>_<out>.npy``,
     checked against the child's ``files`` digests where it reports them, see :func:`_load`).
+    With ``ref=None`` (a reference that cannot judge, :mod:`kernels.reference_check`) only
+    the rules are checked (guards, late writes), not the values.
 
     ``same_as``: outputs of an earlier call on the same inputs that passed; an output
     bit-identical to its one there is not compared with ``ref`` again (its errors are that
@@ -454,6 +464,8 @@ def _check_outputs(
             ), outs, math.nan, math.nan
         y = buf[g : g + n].reshape(oshape)
         outs[name] = y
+        if ref is None:
+            continue
         if same_as is not None and name in same_as and _same_bits(y, same_as[name]):
             continue
         bad = ~np.isfinite(y)
@@ -513,6 +525,33 @@ def _record(kind: str, shape: dict, seed: int) -> dict:
             "max_abs_error": None, "max_rel_error": None, "passed": False, "reason": "", "verdict": None}
 
 
+def _unusable_reference(wl: Workload, record: dict, inputs: dict[str, np.ndarray], ref: dict[str, np.ndarray],
+                        calls: list[tuple[str, str]], workdir: Path, files: dict[str, str] | None) -> bool:
+    """Judge ``record`` without values when its reference cannot judge a candidate
+    (:func:`kernels.reference_check.reference_problems`); False (nothing done) when it can.
+
+    ``calls``: ``(file prefix, what)`` of the calls on these inputs, still checked for the
+    rules (guards, late writes: ``invalid`` stays the candidate's). Otherwise the record is
+    ``invalid_input``, or, for a stored failure case, skipped (``skipped: True``, verdict
+    None): a case kept earlier whose reference is bad says nothing about this candidate.
+    ``record["reference"]`` lists the problems (:class:`~kernels.reference_check.ReferenceProblem`
+    fields)."""
+    problems = reference_problems(ref, wl.reference_bound(inputs))
+    if not problems:
+        return False
+    record["reference"] = [dict(vars(p)) for p in problems]
+    for prefix, what in calls:
+        verdict, why, *_ = _check_outputs(wl, record["shape"], prefix, workdir, None, files)
+        if verdict:
+            record.update(reason=f"{what}: {why}", verdict=verdict)
+            return True
+    if record["kind"] == "regression":
+        record.update(skipped=True, reason=f"stored case skipped: {describe(problems)}")
+    else:
+        record.update(reason=describe(problems), verdict=Outcome.invalid_input)
+    return True
+
+
 def _validate_case(wl: Workload, case: dict, workdir: Path, expected: Expected, checks: dict,
                    files: dict[str, str] | None = None) -> dict:
     shape, cid = case["shape"], case["id"]
@@ -523,6 +562,9 @@ def _validate_case(wl: Workload, case: dict, workdir: Path, expected: Expected, 
                         expected.digests(shape, case["seed"]) if reported is not None else None, files)
     if why:
         record.update(reason=why, verdict=Outcome.invalid)
+        return record
+    if _unusable_reference(wl, record, inputs, ref, [(f"{cid}_call1", "first call"), (f"{cid}_call2", "second call")],
+                           workdir, files):
         return record
     v1, why1, y1, a1, r1 = _check_outputs(wl, shape, f"{cid}_call1", workdir, ref, files)
     record.update(max_abs_error=a1, max_rel_error=r1)
@@ -592,6 +634,7 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
         return [last]
 
     def salted_ref(j: int, swaps: dict) -> dict[str, np.ndarray]:
+        # The swaps move values within a row: the bound of the set's own inputs holds.
         """Reference of set ``j`` as a call saw it, with ``swaps`` applied."""
         if not swaps:
             return expected.get(shape, item["seeds"][j])[1]
@@ -602,15 +645,19 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
 
     last_ref = salted_ref(last_set, last_salt or {})
     checked = [
-        (last, f"{tid}_last", last_ref, "last timed call"),
-        (again, f"{tid}_fresh", expected.get(shape, item["fresh_seed"])[1],
+        (last, f"{tid}_last", sets[last_set], last_ref, "last timed call"),
+        (again, f"{tid}_fresh", fresh, expected.get(shape, item["fresh_seed"])[1],
          "call on fresh contents in the timed buffers"),
     ]
     if pick is not None:
         picked = _record("picked", shape, item["seeds"][pick["set"]])
-        checked.append((picked, f"{tid}_pick", salted_ref(pick["set"], pick["salt"]),
+        checked.append((picked, f"{tid}_pick", sets[pick["set"]], salted_ref(pick["set"], pick["salt"]),
                         f"call {pick['call']} of the timing phase, drawn at random"))
-    for rec, prefix, ref, what in checked:
+    for rec, prefix, inputs, ref, what in checked:
+        if _unusable_reference(wl, rec, inputs, ref, [(prefix, what)], workdir, files):
+            if rec["verdict"] == Outcome.invalid_input:
+                rec["reason"] = f"{what}: {rec['reason']}"
+            continue
         verdict, why, _, a, r = _check_outputs(wl, shape, prefix, workdir, ref, files)
         rec.update(max_abs_error=a, max_rel_error=r)
         if verdict:
@@ -817,10 +864,16 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
     except _Broken as exc:
         return Outcome.runtime_error, str(exc), [], {}, {}
     metrics, samples = _metrics(wl, timed, result, cases, limits)
-    for verdict in (Outcome.invalid, Outcome.wrong_result):  # breaking a rule outranks wrong
+    # Breaking a rule outranks wrong; both are the candidate's, judged on usable references,
+    # and outrank cases no candidate could pass (the workload's inputs, not the candidate).
+    for verdict in (Outcome.invalid, Outcome.wrong_result, Outcome.invalid_input):
         failed = [c for c in cases if c["verdict"] == verdict]
         if failed:
             reasons = "; ".join(f"{c['kind']} {c['label']} seed {c['seed']}: {c['reason']}" for c in failed[:5])
+            if verdict is Outcome.invalid_input:
+                return verdict, (f"{len(failed)} of {len(cases)} cases cannot be judged (invalid input of the "
+                                 f"workload, not the candidate's failure): {reasons}. To fix: "
+                                 f"{fix_hint(wl.name, [c['label'] for c in failed])}"), cases, metrics, samples
             return verdict, f"{len(failed)} of {len(cases)} cases failed: {reasons}", cases, metrics, samples
     for item in timed:
         label = shape_label(item["shape"])
@@ -831,7 +884,25 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
                     f"measured {value:.1f} {unit} at {label}, above the physical limit {limit:.1f} {unit} "
                     f"({limits.get('source', '')}; margin x{limits.get('margin', 1):g}): timing cannot be trusted"
                 ), cases, metrics, samples
+    skipped = [c for c in cases if c.get("skipped")]
+    if skipped:
+        return Outcome.ok, (f"all validation cases passed ({len(skipped)} stored case(s) skipped: their float64 "
+                            "reference is unusable: see the reference check in the log)"), cases, metrics, samples
     return Outcome.ok, "all validation cases passed", cases, metrics, samples
+
+
+def reference_notes(wl: Workload, cases: list[dict]) -> str | None:
+    """The ``== reference check ==`` log section: every case whose float64 reference could
+    not judge the candidate (shape, seed, output, NaN/inf count, largest magnitude against
+    the bound) and how to fix the workload's inputs; None when every reference was usable."""
+    bad = [c for c in cases if c.get("reference")]
+    if not bad:
+        return None
+    lines = [f"{c['kind']} {c['label']} seed {c['seed']}"
+             f"{' (stored case, skipped)' if c.get('skipped') else ''}: {describe(ReferenceProblem(**p) for p in c['reference'])}"
+             for c in bad]
+    lines.append(f"to fix: {fix_hint(wl.name, [c['label'] for c in bad])}")
+    return "== reference check ==\n" + "\n".join(lines)
 
 
 def _evict_library(be: Any, bench: BenchSettings, sections: list[str]) -> Path | None:
@@ -1085,6 +1156,10 @@ def evaluate(
             child.cancel()
         for d in (*workdirs.values(), *([logdir] if logdir is not None else [])):
             remove_tree(d)
+    notes = reference_notes(wl, cases)
+    if notes:
+        sections.append(notes)
+    # Only cases a usable reference judged wrong: never an invalid_input or skipped one.
     wrong = [c for c in cases if c["verdict"] == Outcome.wrong_result]
     if wrong and store_limit:
         try:

@@ -75,7 +75,8 @@ DEFINITION_MAP: Mapping[str, tuple[str, Mapping[str, str]]] = {
 
 # Our outcome -> FlashInfer ``EvaluationStatus``. FlashInfer has no "broke a rule" status:
 # ``invalid`` (wrote past an output, modified an input, bad parameters, faster than the
-# physical limit) becomes RUNTIME_ERROR, with our outcome named in the log.
+# physical limit) becomes RUNTIME_ERROR, with our outcome named in the log; nor one for
+# inputs whose reference is unusable: ``invalid_input`` becomes RUNTIME_ERROR the same way.
 STATUS_MAP: Mapping[Outcome, str] = {
     Outcome.ok: "PASSED",
     Outcome.wrong_result: "INCORRECT_NUMERICAL",
@@ -83,6 +84,7 @@ STATUS_MAP: Mapping[Outcome, str] = {
     Outcome.runtime_error: "RUNTIME_ERROR",
     Outcome.timeout: "TIMEOUT",
     Outcome.invalid: "RUNTIME_ERROR",
+    Outcome.invalid_input: "RUNTIME_ERROR",
 }
 
 # Our target -> FlashInfer ``spec.target_hardware`` names.
@@ -521,8 +523,8 @@ def export_trace(
 
     Mapping:
 
-    - ``evaluation.status``: :data:`STATUS_MAP` (``invalid`` -> ``RUNTIME_ERROR``, log says
-      ``int21 outcome: invalid``).
+    - ``evaluation.status``: :data:`STATUS_MAP` (``invalid`` and ``invalid_input`` ->
+      ``RUNTIME_ERROR``, log says ``int21 outcome: invalid`` / ``invalid_input``).
     - ``evaluation.correctness`` (PASSED and INCORRECT_NUMERICAL only, as FlashInfer
       requires): ``max_relative_error`` / ``max_absolute_error``, the worst over our
       validation cases of this entry's shape (else over all cases); NaN written as
@@ -576,7 +578,9 @@ def export_trace(
     fp = evidence.fingerprint or {}
     hw = hardware or fp.get("device_name") or fp.get("gpu_name") or fp.get("cpu_model") or fp.get("backend") or "unknown"
     libs = {k[: -len("_version")]: str(v) for k, v in fp.items() if k.endswith("_version") and v is not None}
-    log = evidence.log if Outcome(evidence.status) is not Outcome.invalid else f"int21 outcome: invalid\n{evidence.log}"
+    outcome = Outcome(evidence.status)
+    named = outcome in (Outcome.invalid, Outcome.invalid_input)  # RUNTIME_ERROR in FlashInfer's words
+    log = f"int21 outcome: {outcome}\n{evidence.log}" if named else evidence.log
     evaluation["environment"] = {"hardware": str(hw), "libs": libs}
     evaluation["timestamp"] = timestamp or _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     evaluation["log"] = log

@@ -19,6 +19,10 @@ class Outcome(enum.StrEnum):
     - ``invalid``: broke a rule: wrote outside an output or input (guard regions), modified
       an input, wrote an output after returning, bad parameters, or measured faster than the
       hardware's physical limit.
+    - ``invalid_input``: the workload's inputs, not the candidate, failed: the float64
+      reference of a case is not finite or beyond the workload's magnitude bound
+      (:mod:`kernels.reference_check`), so no kernel can be judged on it; evaluation was
+      not possible, and the input generator needs fixing.
     """
 
     ok = "ok"
@@ -27,8 +31,15 @@ class Outcome(enum.StrEnum):
     timeout = "timeout"
     wrong_result = "wrong_result"
     invalid = "invalid"
+    invalid_input = "invalid_input"
 
     @property
     def is_failure(self) -> bool:
-        """True for every outcome except ``ok``."""
+        """True for every outcome except ``ok`` (``invalid_input`` included: not usable)."""
         return self is not Outcome.ok
+
+    @property
+    def judged(self) -> bool:
+        """False for ``invalid_input``: the candidate could not be judged, so the outcome says
+        nothing about it (no credit lost, no failure rule, no stored case)."""
+        return self is not Outcome.invalid_input

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels import DesignSpace, SpaceError
+from kernels import DesignSpace, Outcome, SpaceError
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,7 @@ MIN_OK_FOR_IMPORTANCE = 8
 MIN_FAILED_FOR_RULES = 4
 RULE_PRECISION = 0.9
 _PER_SHAPE = re.compile(r"^latency_ms\[(.+)\]$")
+UNJUDGED = frozenset(str(o) for o in Outcome if not o.judged)  # statuses that say nothing about a candidate
 
 
 def import_dependencies() -> None:
@@ -74,13 +75,16 @@ def failure_rules(space: DesignSpace, rows: list[tuple[dict, str]], max_depth: i
     """Readable rules that predict failure, each with the restriction that excludes it.
 
     Args:
-        rows: ``(params, status)`` of every evaluation in ``space``.
+        rows: ``(params, status)`` of every evaluation in ``space``; those the candidate
+            could not be judged on (``invalid_input``: the workload's inputs failed) are
+            left out, so no rule blames parameters for them.
 
     Returns:
         A list of ``{"rule", "status", "support", "precision", "restriction"}`` where ``rule``
         reads like ``"A*B > 1024 -> runtime_error"`` and ``restriction`` is a valid
         restriction expression (``"not (A*B > 1024)"``) for the design space.
     """
+    rows = [r for r in rows if r[1] not in UNJUDGED]
     failed = [r for r in rows if r[1] != "ok"]
     if len(failed) < MIN_FAILED_FOR_RULES or len(failed) == len(rows):
         return []

@@ -233,9 +233,13 @@ class CandidateStatus(models.TextChoices):
     TIMEOUT = "timeout"
     WRONG_RESULT = "wrong_result"
     INVALID = "invalid"
+    INVALID_INPUT = "invalid_input"
 
 
 PENDING_STATUSES = (CandidateStatus.QUEUED, CandidateStatus.RUNNING)
+#: Evaluated, but the candidate could not be judged (the workload's inputs failed,
+#: ``kernels.Outcome.invalid_input``): no credit lost, no failure learned, no evidence reused.
+UNJUDGED_STATUSES = (CandidateStatus.INVALID_INPUT,)
 
 
 class Candidate(models.Model):

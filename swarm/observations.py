@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from swarm.agents import Observation
 from swarm.history import Row
-from swarm.models import PENDING_STATUSES
+from swarm.models import PENDING_STATUSES, UNJUDGED_STATUSES
 
 MAX_RUNS = 16  # runs whose observations a process keeps
 
@@ -41,7 +41,8 @@ def _fold(rows: Sequence[Row], names: set[str], key: Callable[[dict], str], feas
           seen: set[str], history: list[Observation]) -> None:
     for r in rows:
         seen.add(key(r.params) if r.params.keys() == names else f"#{r.id}")
-        if r.status not in PENDING_STATUSES:
+        # An unjudged candidate (invalid_input) is seen, never observed: agents learn nothing from it.
+        if r.status not in PENDING_STATUSES and r.status not in UNJUDGED_STATUSES:
             metrics = r.metrics or {}
             ok = r.status == "ok" and feasible(metrics)
             history.append(Observation(r.id, r.params, r.status, metrics, ok, r.agent))
@@ -61,7 +62,8 @@ def observe(run_identity: str, constraints: list[dict], names: Sequence[str], ro
 
     Returns:
         ``seen``: point keys of every row (``"#<id>"`` for a row of another space);
-        ``history``: an observation of every finished row, oldest first.
+        ``history``: an observation of every finished row judged (not ``invalid_input``),
+        oldest first.
     """
     name_set = set(names)
     stamp = (json.dumps(constraints, sort_keys=True, default=str), tuple(sorted(name_set)))

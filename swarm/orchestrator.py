@@ -38,6 +38,7 @@ from swarm.credit import Arm, allocate, frontier_improvements
 from swarm.history import goal_rows as history_rows
 from swarm.models import (
     PENDING_STATUSES,
+    UNJUDGED_STATUSES,
     AgentRecord,
     Candidate,
     CandidateStatus,
@@ -378,10 +379,10 @@ def _store(run: Run, goal: Goal, view: RunView, number: int, proposed: list[tupl
     for pk, n in failed_by_agent.items():
         AgentRecord.objects.filter(pk=pk).update(failed_proposals=F("failed_proposals") + n)
     # One query for both: the goal's own candidates with these hashes (dropped) and other
-    # goals' evaluated twins (reused).
+    # goals' evaluated twins (reused; not an unjudged one: its workload's inputs may be fixed since).
     matches = list(Candidate.objects.filter(
-        Q(goal=goal) | Q(goal__workload=goal.workload, goal__target=goal.target, goal__shape_set=goal.shape_set,
-                         evidence__isnull=False),
+        Q(goal=goal) | (Q(goal__workload=goal.workload, goal__target=goal.target, goal__shape_set=goal.shape_set,
+                          evidence__isnull=False) & ~Q(status__in=UNJUDGED_STATUSES)),
         content_hash__in=digests,
     ).select_related("evidence").defer("source", "rationale").order_by("id")) if digests else []
     existing = {t.content_hash for t in matches if t.goal_id == goal.pk}
@@ -524,7 +525,7 @@ def _close_generation(run: Run) -> Generation | None:
         if r.generation < gen.number:
             if v is not None:
                 before.append(v)
-        else:
+        elif r.status not in UNJUDGED_STATUSES:  # an unjudged candidate is no pull of its agent's arm
             evaluated[r.agent] = evaluated.get(r.agent, 0) + 1
             if v is not None:
                 new.append((r.agent, v))

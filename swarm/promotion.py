@@ -33,7 +33,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 import kernels
-from swarm.models import AuditEvent, Candidate, CandidateStatus, Promotion, PromotionRequest, constraints_met
+from swarm.models import (
+    UNJUDGED_STATUSES, AuditEvent, Candidate, CandidateStatus, Promotion, PromotionRequest, constraints_met,
+)
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +257,10 @@ def _extended_validation(req: PromotionRequest, evaluate, bench) -> tuple[str, s
     for seed in seeds[1:EXTENDED_SEEDS]:
         evidence["candidate"].append(run(candidate, seed))
     for e, seed in zip(evidence["candidate"], seeds):
+        if e["status"] in UNJUDGED_STATUSES:  # the workload's inputs failed: nothing said about the candidate
+            return PromotionRequest.State.FAILED, (
+                f"the extended validation could not judge the candidate: on fresh seed {seed} the workload's inputs "
+                f"are invalid ({e['status']}): {_verdict_line(e)}"), evidence
         if e["status"] != "ok":
             return PromotionRequest.State.REFUSED, (
                 f"extended validation failed: the re-evaluation on fresh seed {seed} is {e['status']}: "

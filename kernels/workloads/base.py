@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -11,6 +12,49 @@ import numpy as np
 
 Shape = Mapping[str, int]
 Arrays = dict[str, np.ndarray]
+
+
+#: Largest finite float32 (about 3.4e38).
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+#: Factor of :func:`default_magnitude_bound` above the worst case of bilinear math on the inputs.
+MAGNITUDE_HEADROOM = 1e3
+
+
+def default_magnitude_bound(inputs: Arrays, attrs: Mapping[str, float] | None = None) -> float:
+    """Default sane-magnitude bound of a workload's float64 reference:
+    ``MAGNITUDE_HEADROOM * n * max(1, m)**2``, where ``m`` is the largest finite magnitude of
+    any input element and ``n`` the element count of the largest input.
+
+    Why: every registered workload's outputs are bounded by ``n * m**2``: a sum of at most
+    ``n`` products of two input elements (GEMM: ``K * m**2``; SwiGLU: ``m**2``), an average or
+    a normalisation (softmax: 1; attention: ``m``; RMSNorm, LayerNorm: ``sqrt(hidden) * m``),
+    or a delta-rule recurrence with L2-normalised keys and gates at most 1 (KDA: its state
+    grows at most linearly in the sequence, ``|o| <= seq * sqrt(dv) * m``); the headroom
+    covers constant factors. A reference beyond it did not come from the math on sane
+    inputs: it overflowed (e.g. a recurrence whose generated gates grow the state at every
+    step, as FlashInfer-Bench's GDN reference did on long sequences).
+
+    Args:
+        inputs: ``{name: array}`` (any float dtype); ``attrs`` is unused (the signature of
+            :attr:`Workload.magnitude_bound`).
+
+    Returns:
+        The bound (a positive float; ``MAGNITUDE_HEADROOM`` for no inputs).
+    """
+    m, n = 1.0, 1
+    for arr in inputs.values():
+        a = np.asarray(arr)
+        if a.size == 0:
+            continue
+        n = max(n, int(a.size))
+        hi, lo = float(np.max(a)), float(np.min(a))
+        if math.isfinite(hi) and math.isfinite(lo):
+            m = max(m, hi, -lo)
+        else:  # non-finite inputs: the largest finite magnitude counts
+            finite = a[np.isfinite(a)]
+            if finite.size:
+                m = max(m, float(np.max(np.abs(finite))))
+    return MAGNITUDE_HEADROOM * n * m * m
 
 
 def shape_label(shape: Shape) -> str:
@@ -58,6 +102,10 @@ class Workload:
             (last axis) of that input, as the timing loop swaps them before every call. For
             workloads whose reference is costly (GEMM: O(MNK), the update O((M + N) K));
             without it the evaluator computes the whole reference of the salted inputs.
+        magnitude_bound: optional ``(inputs, attrs) -> float``: the largest magnitude a sane
+            float64 reference of ``inputs`` may have (see :meth:`reference_bound`); default
+            :func:`default_magnitude_bound`. Override it where the math allows larger outputs
+            (products of more than two inputs) or to check more tightly (softmax: 1).
     """
 
     name: str
@@ -76,6 +124,7 @@ class Workload:
     error_definition: str = field(default="")
     shape_set_attrs: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     salted_reference: Callable[[Arrays, Arrays, Mapping[str, list[int]], Mapping[str, float]], Arrays] | None = None
+    magnitude_bound: Callable[[Arrays, Mapping[str, float]], float] | None = None
 
     @property
     def entry_point(self) -> str:
@@ -88,6 +137,13 @@ class Workload:
     @property
     def outputs(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.args if a.kind == "out")
+
+    def reference_bound(self, inputs: Arrays) -> float:
+        """Largest magnitude a sane float64 reference of ``inputs`` may have: the workload's
+        ``magnitude_bound`` (default :func:`default_magnitude_bound`), never above the
+        float32 maximum (3.4e38: no float32 output can come closer to a larger value)."""
+        bound = (self.magnitude_bound or default_magnitude_bound)(inputs, self.attrs)
+        return min(float(bound), FLOAT32_MAX)
 
     def attrs_for(self, shape_set: str | None) -> dict[str, float]:
         """Attributes in force for ``shape_set``: ``attrs`` updated with its overrides."""

@@ -9,7 +9,9 @@ per-repetition sums of the per-shape samples (truncated to the shortest series);
 own samples are in ``times_per_shape``. A failure has Kernel Tuner's marker in ``time``:
 ``CompilationFailedConfig`` (compile_error), ``InvalidConfig`` (invalid) or
 ``RuntimeFailedConfig`` (runtime_error, timeout, wrong_result; the status is in ``status``).
-Pending candidates and candidates with their own source (not the template) are left out.
+Pending candidates, candidates with their own source (not the template) and unjudged ones
+(``invalid_input``: the workload's inputs failed, which says nothing about the configuration)
+are left out of the cache.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from swarm.models import PENDING_STATUSES, Candidate, Run
+from swarm.models import PENDING_STATUSES, UNJUDGED_STATUSES, Candidate, Run
 
 FAILURE_MARKERS = {
     "compile_error": "CompilationFailedConfig",
@@ -107,8 +109,9 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
         shape_list = []
     cache: dict[str, dict[str, Any]] = {}
     done = Candidate.objects.filter(run=run).exclude(status__in=PENDING_STATUSES)
-    skipped = done.exclude(source=goal.source).count()
-    rows = (done.filter(source=goal.source).order_by("id")
+    kept = done.filter(source=goal.source).exclude(status__in=UNJUDGED_STATUSES)
+    skipped = done.count() - kept.count()
+    rows = (kept.order_by("id")
             .values_list("id", "status", "params", "evaluated_at", "evidence__metrics", "evidence__samples_ms")
             .iterator(chunk_size=CHUNK))
     for cid, status, p, at, m, samples in rows:

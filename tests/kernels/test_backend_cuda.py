@@ -738,6 +738,33 @@ def test_broken_kernels_are_classified_by_the_shared_judge(body, status, why, tm
     assert why in ev.log
 
 
+@needs_gxx
+@needs_nvcc
+@pytest.mark.slow
+def test_an_exploding_reference_is_invalid_input_on_the_cuda_path_and_is_not_stored(tmp_path, monkeypatch):
+    import dataclasses
+
+    import numpy as np
+
+    from kernels.validation_store import ValidationStore
+    from kernels.workloads import base
+
+    real = base.WORKLOADS["rmsnorm"]
+
+    def reference(inputs, attrs):  # inf wherever the shape is the odd validation shape
+        out = real.reference(inputs, attrs)
+        if inputs["x"].shape == (7, 259):
+            out["y"][0, 0] = np.inf
+        return out
+
+    monkeypatch.setitem(base.WORKLOADS, "rmsnorm", dataclasses.replace(real, reference=reference))
+    store = ValidationStore(tmp_path / "store")
+    ev = _run_in_process(_evaluation(validation_store=store), tmp_path, monkeypatch)
+    assert ev.status == Outcome.invalid_input, ev.log
+    assert "== reference check ==" in ev.log and "the input generator of workload 'rmsnorm'" in ev.log
+    assert store.cases("rmsnorm") == []
+
+
 @needs_nvcc
 def test_plans_that_do_not_fit_the_source_or_the_hardware_fail_before_running(tmp_path):
     missing = _evaluation(_kernel("yr[i] = 0.0f;"), {}, launch_plan={"launches": [{**ROW_PLAN["launches"][0], "kernel": "other"}]})

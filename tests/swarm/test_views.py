@@ -374,6 +374,16 @@ def test_a_promotion_that_fails_the_extended_validation_is_refused_with_the_fail
 
 
 @pytest.mark.django_db
+def test_a_promotion_whose_extended_validation_meets_invalid_input_fails_without_blaming_the_candidate(owner, evaluated_run):
+    a = evaluated_run.candidates.filter(status="ok").first()
+    req = promotion.request_promotion(a, owner, "", dispatch=False)
+    req = promotion.validate_request(req.pk, evaluate=timed({a.pk: 1.0}, status="invalid_input"))
+    assert req.state == "failed" and not Promotion.objects.exists()
+    assert "could not judge the candidate" in req.reason and "workload's inputs are invalid" in req.reason
+    assert AuditEvent.objects.filter(verb="promotion.failed").exists()
+
+
+@pytest.mark.django_db
 def test_only_one_request_per_key_validates_at_a_time(owner, evaluated_run):
     a, b = evaluated_run.candidates.filter(status="ok").order_by("id")[:2]
     promotion.request_promotion(a, owner, dispatch=False)
