@@ -30,6 +30,7 @@ naming the side. Correctness is not judged here: compare kernels that passed
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import secrets
@@ -55,7 +56,7 @@ from kernels.workloads import Workload, get_workload, shape_label
 __all__ = ["ComparisonFailed", "Kernel", "PairSettings", "PairedComparison", "compare_paired", "measure_noise_floor"]
 
 GUARD_ELEMS = 1024  # sentinel elements before and after every buffer, as in the evaluator's children
-_FIRST_TURN_S = 120.0  # the first turn also waits for the child's input generation and lockdown
+_FIRST_TURN_S = 60.0  # the first turn also waits for the child's input generation and lockdown
 
 
 class ComparisonFailed(Exception):
@@ -132,7 +133,10 @@ class PairedComparison:
     """The result of :func:`compare_paired`.
 
     Attributes:
-        verdict: ``"a_faster"``, ``"b_faster"`` or ``"tie"`` (:func:`kernels.verdict.judge_rounds`).
+        verdict: ``"a_faster"``, ``"b_faster"`` or ``"tie"`` (:func:`kernels.verdict.judge_rounds`);
+            always ``"tie"`` when the two libraries are byte-identical.
+        measured_verdict: what the rounds alone said (differs from ``verdict`` only for
+            identical libraries whose measurement left the floor band: the host's noise).
         ratio: geometric mean over rounds of ``time(B) / time(A)`` (> 1: A is faster).
         ci: ``[low, high]`` 95% bootstrap interval of ``ratio`` over rounds.
         p_value: sign-flip randomisation p-value over rounds.
@@ -149,6 +153,7 @@ class PairedComparison:
     """
 
     verdict: str
+    measured_verdict: str
     ratio: float
     ci: tuple[float, float]
     p_value: float
@@ -194,12 +199,16 @@ class _Side:
         self.workdir = make_workdir(policy, {}, hand_over_dir=False)
         self.logdir = private_tempdir("log")
         self.child: PendingChild | None = None
-        req = {**request, "library": str(self.workdir / "candidate.so")}
-        place(policy, self.workdir, "candidate.so", library)
-        self.child = start_child(req, self.workdir, self.logdir, timeout_s, policy=policy, env=env, turns=True)
-        hand_over(policy, self.workdir, 0o700)
-        self.child.begin()
         self.turns = 0
+        req = {**request, "library": str(self.workdir / "candidate.so")}
+        try:
+            place(policy, self.workdir, "candidate.so", library)
+            self.child = start_child(req, self.workdir, self.logdir, timeout_s, policy=policy, env=env, turns=True)
+            hand_over(policy, self.workdir, 0o700)  # every file is in: now the child's
+            self.child.begin()
+        except BaseException:
+            self.close()
+            raise
 
     def turn(self, k: int, timeout_s: float) -> None:
         try:
@@ -419,6 +428,11 @@ def compare_paired(
     med = {side: [[statistics.median(x) for x in rnd["samples_ms"][side]] for rnd in per_round] for side in ("A", "B")}
     totals = [sum(mb) / sum(ma) for ma, mb in zip(med["A"], med["B"])]
     verdict = judge_rounds(totals, noise_floor)
+    measured = verdict.verdict
+    if identical and measured != "tie":
+        # The same machine code cannot be faster than itself: what was measured is noise.
+        verdict = dataclasses.replace(verdict, verdict="tie", why=(
+            f"tie: the two libraries are byte-identical (measured: {verdict.why})"))
     per_shape = {}
     for k, label in enumerate(labels):
         ratios = [mb[k] / ma[k] for ma, mb in zip(med["A"], med["B"])]
@@ -428,7 +442,7 @@ def compare_paired(
                             "median_b_ms": statistics.median(m[k] for m in med["B"]),
                             "round_ratios": list(v.round_ratios)}
     return PairedComparison(
-        verdict=verdict.verdict, ratio=verdict.ratio, ci=verdict.ci, p_value=verdict.p_value,
+        verdict=verdict.verdict, measured_verdict=measured, ratio=verdict.ratio, ci=verdict.ci, p_value=verdict.p_value,
         noise_floor=noise_floor, floor_source=floor_source, rounds=verdict.rounds,
         round_ratios=verdict.round_ratios, rounds_needed=verdict.rounds_needed, why=verdict.why,
         median_a_ms=statistics.median(sum(m) for m in med["A"]),

@@ -64,16 +64,28 @@ def test_identical_kernels_come_out_tied_every_time(store):
     results = [compare_paired("rmsnorm", a, b, shape_set="llama3-8b", shapes=SHAPE, settings=QUICK, floor_store=store)
                for _ in range(3)]
     assert [r.verdict for r in results] == ["tie"] * 3, [r.why for r in results]
+    assert [r.measured_verdict for r in results] == ["tie"] * 3, [r.why for r in results]  # the rounds alone
     assert all(r.identical for r in results)
     assert results[0].floor_source == "measured" and results[1].floor_source == "stored"
     assert results[0].noise_floor == results[2].noise_floor > 0
     assert all(len(r.round_ratios) == QUICK.rounds for r in results)
 
 
+def test_equivalent_kernels_of_different_bytes_come_out_tied(store):
+    """The same work in different machine code (an extra function the entry point never
+    calls): the rounds alone must call it a tie."""
+    other = Kernel("static float unused(float v) { return v * 3.0f; }\n" + SCALAR.replace("PRELUDE", "")
+                   + "float keep_unused(float v) { return unused(v); }\n", {})
+    r = compare_paired("rmsnorm", kernel(), other, shape_set="llama3-8b", shapes=SHAPE, settings=QUICK,
+                       floor_store=store)
+    assert not r.identical
+    assert r.verdict == r.measured_verdict == "tie", r.why
+
+
 def test_a_kernel_doing_half_again_the_work_is_found_slower(store):
     r = compare_paired("rmsnorm", kernel(), kernel(EXTRA_PERMILLE=500), shape_set="llama3-8b", shapes=SHAPE,
                        settings=QUICK, floor_store=store)
-    assert r.verdict == "a_faster", r.why
+    assert r.verdict == r.measured_verdict == "a_faster", r.why
     assert 1.3 < r.ratio < 1.7 and r.ci[0] > 1 + r.noise_floor
     assert not r.identical
     swapped = compare_paired("rmsnorm", kernel(EXTRA_PERMILLE=500), kernel(), shape_set="llama3-8b", shapes=SHAPE,
