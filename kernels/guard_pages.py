@@ -171,8 +171,6 @@ class FaultReporter:
     """
 
     def __init__(self, library: str) -> None:
-        import os  # noqa: PLC0415  (only the child installs it)
-
         lib = ctypes.CDLL(str(library))
         try:
             self._register = lib.int21_guard_register
@@ -184,9 +182,9 @@ class FaultReporter:
         install.restype = ctypes.c_int
         install.argtypes = [ctypes.c_int]
         self._lib = lib
-        fd = os.dup(2)  # the stderr file, even if the candidate closes or replaces fd 2
-        if install(fd) != 0:
-            os.close(fd)
+        # stderr itself: a descriptor of its own would be one more the candidate inherits
+        # (a candidate that closes fd 2 loses the line, not the verdict)
+        if install(2) != 0:
             raise OSError("guard-fault helper: sigaction failed")
 
     def register(self, buf: np.ndarray, n: int, layout: GuardLayout, var: str, what: str) -> None:

@@ -4,7 +4,7 @@
  * compiler and flags as candidates, loaded and installed by the child before its lockdown and
  * before the candidate is loaded; the child registers every guarded buffer (its mapping, its
  * data range, its names). On SIGSEGV or SIGBUS the handler writes one line to the file
- * descriptor given at installation (a duplicate of stderr):
+ * descriptor given at installation (stderr):
  *
  *   int21-guard-fault: write to y[n+1025], n=2048, past the end of output 'y' of validation
  *   case v1 (rows=8,hidden=256): guard page
