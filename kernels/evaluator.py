@@ -13,8 +13,10 @@ Protocol (DESIGN.md, "Evaluation protocol"):
    (``OMP_WAIT_POLICY=ACTIVE``: parallel regions start together, so data races show) and a
    *timing* child with sleeping ones (``PASSIVE``: stable medians when other processes
    compete for the cores; measurement in :mod:`kernels.timing`). Each gives the candidate
-   guarded buffers (sentinels before and after every array), NaN-fills outputs before every
-   call, and calls the kernel:
+   guarded buffers (sentinels before and after every array; the CPU child also 1 MiB of
+   inaccessible pages beyond them, :mod:`kernels.guard_pages`, where an overrun faults at once
+   and the child's fault helper names the buffer), NaN-fills outputs before every call, and
+   calls the kernel:
    - validation: twice per case (fresh seed per case): every timed shape, each odd shape
      (not a multiple of any tile) with two seeds, and the workload's stored failure cases
      (:mod:`kernels.validation_store`, the latest ``KERNELS_VALIDATION_STORE_LIMIT``);
