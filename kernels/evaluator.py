@@ -68,7 +68,7 @@ import numpy as np
 
 from kernels import config, hostperf, stats
 from kernels.backends import get_backend
-from kernels.guard_pages import GUARD_BITS, GUARD_ELEMS, GuardLayout, fault_library, fault_report
+from kernels.guard_pages import FAULT_SOURCE, GUARD_BITS, GUARD_ELEMS, GuardLayout, fault_report
 from kernels.hashing import array_digest, candidate_hash
 from kernels.outcome import Outcome
 from kernels.sandbox import (
@@ -865,16 +865,17 @@ def _evict_library(be: Any, bench: BenchSettings, sections: list[str]) -> Path |
 
 
 def _fault_library(sections: list[str]) -> Path | None:
-    """The compiled guard-fault helper (:func:`kernels.guard_pages.fault_library`), or None.
+    """The guard-fault helper (:data:`kernels.guard_pages.FAULT_SOURCE`) compiled for this
+    host, or None.
 
     Compiled like a candidate (same compiler, flags and cache) from trusted source; a failure
     is logged and the guard pages still stop overruns (the child dies by the signal without
     the line naming the buffer).
     """
-    from kernels.backends.cpu import CompileError  # noqa: PLC0415
+    from kernels.backends.cpu import CompileError, CpuBackend  # noqa: PLC0415
 
     try:
-        return fault_library()
+        return Path(CpuBackend().compile(FAULT_SOURCE.read_text(), "").path)
     except (CompileError, OSError) as exc:
         sections.append(f"== guard-fault helper ==\nnot available, faults are not located: {exc}")
         return None

@@ -163,7 +163,8 @@ class FaultReporter:
     and before the candidate is loaded; register every buffer as it is made.
 
     Args:
-        library: path of the compiled helper (:func:`fault_library`).
+        library: path of the compiled helper (the evaluator compiles :data:`FAULT_SOURCE`
+            like a candidate, from the CPU backend's compile cache).
 
     Raises:
         OSError: the library cannot be loaded, lacks the helper's symbols, or the handler
@@ -195,17 +196,6 @@ class FaultReporter:
         data = start + 4 * layout.head
         self._register(start, start + buf.nbytes, data, data + 4 * n, layout.region,
                        var.encode()[:31], what.encode()[:127])
-
-
-def fault_library() -> Path:
-    """Path of :data:`FAULT_SOURCE` compiled for this host, from the CPU backend's compile cache.
-
-    Raises:
-        kernels.backends.cpu.CompileError: the compiler rejected it or is missing.
-    """
-    from kernels.backends.cpu import CpuBackend  # noqa: PLC0415  (the backend imports nothing of ours)
-
-    return Path(CpuBackend().compile(FAULT_SOURCE.read_text(), "").path)
 
 
 def fault_report(stderr: str) -> str | None:

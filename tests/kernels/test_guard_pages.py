@@ -86,9 +86,10 @@ def test_a_store_past_the_sentinels_dies_naming_the_buffer():
     code = textwrap.dedent(f"""
         import ctypes, sys
         sys.path.insert(0, {PROJECT!r})
-        from kernels.guard_pages import FaultReporter, GuardLayout, allocate, fault_library
+        from kernels.backends.cpu import CpuBackend
+        from kernels.guard_pages import FAULT_SOURCE, FaultReporter, GuardLayout, allocate
         lay = GuardLayout.for_host()
-        rep = FaultReporter(str(fault_library()))
+        rep = FaultReporter(str(CpuBackend().compile(FAULT_SOURCE.read_text(), "").path))
         n = 2048
         buf = allocate(n, lay)
         rep.register(buf, n, lay, "y", "output 'y' of a test")
