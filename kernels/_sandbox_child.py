@@ -22,13 +22,16 @@ request)::
 
     [ PROT_NONE, 1 MiB | sentinels, >= 1024 | data, page-aligned | sentinels, >= 1024 | PROT_NONE, 1 MiB ]
 
-The sentinels (bit pattern ``0xA5A5A5A5``) fill whole pages: 1024 elements before the data,
-1024 to 2047 after it (up to the next page boundary); a small overrun changes them and the
-parent counts the changes (``invalid``). Any access further out, up to 1 MiB (262,144
-elements) before or after, hits an inaccessible page and faults at once: the fault helper
-(:class:`kernels.guard_pages.FaultReporter`, installed in the trusted phase, every buffer
-registered by name as it is made) writes one stderr line naming the buffer and the element,
-and the child dies by the signal (``runtime_error``). Outputs are NaN-filled before every call. Input sets of validation cases are fresh per case; timed calls rotate
+The sentinels (bit pattern ``0xA5A5A5A5``) fill whole pages: on 4 KiB pages 1024 elements
+before the data and 1024 to 2047 after it (up to the next page boundary); a small overrun
+changes them and the parent counts the changes (``invalid``). Any access further out, up to
+1 MiB (262,144 elements) before or after, hits an inaccessible page and faults at once: the
+fault helper (:class:`kernels.guard_pages.FaultReporter`, installed in the trusted phase,
+every buffer registered by name as it is made) writes one stderr line naming the buffer and
+the element, and the child dies by the signal (``runtime_error``). A request without
+``guard_layout`` gets the sentinel-only layout ``[guard | data | guard]``.
+
+Outputs are NaN-filled before every call. Input sets of validation cases are fresh per case; timed calls rotate
 between the item's input sets (distinct buffers), and after timing one more call runs on
 *fresh contents written into the same buffers* (same pointers), which a kernel that caches
 by pointer or by call count gets wrong.
