@@ -31,10 +31,10 @@ every buffer registered by name as it is made) writes one stderr line naming the
 the element, and the child dies by the signal (``runtime_error``). A request without
 ``guard_layout`` gets the sentinel-only layout ``[guard | data | guard]``.
 
-Outputs are NaN-filled before every call. Input sets of validation cases are fresh per case; timed calls rotate
-between the item's input sets (distinct buffers), and after timing one more call runs on
-*fresh contents written into the same buffers* (same pointers), which a kernel that caches
-by pointer or by call count gets wrong.
+Outputs are NaN-filled before every call. Input sets of validation cases are fresh per case;
+timed calls rotate between the item's input sets (distinct buffers), and after timing one
+more call runs on *fresh contents written into the same buffers* (same pointers), which a
+kernel that caches by pointer or by call count gets wrong.
 
 Files written (``<o>``: output names), each a whole guarded buffer (sentinels and data,
 never the inaccessible pages):
