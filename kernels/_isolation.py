@@ -36,7 +36,8 @@ Layers, in order (Linux):
    ``io_uring_*``, ``unshare``, ``setns``, ``mount``, ``ptrace``, ``bpf``, ``userfaultfd``,
    ``fallocate`` (``EOPNOTSUPP``: it reserves disk past the file-size limit) and
    installing a ``SIGSEGV``/``SIGBUS`` handler (work deferred to the evaluator's first touch of a
-   protected output page); other ABIs
+   protected output page; the child's own fault helper, :mod:`kernels.guard_pages`, is
+   installed before the lockdown and stays); other ABIs
    (i386 ``int 0x80``, x32) kill the process. Threads (OpenMP) keep working; nothing the
    candidate starts can outlive the process group the parent kills.
 

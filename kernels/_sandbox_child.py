@@ -16,14 +16,28 @@ Phases:
    the first line, before the candidate library is loaded, so the candidate cannot forge it.
 3. *Candidate*: load the library, call, time; the result JSON follows on the pipe.
 
-Buffers: every array the candidate sees is float32 with ``guard`` sentinel elements before
-and after it (``[guard | data | guard]``, bit pattern ``0xA5A5A5A5``); outputs are NaN-filled
-before every call. Input sets of validation cases are fresh per case; timed calls rotate
-between the item's input sets (distinct buffers), and after timing one more call runs on
-*fresh contents written into the same buffers* (same pointers), which a kernel that caches
-by pointer or by call count gets wrong.
+Buffers: every array the candidate sees is float32 in a mapping of its own
+(:func:`kernels.guard_pages.allocate`, layout :class:`kernels.guard_pages.GuardLayout` from the
+request)::
 
-Files written (``<o>``: output names), each a whole guarded buffer:
+    [ PROT_NONE, 1 MiB | sentinels, >= 1024 | data, page-aligned | sentinels, >= 1024 | PROT_NONE, 1 MiB ]
+
+The sentinels (bit pattern ``0xA5A5A5A5``) fill whole pages: on 4 KiB pages 1024 elements
+before the data and 1024 to 2047 after it (up to the next page boundary); a small overrun
+changes them and the parent counts the changes (``invalid``). Any access further out, up to
+1 MiB (262,144 elements) before or after, hits an inaccessible page and faults at once: the
+fault helper (:class:`kernels.guard_pages.FaultReporter`, installed in the trusted phase,
+every buffer registered by name as it is made) writes one stderr line naming the buffer and
+the element, and the child dies by the signal (``runtime_error``). A request without
+``guard_layout`` gets the sentinel-only layout ``[guard | data | guard]``.
+
+Outputs are NaN-filled before every call. Input sets of validation cases are fresh per case;
+timed calls rotate between the item's input sets (distinct buffers), and after timing one
+more call runs on *fresh contents written into the same buffers* (same pointers), which a
+kernel that caches by pointer or by call count gets wrong.
+
+Files written (``<o>``: output names), each a whole guarded buffer (sentinels and data,
+never the inaccessible pages):
   ``<case>_call1_<o>.npy``, ``<case>_call2_<o>.npy``  output right after each call returned
   ``<case>_call<n>_late_<o>.npy``                     only if the output changed afterwards
   ``<timed>_last_<o>.npy`` (+ ``_last_late_``)        output of the last timed call
@@ -70,10 +84,10 @@ from typing import NamedTuple
 import numpy as np
 
 from kernels import _isolation
+from kernels.guard_pages import GUARD_BITS, FaultReporter, GuardLayout, allocate
 from kernels.hashing import array_digest, result_mac
 
 _PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GUARD_BITS = np.uint32(0xA5A5A5A5)
 LATE_CHECK_DELAY_S = 0.02  # outputs are re-read at least this long after the last call
 UNWRITTEN_SAMPLE = 64  # output elements per output checked for NaN after every timed-phase call
 
@@ -101,12 +115,21 @@ def save_new(name: str, array: np.ndarray) -> None:
         np.save(f, array)
 
 
-def guarded(n: int, guard: int, fill: np.ndarray | None = None) -> np.ndarray:
-    """A float32 buffer ``[guard | n | guard]``: sentinel guards, middle NaN or ``fill``."""
-    buf = np.empty(n + 2 * guard, dtype=np.float32)
-    buf[:guard].view(np.uint32)[:] = GUARD_BITS
-    buf[guard + n :].view(np.uint32)[:] = GUARD_BITS
-    buf[guard : guard + n] = np.nan if fill is None else fill.reshape(-1)
+def as_layout(guard: GuardLayout | int) -> GuardLayout:
+    """``guard`` as a layout: an int is the sentinel-only layout with that many elements."""
+    return guard if isinstance(guard, GuardLayout) else GuardLayout(int(guard))
+
+
+def guarded(n: int, guard: GuardLayout | int, fill: np.ndarray | None = None) -> np.ndarray:
+    """A float32 buffer ``[head | n | tail]`` of layout ``guard`` (:func:`as_layout`):
+    sentinels, middle NaN or ``fill``; inaccessible pages around it where the layout has them.
+
+    Raises:
+        OSError: the mapping failed (:func:`kernels.guard_pages.allocate`).
+    """
+    layout = as_layout(guard)
+    buf = allocate(n, layout)
+    buf[layout.head : layout.head + n] = np.nan if fill is None else fill.reshape(-1)
     return buf
 
 
@@ -114,11 +137,11 @@ class Guarded(NamedTuple):
     """An array already in a guarded buffer (:func:`guarded`), e.g. read there from its file
     (:func:`load_guarded`)."""
 
-    buf: np.ndarray  # float32 [guard | body | guard]
+    buf: np.ndarray  # float32 [head | body | tail]
     shape: tuple[int, ...]  # the body's
 
 
-def load_guarded(fname: str, guard: int) -> Guarded:
+def load_guarded(fname: str, guard: GuardLayout | int) -> Guarded:
     """A float32 ``.npy`` file read straight into the body of a new guarded buffer: one copy,
     where loading the array and then copying it into the buffer made two (and faulted in
     twice the pages: 24 MB of timed inputs took 35 ms instead of 25).
@@ -126,7 +149,9 @@ def load_guarded(fname: str, guard: int) -> Guarded:
     Raises:
         ValueError: the file does not hold a C-ordered float32 array, or is shorter than its
             header says.
+        OSError: the mapping failed (:func:`kernels.guard_pages.allocate`).
     """
+    layout = as_layout(guard)
     with open(fname, "rb") as f:
         version = np.lib.format.read_magic(f)
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
@@ -135,10 +160,8 @@ def load_guarded(fname: str, guard: int) -> Guarded:
             raise ValueError(f"input file {fname} holds {dtype}{' (Fortran order)' if fortran_order else ''}, "
                              "not C-ordered float32")
         n = math.prod(shape)
-        buf = np.empty(n + 2 * guard, dtype=np.float32)
-        buf[:guard].view(np.uint32)[:] = GUARD_BITS
-        buf[guard + n :].view(np.uint32)[:] = GUARD_BITS
-        body = memoryview(buf[guard : guard + n]).cast("B")
+        buf = allocate(n, layout)
+        body = memoryview(buf[layout.head : layout.head + n]).cast("B")
         got = 0
         while got < len(body):
             step = f.readinto(body[got:])
@@ -152,20 +175,35 @@ class _Io:
     """Guarded input and output buffers of one (shape, input set) with the call's args.
 
     ``inputs``: ``{name: array}`` (copied into new guarded buffers) or ``{name:
-    Guarded}`` (the buffer is used as it is; its guard must be ``guard``)."""
+    Guarded}`` (the buffer is used as it is; its layout must be ``guard``). ``guard``: the
+    :class:`~kernels.guard_pages.GuardLayout` (an int: sentinels only, :func:`as_layout`).
+    ``faults``: the fault helper every buffer made here (and every ``Guarded`` one) is
+    registered with, named after its argument and ``label`` (e.g. ``validation case v0``;
+    the outputs after ``out_label`` where given: a timed shape's sets share them)."""
 
-    def __init__(self, workload, shape: dict, inputs: dict, guard: int, outputs: dict | None = None):
-        self.guard = guard
-        self.inputs = {k: v.buf if isinstance(v, Guarded) else guarded(v.size, guard, v) for k, v in inputs.items()}
+    def __init__(self, workload, shape: dict, inputs: dict, guard: GuardLayout | int, outputs: dict | None = None,
+                 label: str = "", faults: FaultReporter | None = None, out_label: str | None = None):
+        self.layout = layout = as_layout(guard)
+        self.guard = g = layout.head  # sentinel elements before every body
+        self.inputs = {k: v.buf if isinstance(v, Guarded) else guarded(v.size, layout, v) for k, v in inputs.items()}
+        self.in_sizes = {k: int(np.prod(v.shape)) for k, v in inputs.items()}
         self.rows = {k: int(v.shape[-1]) if len(v.shape) else 1 for k, v in inputs.items()}  # last-axis length
         self.sizes = {k: int(np.prod(s)) for k, s in workload.output_shapes(shape).items()}
-        self.outputs = outputs if outputs is not None else {k: guarded(n, guard) for k, n in self.sizes.items()}
+        own = outputs is None
+        self.outputs = outputs if outputs is not None else {k: guarded(n, layout) for k, n in self.sizes.items()}
+        if faults is not None:
+            of = f" of {label}" if label else ""
+            out_of = of if out_label is None else f" of {out_label}"
+            for k, buf in self.inputs.items():
+                faults.register(buf, self.in_sizes[k], layout, k, f"input '{k}'{of}")
+            for k, buf in self.outputs.items() if own else ():
+                faults.register(buf, self.sizes[k], layout, k, f"output '{k}'{out_of}")
         self.args = []
         for a in workload.args:
             if a.kind == "in":
-                self.args.append(self.inputs[a.name][guard:].ctypes.data)
+                self.args.append(self.inputs[a.name][g:].ctypes.data)
             elif a.kind == "out":
-                self.args.append(self.outputs[a.name][guard:].ctypes.data)
+                self.args.append(self.outputs[a.name][g:].ctypes.data)
             elif a.kind == "int":
                 self.args.append(int(shape[a.name]))
             else:
@@ -189,7 +227,7 @@ class _Io:
         g, swaps = self.guard, {}
         draws = rng.random((len(self.inputs), 5)).tolist()  # one draw per call: [i, 4 tries of j]
         for (k, buf), (u, *tries) in zip(self.inputs.items(), draws):
-            size = buf.size - 2 * g
+            size = self.in_sizes[k]
             if size < 2:
                 continue
             body, width = buf[g : g + size], self.rows[k]
@@ -215,7 +253,7 @@ class _Io:
         (whole guarded buffer) for the parent to count what changed."""
         g, out = self.guard, {}
         for k, buf in self.inputs.items():
-            bits, n = buf.view(np.uint32), buf.size - 2 * g
+            bits, n = buf.view(np.uint32), self.in_sizes[k]
             digest = array_digest(buf[g : g + n])
             if digest != (digests or {}).get(k):
                 save_new(f"{prefix}_{k}.npy", buf.copy())  # one state: digest and file agree
@@ -359,21 +397,27 @@ def request_workload(req: dict):
 def _prepare_cpu(req: dict):
     """Trusted phase of the CPU backend; returns the candidate phase as a callable."""
     from kernels.timing import BenchSettings, bench
+    from kernels.workloads import shape_label
 
     workload = request_workload(req)
-    guard = int(req["guard"])
+    # Guard pages where the parent asks for them (it judges the sentinels of that layout).
+    guard = GuardLayout.from_dict(req["guard_layout"]) if req.get("guard_layout") else as_layout(req["guard"])
+    # The fault helper first: every buffer is registered by name as it is made.
+    faults = FaultReporter(req["fault_library"]) if req.get("fault_library") else None
     cases = []
     for case in req["cases"]:
-        cases.append((case, _Io(workload, case["shape"], _inputs(workload, case["shape"], case["seed"],
-                                                                 case.get("inputs"), guard), guard)))
+        inputs = _inputs(workload, case["shape"], case["seed"], case.get("inputs"), guard)
+        label = f"validation case {case['id']} ({shape_label(case['shape'])})"
+        cases.append((case, _Io(workload, case["shape"], inputs, guard, label=label, faults=faults)))
     timed = []
     for item in req["timed"]:  # rotation sets: own input buffers, one shared output buffer
         files = item.get("inputs") or [None] * len(item["seeds"])
-        first = _Io(workload, item["shape"], _inputs(workload, item["shape"], item["seeds"][0], files[0], guard), guard)
-        sets = [first] + [
-            _Io(workload, item["shape"], _inputs(workload, item["shape"], s, f, guard), guard, outputs=first.outputs)
-            for s, f in zip(item["seeds"][1:], files[1:])
-        ]
+        sets: list[_Io] = []
+        label = f"timed shape {shape_label(item['shape'])}"
+        for j, (s, f) in enumerate(zip(item["seeds"], files)):
+            sets.append(_Io(workload, item["shape"], _inputs(workload, item["shape"], s, f, guard), guard,
+                            outputs=sets[0].outputs if sets else None, label=f"{label}, input set {j}",
+                            faults=faults, out_label=label))
         fresh = _inputs(workload, item["shape"], item["fresh_seed"], item.get("fresh_inputs"))
         timed.append((item, sets, fresh))
     settings = BenchSettings(**req["bench"])
@@ -447,7 +491,7 @@ def _prepare_cpu(req: dict):
     return run
 
 
-def _inputs(workload, shape: dict, seed: int, files: dict | None, guard: int | None = None) -> dict:
+def _inputs(workload, shape: dict, seed: int, files: dict | None, guard: GuardLayout | int | None = None) -> dict:
     """One input set: loaded from the files the parent saved in this directory (``{name:
     file}``, trusted: written before this process started), else generated from ``seed``.
     With ``guard``, a loaded input comes as :class:`Guarded` (read into its guarded buffer).
@@ -599,7 +643,8 @@ def _prepare_turns(req: dict):
     from kernels.timing import BenchSettings
 
     workload = request_workload(req)
-    guard = int(req["guard"])
+    # The timing child's buffers: guard pages where the parent asks for them.
+    guard = GuardLayout.from_dict(req["guard_layout"]) if req.get("guard_layout") else as_layout(req["guard"])
     items = []
     for item in req["timed"]:
         files = item.get("inputs") or [None] * len(item["seeds"])

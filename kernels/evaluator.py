@@ -13,8 +13,10 @@ Protocol (DESIGN.md, "Evaluation protocol"):
    (``OMP_WAIT_POLICY=ACTIVE``: parallel regions start together, so data races show) and a
    *timing* child with sleeping ones (``PASSIVE``: stable medians when other processes
    compete for the cores; measurement in :mod:`kernels.timing`). Each gives the candidate
-   guarded buffers (sentinels before and after every array), NaN-fills outputs before every
-   call, and calls the kernel:
+   guarded buffers (sentinels before and after every array; the CPU child also 1 MiB of
+   inaccessible pages beyond them, :mod:`kernels.guard_pages`, where an overrun faults at once
+   and the child's fault helper names the buffer), NaN-fills outputs before every call, and
+   calls the kernel:
    - validation: twice per case (fresh seed per case): every timed shape, each odd shape
      (not a multiple of any tile) with two seeds, and the workload's stored failure cases
      (:mod:`kernels.validation_store`, the latest ``KERNELS_VALIDATION_STORE_LIMIT``);
@@ -71,6 +73,7 @@ import numpy as np
 
 from kernels import config, hostperf, stats
 from kernels.backends import get_backend
+from kernels.guard_pages import FAULT_SOURCE, GUARD_BITS, GUARD_ELEMS, GuardLayout, fault_report
 from kernels.hashing import array_digest, candidate_hash
 from kernels.outcome import Outcome
 from kernels.reference_check import ReferenceProblem, describe, fix_hint, reference_problems
@@ -84,8 +87,7 @@ from kernels.workloads import Workload, get_workload, shape_label
 
 __all__ = ["BenchSettings", "Evidence", "evaluate"]
 
-GUARD_ELEMS = 1024  # 4 KiB sentinel region before and after every array the kernel sees
-_GUARD_BITS = np.uint32(0xA5A5A5A5)
+_SENTINELS_ONLY = GuardLayout(GUARD_ELEMS)  # [1024 | data | 1024], no inaccessible pages (CUDA)
 _TIMED_INPUT_SETS = 2  # input sets rotated between timed calls (fresh contents)
 
 
@@ -421,22 +423,24 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
-def _guard_hits(buf: np.ndarray, n: int) -> tuple[int, int]:
-    """Changed guard elements (before, after) of a ``[guard | n | guard]`` buffer."""
-    g = GUARD_ELEMS
-    before = int(np.count_nonzero(buf[:g].view(np.uint32) != _GUARD_BITS))
-    after = int(np.count_nonzero(buf[g + n :].view(np.uint32) != _GUARD_BITS))
+def _guard_hits(buf: np.ndarray, n: int, layout: GuardLayout = _SENTINELS_ONLY) -> tuple[int, int]:
+    """Changed sentinel elements (before, after) of a ``[head | n | tail]`` buffer of ``layout``."""
+    g = layout.head
+    before = int(np.count_nonzero(buf[:g].view(np.uint32) != GUARD_BITS))
+    after = int(np.count_nonzero(buf[g + n :].view(np.uint32) != GUARD_BITS))
     return before, after
 
 
 def _check_outputs(
     wl: Workload, shape: dict, prefix: str, workdir: Path, ref: dict[str, np.ndarray] | None,
     files: dict[str, str] | None = None, same_as: dict[str, np.ndarray] | None = None,
+    layout: GuardLayout = _SENTINELS_ONLY,
 ) -> tuple[Outcome | None, str, dict[str, np.ndarray], float, float]:
-    """Guards, late writes and accuracy of one call's outputs (files ``<prefix>_<out>.npy``,
-    checked against the child's ``files`` digests where it reports them, see :func:`_load`).
-    With ``ref=None`` (a reference that cannot judge, :mod:`kernels.reference_check`) only
-    the rules are checked (guards, late writes), not the values.
+    """Guards, late writes and accuracy of one call's outputs (files ``<prefix>_<out>.npy``:
+    whole guarded buffers of ``layout``, checked against the child's ``files`` digests where
+    it reports them, see :func:`_load`). With ``ref=None`` (a reference that cannot judge,
+    :mod:`kernels.reference_check`) only the rules are checked (guards, late writes), not the
+    values.
 
     ``same_as``: outputs of an earlier call on the same inputs that passed; an output
     bit-identical to its one there is not compared with ``ref`` again (its errors are that
@@ -446,16 +450,19 @@ def _check_outputs(
     """
     outs: dict[str, np.ndarray] = {}
     max_abs = max_rel = 0.0
-    g = GUARD_ELEMS
+    g = layout.head
     for name, oshape in wl.output_shapes(shape).items():
         n = int(np.prod(oshape))
-        buf = _load(workdir, f"{prefix}_{name}.npy", n + 2 * g, digests=files)
-        before, after = _guard_hits(buf, n)
+        size = layout.size(n)
+        buf = _load(workdir, f"{prefix}_{name}.npy", size, digests=files)
+        before, after = _guard_hits(buf, n, layout)
         if after:
-            return Outcome.invalid, f"wrote past the end of output '{name}' ({after} of {g} guard elements changed)", outs, math.nan, math.nan
+            return Outcome.invalid, (f"wrote past the end of output '{name}' ({after} of {layout.tail(n)} guard "
+                                     "elements changed)"), outs, math.nan, math.nan
         if before:
-            return Outcome.invalid, f"wrote before the start of output '{name}' ({before} of {g} guard elements changed)", outs, math.nan, math.nan
-        late = _load(workdir, f"{prefix}_late_{name}.npy", n + 2 * g, missing_ok=True, digests=files)
+            return Outcome.invalid, (f"wrote before the start of output '{name}' ({before} of {g} guard elements "
+                                     "changed)"), outs, math.nan, math.nan
+        late = _load(workdir, f"{prefix}_late_{name}.npy", size, missing_ok=True, digests=files)
         if late is not None and not _same_bits(late, buf):
             changed = int(np.count_nonzero(late.view(np.uint32) != buf.view(np.uint32)))
             return Outcome.invalid, (
@@ -485,8 +492,9 @@ def _check_outputs(
 
 def _check_inputs(inputs: dict[str, np.ndarray], workdir: Path, name_fmt: str,
                   reported: dict | None = None, digests: dict[str, str] | None = None,
-                  files: dict[str, str] | None = None) -> str:
-    """'' if every input (guards included) is unchanged, else what changed.
+                  files: dict[str, str] | None = None, layout: GuardLayout = _SENTINELS_ONLY) -> str:
+    """'' if every input (guards included) is unchanged, else what changed. Saved inputs are
+    whole guarded buffers of ``layout``.
 
     ``reported``: the child's check of this set, ``{input: [sha256 of the body after the
     calls, guard elements changed before it, after it]}`` (the CPU child's
@@ -494,7 +502,7 @@ def _check_inputs(inputs: dict[str, np.ndarray], workdir: Path, name_fmt: str,
     changed input's count comes from the buffer the child saved under ``name_fmt``, when it
     did. Without a report, the inputs the child saved (``name_fmt``, the CUDA child's files)
     are compared here."""
-    g = GUARD_ELEMS
+    g = layout.head
     for name, arr in inputs.items():
         n, after = arr.size, None
         if reported is not None:
@@ -505,14 +513,14 @@ def _check_inputs(inputs: dict[str, np.ndarray], workdir: Path, name_fmt: str,
             digest, before_hit, after_hit = entry
             changed = digest != (digests or {}).get(name)
         else:
-            after = _load(workdir, name_fmt.format(inp=name), n + 2 * g)
-            before_hit, after_hit = _guard_hits(after, n)
+            after = _load(workdir, name_fmt.format(inp=name), layout.size(n))
+            before_hit, after_hit = _guard_hits(after, n, layout)
             changed = not _same_bits(after[g : g + n], arr.reshape(-1))
         if before_hit or after_hit:
             return f"wrote outside input '{name}' ({before_hit} guard elements before it, {after_hit} after it changed)"
         if changed:
             if after is None:
-                after = _load(workdir, name_fmt.format(inp=name), n + 2 * g, missing_ok=True, digests=files)
+                after = _load(workdir, name_fmt.format(inp=name), layout.size(n), missing_ok=True, digests=files)
             if after is None:
                 return f"modified input '{name}' (its digest after the calls differs)"
             count = int(np.count_nonzero(after[g : g + n].view(np.uint32) != arr.reshape(-1).view(np.uint32)))
@@ -526,7 +534,8 @@ def _record(kind: str, shape: dict, seed: int) -> dict:
 
 
 def _unusable_reference(wl: Workload, record: dict, inputs: dict[str, np.ndarray], ref: dict[str, np.ndarray],
-                        calls: list[tuple[str, str]], workdir: Path, files: dict[str, str] | None) -> bool:
+                        calls: list[tuple[str, str]], workdir: Path, files: dict[str, str] | None,
+                        layout: GuardLayout = _SENTINELS_ONLY) -> bool:
     """Judge ``record`` without values when its reference cannot judge a candidate
     (:func:`kernels.reference_check.reference_problems`); False (nothing done) when it can.
 
@@ -541,7 +550,7 @@ def _unusable_reference(wl: Workload, record: dict, inputs: dict[str, np.ndarray
         return False
     record["reference"] = [dict(vars(p)) for p in problems]
     for prefix, what in calls:
-        verdict, why, *_ = _check_outputs(wl, record["shape"], prefix, workdir, None, files)
+        verdict, why, *_ = _check_outputs(wl, record["shape"], prefix, workdir, None, files, layout=layout)
         if verdict:
             record.update(reason=f"{what}: {why}", verdict=verdict)
             return True
@@ -553,25 +562,25 @@ def _unusable_reference(wl: Workload, record: dict, inputs: dict[str, np.ndarray
 
 
 def _validate_case(wl: Workload, case: dict, workdir: Path, expected: Expected, checks: dict,
-                   files: dict[str, str] | None = None) -> dict:
+                   files: dict[str, str] | None = None, layout: GuardLayout = _SENTINELS_ONLY) -> dict:
     shape, cid = case["shape"], case["id"]
     inputs, ref = expected.get(shape, case["seed"])
     record = _record(case.get("kind", "validation"), shape, case["seed"])
     reported = checks.get(f"{cid}_after")
     why = _check_inputs(inputs, workdir, f"{cid}_after_{{inp}}.npy", reported,
-                        expected.digests(shape, case["seed"]) if reported is not None else None, files)
+                        expected.digests(shape, case["seed"]) if reported is not None else None, files, layout)
     if why:
         record.update(reason=why, verdict=Outcome.invalid)
         return record
     if _unusable_reference(wl, record, inputs, ref, [(f"{cid}_call1", "first call"), (f"{cid}_call2", "second call")],
-                           workdir, files):
+                           workdir, files, layout):
         return record
-    v1, why1, y1, a1, r1 = _check_outputs(wl, shape, f"{cid}_call1", workdir, ref, files)
+    v1, why1, y1, a1, r1 = _check_outputs(wl, shape, f"{cid}_call1", workdir, ref, files, layout=layout)
     record.update(max_abs_error=a1, max_rel_error=r1)
     if v1:
         record.update(reason=f"first call: {why1}", verdict=v1)
         return record
-    v2, why2, y2, a2, r2 = _check_outputs(wl, shape, f"{cid}_call2", workdir, ref, files, same_as=y1)
+    v2, why2, y2, a2, r2 = _check_outputs(wl, shape, f"{cid}_call2", workdir, ref, files, same_as=y1, layout=layout)
     if v2:
         record.update(reason=f"second call (repeatability): {why2}", verdict=v2)
         return record
@@ -608,7 +617,7 @@ def _salted(inputs: dict[str, np.ndarray], swaps: dict) -> dict[str, np.ndarray]
 def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, workdir: Path,
                     expected: Expected, last_salt: dict | None = None, checks: dict | None = None,
                     unwritten: tuple[int, int] | None = None, files: dict[str, str] | None = None,
-                    pick: dict | None = None) -> list[dict]:
+                    pick: dict | None = None, layout: GuardLayout = _SENTINELS_ONLY) -> list[dict]:
     """Records of the last timed call (its reference from the inputs as the call saw them:
     the set with ``last_salt``'s swaps), of the fresh-contents call after timing and, where
     the child drew one (``pick``: ``{call, set, salt}``, files ``<timed>_pick_<o>.npy``), of a
@@ -624,7 +633,7 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
         seed = item["fresh_seed"] if j == fresh_slot else item["seeds"][j]
         reported = (checks or {}).get(f"{tid}_after{j}")
         why = _check_inputs(fresh if j == fresh_slot else inputs, workdir, f"{tid}_after{j}_{{inp}}.npy", reported,
-                            expected.digests(shape, seed) if reported is not None else None, files)
+                            expected.digests(shape, seed) if reported is not None else None, files, layout)
         if why:
             last.update(reason=f"during timing: {why}", verdict=Outcome.invalid)
             return [last]
@@ -654,11 +663,11 @@ def _validate_timed(wl: Workload, item: dict, last_set: int, fresh_slot: int, wo
         checked.append((picked, f"{tid}_pick", sets[pick["set"]], salted_ref(pick["set"], pick["salt"]),
                         f"call {pick['call']} of the timing phase, drawn at random"))
     for rec, prefix, inputs, ref, what in checked:
-        if _unusable_reference(wl, rec, inputs, ref, [(prefix, what)], workdir, files):
+        if _unusable_reference(wl, rec, inputs, ref, [(prefix, what)], workdir, files, layout):
             if rec["verdict"] == Outcome.invalid_input:
                 rec["reason"] = f"{what}: {rec['reason']}"
             continue
-        verdict, why, _, a, r = _check_outputs(wl, shape, prefix, workdir, ref, files)
+        verdict, why, _, a, r = _check_outputs(wl, shape, prefix, workdir, ref, files, layout=layout)
         rec.update(max_abs_error=a, max_rel_error=r)
         if verdict:
             rec.update(reason=f"{what}: {why}", verdict=verdict)
@@ -783,14 +792,16 @@ def _metrics(wl: Workload, timed: list[dict], result: dict, cases: list[dict], l
 
 def _run_failure(run: ChildRun, timeout_s: float) -> tuple[Outcome, str] | None:
     """How a child run failed as a process (disk quota, timeout, signal, exit code, silence),
-    or None."""
+    or None. A death by ``SIGSEGV``/``SIGBUS`` gives the fault helper's line where the child's
+    stderr has one (:func:`kernels.guard_pages.fault_report`: which buffer, which element)."""
     if run.disk:
         return Outcome.runtime_error, f"child killed: it {run.disk}"
     if run.timed_out:
         return Outcome.timeout, f"no result within {timeout_s:g} s wall clock; process group killed"
     rc = run.returncode
     if rc is not None and rc < 0:
-        return Outcome.runtime_error, f"child killed by {_signal_name(rc)}"
+        fault = fault_report(run.stderr) if -rc in (signal.SIGSEGV, signal.SIGBUS) else None
+        return Outcome.runtime_error, f"child killed by {_signal_name(rc)}" + (f": {fault}" if fault else "")
     if rc != 0:
         return Outcome.runtime_error, f"child exited with code {rc}"
     if not run.result:
@@ -803,7 +814,8 @@ def _run_failure(run: ChildRun, timeout_s: float) -> tuple[Outcome, str] | None:
 
 def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRun | list[ChildRun],
            workdir: Path | tuple[Path, Path], timeout_s: float, limits: dict | None = None,
-           expected: Expected | None = None, validated: list[dict] | None = None, input_report: bool = False):
+           expected: Expected | None = None, validated: list[dict] | None = None, input_report: bool = False,
+           layout: GuardLayout = _SENTINELS_ONLY):
     """The one place that maps child runs to an Outcome.
 
     Args:
@@ -819,6 +831,8 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
             (the CPU child): a set without its input check or a run without the file
             digests is a ``runtime_error``, a file that no longer matches its digest
             ``invalid``.
+        layout: where the sentinels of the buffers the children saved lie (the one the
+            request gave them; default the sentinel-only layout of the CUDA child).
 
     Returns (status, reason, cases, metrics, samples_ms).
     """
@@ -853,12 +867,12 @@ def _judge(wl: Workload, cases_plan: list[dict], timed: list[dict], run: ChildRu
                               f"{', '.join(missing[:3])}")
         vdir, tdir = workdir if isinstance(workdir, tuple) else (workdir, workdir)
         cases = (list(validated) if validated is not None
-                 else [_validate_case(wl, c, vdir, expected, checks, files) for c in cases_plan])
+                 else [_validate_case(wl, c, vdir, expected, checks, files, layout) for c in cases_plan])
         for t in timed:
             r = result[t["id"]]
             cases += _validate_timed(wl, t, r["last_set"], r["fresh_slot"], tdir, expected, r.get("last_salt"),
                                      checks, (r["unwritten"], r["calls"]) if "unwritten" in r else None, files,
-                                     r.get("pick"))
+                                     r.get("pick"), layout)
     except _Tampered as exc:
         return Outcome.invalid, str(exc), [], {}, {}
     except _Broken as exc:
@@ -922,6 +936,23 @@ def _evict_library(be: Any, bench: BenchSettings, sections: list[str]) -> Path |
         return None
 
 
+def _fault_library(sections: list[str]) -> Path | None:
+    """The guard-fault helper (:data:`kernels.guard_pages.FAULT_SOURCE`) compiled for this
+    host, or None.
+
+    Compiled like a candidate (same compiler, flags and cache) from trusted source; a failure
+    is logged and the guard pages still stop overruns (the child dies by the signal without
+    the line naming the buffer).
+    """
+    from kernels.backends.cpu import CompileError, CpuBackend  # noqa: PLC0415
+
+    try:
+        return Path(CpuBackend().compile(FAULT_SOURCE.read_text(), "").path)
+    except (CompileError, OSError) as exc:
+        sections.append(f"== guard-fault helper ==\nnot available, faults are not located: {exc}")
+        return None
+
+
 def _limits(be: Any) -> dict:
     """Physical limits of ``be``'s target: the backend's own ``physical_limits()`` if it has
     one, this host's (:func:`kernels.hostperf.physical_limits`) for ``cpu``, else none."""
@@ -933,18 +964,17 @@ def _limits(be: Any) -> dict:
     return {}
 
 
-def _own_writes(wl: Workload, cases: list[dict], timed: list[dict]) -> tuple[int, int]:
+def _own_writes(wl: Workload, cases: list[dict], timed: list[dict],
+                layout: GuardLayout = _SENTINELS_ONLY) -> tuple[int, int]:
     """(bytes, files) the sandbox child's trusted code saves for a candidate that behaves
     (:mod:`kernels._sandbox_child`): both calls' outputs per validation case; the last, drawn
-    and fresh-contents calls' outputs per timed shape (whole guarded buffers, an ``.npy``
-    header and a partly used 4 KiB block each). Allowed besides the candidate's own disk
+    and fresh-contents calls' outputs per timed shape (whole guarded buffers of ``layout``, an
+    ``.npy`` header and a partly used 4 KiB block each). Allowed besides the candidate's own disk
     quota: large shapes need far more than it (1.9 GB for FlashInfer's 14,509-row RMSNorm),
     and nothing more is allowed: what the child saves only when the candidate misbehaves
     (late copies, changed inputs) comes out of the candidate's quota."""
-    g = GUARD_ELEMS
-
     def out_bytes(shape: dict) -> int:
-        return sum((int(np.prod(s)) + 2 * g) * 4 + 4096 + 128 for s in wl.output_shapes(shape).values())
+        return sum(layout.size(int(np.prod(s))) * 4 + 4096 + 128 for s in wl.output_shapes(shape).values())
 
     nbytes = 2 * sum(out_bytes(c["shape"]) for c in cases) + 3 * sum(out_bytes(t["shape"]) for t in timed)
     return nbytes, len(wl.outputs) * (2 * len(cases) + 3 * len(timed))
@@ -1050,6 +1080,11 @@ def evaluate(
     store = validation_store or ValidationStore()
     stored = store.cases(wl.name, store_limit) if store_limit else []
     cases_plan, timed = _plan(wl, shape_set, base_seed, stored)
+    # Inaccessible pages around every buffer of the CPU child, and its fault helper (compiled
+    # once per compile cache, before the validation child starts: that child needs it).
+    cpu = getattr(be, "name", "") == "cpu"
+    layout = GuardLayout.for_host() if cpu else _SENTINELS_ONLY
+    fault_lib = _fault_library(sections) if cpu else None
     # One private directory per child: nothing the validation child writes (it could replace
     # the library) reaches the timing child. Inputs depend only on the plan: generated once,
     # while the compiler runs, into the directory of the child that uses them.
@@ -1065,6 +1100,8 @@ def evaluate(
         "workload": wl.name,
         "shape_set": shape_set,
         "guard": GUARD_ELEMS,
+        "guard_layout": layout.to_dict(),
+        "fault_library": str(fault_lib) if fault_lib is not None else None,
         "bench": bench.to_dict(),
         "evict_library": None,
         "attrs": dict(wl.attrs),  # e.g. eps, as in force here for the shape set
@@ -1080,7 +1117,7 @@ def evaluate(
                                            timed if phase == "timing" else [])
         req = {**request, "cases": cases, "timed": items, "library": str(workdirs[phase] / "candidate.so")}
         env = omp_validation if phase == "validation" else omp
-        own_bytes, own_files = _own_writes(wl, cases, items)
+        own_bytes, own_files = _own_writes(wl, cases, items, layout)
         pending[phase] = start_child(req, workdirs[phase], logdir / phase, budget_s, policy=policy, env=env,
                                      own_bytes=own_bytes, own_entries=own_files)
 
@@ -1130,7 +1167,7 @@ def evaluate(
             start_phase("timing", max(deadline - waited, 1.0))
             expected.join()  # references for the judge; nothing of ours competes with the timed calls
             early = _judge(wl, cases_plan, [], runs, workdirs["validation"], timeout_s, limits, expected,
-                           input_report=True)
+                           input_report=True, layout=layout)
             deadline += time.monotonic() - waited  # our waits and judging are not the candidate's time
             left = deadline - time.monotonic()
             if early[0] != Outcome.ok:
@@ -1146,7 +1183,7 @@ def evaluate(
         fingerprint["flush"] = _reported_flush(runs[-1]) if len(runs) > 1 else None
         status, reason, cases, metrics, samples = verdict or _judge(
             wl, cases_plan, timed, runs, (workdirs["validation"], workdirs["timing"]), timeout_s, limits, expected,
-            validated, input_report=True)
+            validated, input_report=True, layout=layout)
     finally:
         if expected is not None:
             expected.cancel()  # first: a starter still waiting for its inputs gives up at once

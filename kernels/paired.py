@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from kernels.backends import get_backend
+from kernels.guard_pages import GuardLayout
 from kernels.noise_floor import FileFloorStore, FloorStore, floor_from_ratios, floor_key
 from kernels.sandbox import (
     ChildRun, PendingChild, SandboxPolicy, TurnFailed, hand_over, make_workdir, place, private_tempdir, remove_tree,
@@ -273,6 +274,7 @@ class _Setup:
         self.target = target or f"cpu-{self.fingerprint.get('machine', 'host')}"
         self.seed = self.settings.seed if self.settings.seed is not None else secrets.randbits(62)
         self.request = {"backend": "cpu", "workload": self.wl.name, "shape_set": shape_set, "guard": GUARD_ELEMS,
+                        "guard_layout": GuardLayout.for_host().to_dict(),  # the timing child's buffers
                         "bench": {"flush": self.settings.flush}, "evict_library": self._evict(),
                         "attrs": dict(self.wl.attrs), "cases": []}
 

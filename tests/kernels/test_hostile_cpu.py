@@ -551,6 +551,8 @@ def test_the_reasons_name_what_was_caught(quick_bench):
     assert "wrote before the start of output 'y'" in run(WRITES_BEFORE_OUTPUT, quick_bench).log
     assert "wrote outside input 'w'" in run(WRITES_PAST_INPUT, quick_bench).log
     assert "SIGSEGV" in run(SEGFAULTS, quick_bench).log
+    assert "y[0], n=256, inside output 'y' of validation case v0" in \
+        run(DEFERS_TO_A_FAULT_HANDLER, quick_bench).log  # the page it made inaccessible
     assert "1 of" in (log := run(SKIPS_A_TIMED_CALL, quick_bench).log) and "left output elements NaN" in log
 
 
