@@ -33,6 +33,12 @@ FLAG_RATIO = 10.0  # first call over steady median above which a candidate is fl
 FLAG_MIN_EXCESS_MS = 0.1  # and by at least this much (ms) over its steady median
 
 
+def is_set_up_cost(first_ms: float, steady_ms: float) -> bool:
+    """Whether a first call of ``first_ms`` (ms) against a steady median of ``steady_ms`` (ms)
+    is flagged: over :data:`FLAG_RATIO` times it and over :data:`FLAG_MIN_EXCESS_MS` above it."""
+    return steady_ms > 0 and first_ms > FLAG_RATIO * steady_ms and first_ms - steady_ms > FLAG_MIN_EXCESS_MS
+
+
 def first_call_metrics(shapes: Iterable[tuple[str, float | None, float]]) -> dict[str, float]:
     """The first-call metrics of a timed shape set (see the module docstring).
 
@@ -54,7 +60,7 @@ def first_call_metrics(shapes: Iterable[tuple[str, float | None, float]]) -> dic
         metrics[f"first_call_ms[{label}]"] = float(first)
         if median > 0:
             metrics[f"first_call_ratio[{label}]"] = float(first) / median
-            flagged |= first > FLAG_RATIO * median and first - median > FLAG_MIN_EXCESS_MS
+            flagged |= is_set_up_cost(first, median)
     if first_label is None:
         return metrics
     metrics["first_call_ms"] = metrics[f"first_call_ms[{first_label}]"]
