@@ -436,8 +436,9 @@ def _prepare_cpu(req: dict):
             sets[slot].nan_outputs()
             fn(*sets[slot].args)
             late.snapshot(sets[slot].outputs, f"{tid}_fresh")
-            out[tid] = {"samples_ms": timing.samples_ms, "first_call_ms": timing.first_call_ms, "last_set": last, "fresh_slot": slot, "last_salt": last_salt,
-                        "calls": calls, "unwritten": skipped, "pick": picked}
+            out[tid] = {"samples_ms": timing.samples_ms, "first_call_ms": timing.first_call_ms,
+                        "first_call_cpu_ms": timing.first_call_cpu_ms, "last_set": last, "fresh_slot": slot,
+                        "last_salt": last_salt, "calls": calls, "unwritten": skipped, "pick": picked}
         for item, sets, *_ in finished:  # while late writes to the fresh outputs would show
             slot = out[item["id"]]["fresh_slot"]
             given = item.get("digests") or [None] * len(sets)

@@ -658,9 +658,9 @@ def _parse_result(run: ChildRun, timed: list[dict]) -> tuple[dict[str, dict], di
             and all(isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s >= 0 for s in t["samples_ms"])
             and index_ok(t.get("last_set"), len(item["seeds"]))
             and index_ok(t.get("fresh_slot"), len(item["seeds"]))
-            and ("first_call_ms" not in t or (isinstance(t["first_call_ms"], (int, float))
-                                              and not isinstance(t["first_call_ms"], bool)
-                                              and math.isfinite(t["first_call_ms"]) and t["first_call_ms"] >= 0))
+            and all(k not in t or t[k] is None and k == "first_call_cpu_ms"
+                    or (isinstance(t[k], (int, float)) and not isinstance(t[k], bool) and math.isfinite(t[k])
+                        and t[k] >= 0) for k in ("first_call_ms", "first_call_cpu_ms"))
             and ("unwritten" not in t or (index_ok(t.get("calls"), 2**62) and index_ok(t["unwritten"], t["calls"] + 1)))
             and ("pick" not in t or (isinstance(t["pick"], dict) and isinstance(t["pick"].get("salt"), dict)
                                      and index_ok(t["pick"].get("set"), len(item["seeds"]))
@@ -710,7 +710,7 @@ def _metrics(wl: Workload, timed: list[dict], result: dict, cases: list[dict], l
     samples: dict[str, list[float]] = {}
     tot = {"median": 0.0, "iqr": 0.0, "ci_low": 0.0, "ci_high": 0.0}
     total_bytes = total_flops = 0.0
-    firsts: list[tuple[str, float | None, float]] = []
+    firsts: list[tuple[str, float | None, float, float | None]] = []
     for item in timed:
         label = shape_label(item["shape"])
         s = [float(x) for x in result[item["id"]]["samples_ms"]]
@@ -719,7 +719,8 @@ def _metrics(wl: Workload, timed: list[dict], result: dict, cases: list[dict], l
         for k in tot:
             tot[k] += summ[k]
         metrics[f"latency_ms[{label}]"] = summ["median"]
-        firsts.append((label, result[item["id"]].get("first_call_ms"), summ["median"]))
+        firsts.append((label, result[item["id"]].get("first_call_ms"), summ["median"],
+                       result[item["id"]].get("first_call_cpu_ms")))
         nbytes, flops = wl.bytes(item["shape"]), wl.flops(item["shape"])
         if summ["median"] > 0:
             sec = summ["median"] * 1e-3

@@ -323,11 +323,16 @@ class BenchRun:
         first_call_ms: the first warm-up call (ms): the first call of ``fn`` in the loop,
             caches as ``prepare`` left them (what the steady state's warm-up discards).
         warmup_calls: how many untimed warm-up calls ran (the first one included).
+        first_call_cpu_ms: CPU time (ms) of the calling thread during that first call, or
+            None where not measured: work the call did itself, without the time it waited
+            for a CPU (a preemption on a loaded host) or slept (e.g. at a passive OpenMP
+            barrier).
     """
 
     samples_ms: list[float]
     first_call_ms: float
     warmup_calls: int
+    first_call_cpu_ms: float | None = None
 
 
 def bench_run(
@@ -346,12 +351,19 @@ def bench_run(
     Warm-up calls until ``warmup_ms`` of kernel time (at least 3, at most ``max_reps`` calls)
     estimate the steady-state per-call time from their second half, which sizes the timed
     repetitions to about ``rep_ms`` within ``[min_reps, max_reps]``. The first warm-up call
-    is reported as :attr:`BenchRun.first_call_ms`: in a fresh process it carries whatever
-    the candidate sets up on first use (tables, allocations), which the steady state hides.
+    is reported as :attr:`BenchRun.first_call_ms` (and its thread CPU time as
+    :attr:`BenchRun.first_call_cpu_ms`): in a fresh process it carries whatever the
+    candidate sets up on first use (tables, allocations), which the steady state hides.
     """
     clock = time.perf_counter_ns
-    warm: list[int] = []
-    spent_ns = 0
+    if prepare is not None:
+        prepare()
+    cpu0 = time.thread_time_ns()  # the first call only: one more clock read on each side
+    t0 = clock()
+    fn()
+    warm: list[int] = [clock() - t0]
+    first_cpu_ms = (time.thread_time_ns() - cpu0) / 1e6
+    spent_ns = warm[0]
     # At least 3 warm-up calls: the first ones pay for thread-team start-up and page faults.
     while len(warm) < 3 or (spent_ns < settings.warmup_ms * 1e6 and len(warm) < settings.max_reps):
         if prepare is not None:
@@ -372,7 +384,7 @@ def bench_run(
         t0 = clock()
         fn()
         samples.append((clock() - t0) / 1e6)
-    return BenchRun(samples, warm[0] / 1e6, len(warm))
+    return BenchRun(samples, warm[0] / 1e6, len(warm), first_cpu_ms)
 
 
 def bench(

@@ -70,9 +70,11 @@ def _first_calls(metrics: dict) -> list[dict]:
         label = key[len("first_call_ms["):-1]
         steady = metrics.get(f"latency_ms[{label}]")
         steady = steady if isinstance(steady, (int, float)) else None
+        cpu = metrics.get(f"first_call_cpu_ms[{label}]")
+        cpu = cpu if isinstance(cpu, (int, float)) else None
         rows.append({"label": label, "steady_ms": steady, "first_ms": first,
                      "ratio": first / steady if steady else None,
-                     "flagged": steady is not None and is_set_up_cost(first, steady)})
+                     "flagged": steady is not None and is_set_up_cost(first, steady, cpu)})
     return rows
 
 

@@ -84,6 +84,17 @@ def test_the_flag_needs_both_the_ratio_and_the_excess(first, steady, flag):
     assert bool(first_call_note(m)) == bool(flag)
 
 
+def test_a_first_call_the_calling_thread_did_not_spend_on_the_cpu_is_not_flagged():
+    # 4.6 ms of wall time, 0.05 ms of CPU: the call waited (a preempted OpenMP worker)
+    waited = first_call_metrics([("a", 0.03, 0.02, 0.02), ("b", 4.6, 0.1, 0.05)])
+    assert waited["first_call_flag"] == 0.0 and waited["first_call_cpu_ms[b]"] == 0.05
+    assert first_call_note(waited) == ""
+    worked = first_call_metrics([("a", 0.03, 0.02, 0.02), ("b", 4.6, 0.1, 4.5), ("c", 9.0, 0.1, 0.1)])
+    assert worked["first_call_flag"] == 1.0
+    assert "(b: 4.6 ms first, 0.1 ms steady)" in first_call_note(worked)  # c's ratio is higher, c is not set-up
+    assert first_call_metrics([("a", 4.6, 0.1, None)])["first_call_flag"] == 1.0  # no CPU time (CUDA): wall alone
+
+
 def test_no_first_call_reported_gives_no_first_call_metrics():
     assert first_call_metrics([("a", None, 0.02)]) == {}
     assert first_call_note({}) == "" and first_call_note({"first_call_flag": 0.0}) == ""
@@ -107,6 +118,7 @@ def test_bench_run_reports_the_first_warm_up_call_apart_from_the_samples():
     settings = BenchSettings(warmup_ms=0.0, rep_ms=0.0, min_reps=4, max_reps=4, flush="none")
     run = bench_run(fn, settings)
     assert run.first_call_ms >= 20.0 and run.warmup_calls == 3 and len(run.samples_ms) == 4
+    assert 0 <= run.first_call_cpu_ms < 10.0  # asleep, not working
     assert max(run.samples_ms) < 10.0  # the first call is in no sample
     assert len(calls) == 7
     assert len(bench(fn, settings)) == 4
@@ -145,6 +157,7 @@ def test_a_kernel_with_set_up_on_its_first_call_is_flagged_and_ranked_by_its_ste
     assert all(max(s) < 1.0 for s in ev.samples_ms.values())
     assert m["first_call_ratio"] == pytest.approx(m["first_call_ms"] / m[f"latency_ms[{SHAPES[0]}]"])
     assert m["first_call_ratio"] > 10 and m["first_call_flag"] == 1.0
+    assert m[f"first_call_cpu_ms[{SHAPES[0]}]"] >= 4.5  # the spinning was the calling thread's work
     assert "== first call ==\nfirst call " in ev.log and "set-up cost on first use" in ev.log
     json.dumps(ev.to_dict(), allow_nan=False)
 
