@@ -34,6 +34,7 @@ from kernels import config, static
 from kernels.backends.cuda import CompileError, CudaBackend, import_cupy
 from kernels.launch_plan import LaunchPlan, LaunchPlanError, plan_env, plan_names
 from kernels.evaluator import GUARD_ELEMS, Evidence, _judge, _plan, reference_notes
+from kernels.first_call import first_call_note
 from kernels.hashing import candidate_hash
 from kernels.outcome import Outcome
 from kernels.sandbox import ChildRun, SandboxPolicy, make_workdir, private_tempdir, remove_tree, run_child
@@ -289,6 +290,8 @@ class CudaEvaluation:
         notes = reference_notes(self.wl, cases)
         if notes:
             self.sections.append(notes)
+        if first_call_note(metrics):
+            self.sections.append(f"== first call ==\n{first_call_note(metrics)}")
         wrong = [c for c in cases if c["verdict"] == Outcome.wrong_result]
         if wrong and self.store_limit:
             try:

@@ -396,7 +396,7 @@ def request_workload(req: dict):
 
 def _prepare_cpu(req: dict):
     """Trusted phase of the CPU backend; returns the candidate phase as a callable."""
-    from kernels.timing import BenchSettings, bench
+    from kernels.timing import BenchSettings, bench_run, team_starter
     from kernels.workloads import shape_label
 
     workload = request_workload(req)
@@ -422,11 +422,14 @@ def _prepare_cpu(req: dict):
         timed.append((item, sets, fresh))
     settings = BenchSettings(**req["bench"])
     flush_method, evictor, rewrite = _flush_for(req, settings, bool(timed))
+    start_team = team_starter(req.get("evict_library")) if timed else None
     np.save(io.BytesIO(), np.zeros(2, np.float32))  # import numpy's lazy modules now
     hashlib.sha256(b"").hexdigest()  # and load OpenSSL's digest before the lockdown
     traceback.format_exc()
 
     def run() -> dict:
+        if start_team is not None:  # the runtime's thread creation is not the candidate's first call
+            start_team()
         lib = ctypes.CDLL(req["library"])  # candidate constructors run here
         fn = bind(lib, workload)
         late = _Late()
@@ -457,8 +460,8 @@ def _prepare_cpu(req: dict):
                 plans[rot.cur]()
 
             fills = bool(plans) and all(getattr(pl, "fills", False) for pl in plans)
-            samples = bench(call, settings, prepare=rot.prepare, flush=evict if plans else rewrite,
-                            timed_prepare=rot.rotate if fills else None)
+            timing = bench_run(call, settings, prepare=rot.prepare, flush=evict if plans else rewrite,
+                               timed_prepare=rot.rotate if fills else None)
             late.snapshot(sets[rot.cur].outputs, f"{item['id']}_last")
             rot.check_written()  # the last call (the parent also validates its output in full)
             last_salt = rot.salted[1] if rot.salted is not None else {}
@@ -466,19 +469,20 @@ def _prepare_cpu(req: dict):
             number, pick_set, pick_salt, copies = rot.pick
             for k, copy in copies.items():
                 save_new(f"{item['id']}_pick_{k}.npy", copy)
-            finished.append((item, sets, fresh, rot.cur, samples, last_salt, rot.made, rot.unwritten,
+            finished.append((item, sets, fresh, rot.cur, timing, last_salt, rot.made, rot.unwritten,
                              {"call": number, "set": pick_set, "salt": pick_salt}))
         # One wait for every last timed call (the shared output buffers are reused below).
         late.check(wait=True)
-        for item, sets, fresh, last, samples, last_salt, calls, skipped, picked in finished:
+        for item, sets, fresh, last, timing, last_salt, calls, skipped, picked in finished:
             tid = item["id"]
             slot = (last + 1) % len(sets)
             sets[slot].refill(fresh)
             sets[slot].nan_outputs()
             fn(*sets[slot].args)
             late.snapshot(sets[slot].outputs, f"{tid}_fresh")
-            out[tid] = {"samples_ms": samples, "last_set": last, "fresh_slot": slot, "last_salt": last_salt,
-                        "calls": calls, "unwritten": skipped, "pick": picked}
+            out[tid] = {"samples_ms": timing.samples_ms, "first_call_ms": timing.first_call_ms,
+                        "first_call_cpu_ms": timing.first_call_cpu_ms, "last_set": last, "fresh_slot": slot,
+                        "last_salt": last_salt, "calls": calls, "unwritten": skipped, "pick": picked}
         for item, sets, *_ in finished:  # while late writes to the fresh outputs would show
             slot = out[item["id"]]["fresh_slot"]
             given = item.get("digests") or [None] * len(sets)

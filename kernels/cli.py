@@ -235,6 +235,8 @@ def evidence_summary(ev: Any, *, full: bool = False) -> dict[str, Any]:
         s = stats.summarize(samples)
         timing[label] = {"median_ms": s["median"], "iqr_ms": s["iqr"], "ci_low_ms": s["ci_low"],
                          "ci_high_ms": s["ci_high"], "samples": s["n"]}
+        if f"first_call_ms[{label}]" in ev.metrics:  # the shape's first call, apart from the median
+            timing[label]["first_call_ms"] = ev.metrics[f"first_call_ms[{label}]"]
         if full:
             timing[label]["samples_ms"] = samples
     static = d.get("static") or {}  # e.g. CUDA registers, spills, shared memory, occupancy

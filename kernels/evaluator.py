@@ -30,7 +30,10 @@ Protocol (DESIGN.md, "Evaluation protocol"):
      the same buffers* (same pointers), which a kernel that caches results by pointer or by
      call count gets wrong. After every warm-up and timed call (untimed) 64 output elements
      drawn from OS entropy must be written (not NaN), and one such call per shape, drawn
-     uniformly as the calls happen, keeps its outputs for full validation (CPU child).
+     uniformly as the calls happen, keeps its outputs for full validation (CPU child). The
+     first call of each shape is reported apart from the timed samples (the warm-up
+     discards it; :mod:`kernels.first_call`), after trusted code started the OpenMP thread
+     team.
    Every output is copied right after the call returns and compared with the buffer again
    later: a change means work continued after the return (e.g. a thread outliving the call).
    Every file the CPU child saves is reported with its sha256, and judged only while it
@@ -73,6 +76,7 @@ import numpy as np
 
 from kernels import config, hostperf, stats
 from kernels.backends import get_backend
+from kernels.first_call import first_call_metrics, first_call_note
 from kernels.guard_pages import FAULT_SOURCE, GUARD_BITS, GUARD_ELEMS, GuardLayout, fault_report
 from kernels.hashing import array_digest, candidate_hash
 from kernels.outcome import Outcome
@@ -103,7 +107,13 @@ class Evidence:
             ``gflops`` (GFLOP/s) and ``roofline_pct`` (% of the host's roofline) over the
             whole set, ``max_abs_error``, ``max_rel_error``, and per shape
             ``latency_ms[<label>]``, ``gbps[<label>]``, ``gflops[<label>]``,
-            ``roofline_pct[<label>]``. Partial or empty when ``status`` is not ``ok``.
+            ``roofline_pct[<label>]``; the first call apart from that steady state
+            (:mod:`kernels.first_call`): ``first_call_ms`` (the timing child's first call of
+            the candidate, ms), ``first_call_ratio`` (over the same shape's median),
+            ``first_call_flag`` (1.0 when a shape's first call costs over 10x its steady
+            median: set-up cost on first use, also noted in ``log``; else 0.0) and per shape
+            ``first_call_ms[<label>]``, ``first_call_ratio[<label>]``. Partial or empty when
+            ``status`` is not ``ok``.
         samples_ms: raw timing samples (ms) per timed shape label, e.g.
             ``"rows=512,hidden=4096"``.
         cases: per validation case ``{kind, label, shape, seed, max_abs_error,
@@ -704,6 +714,9 @@ def _parse_result(run: ChildRun, timed: list[dict]) -> tuple[dict[str, dict], di
             and all(isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s >= 0 for s in t["samples_ms"])
             and index_ok(t.get("last_set"), len(item["seeds"]))
             and index_ok(t.get("fresh_slot"), len(item["seeds"]))
+            and all(k not in t or t[k] is None and k == "first_call_cpu_ms"
+                    or (isinstance(t[k], (int, float)) and not isinstance(t[k], bool) and math.isfinite(t[k])
+                        and t[k] >= 0) for k in ("first_call_ms", "first_call_cpu_ms"))
             and ("unwritten" not in t or (index_ok(t.get("calls"), 2**62) and index_ok(t["unwritten"], t["calls"] + 1)))
             and ("pick" not in t or (isinstance(t["pick"], dict) and isinstance(t["pick"].get("salt"), dict)
                                      and index_ok(t["pick"].get("set"), len(item["seeds"]))
@@ -753,6 +766,7 @@ def _metrics(wl: Workload, timed: list[dict], result: dict, cases: list[dict], l
     samples: dict[str, list[float]] = {}
     tot = {"median": 0.0, "iqr": 0.0, "ci_low": 0.0, "ci_high": 0.0}
     total_bytes = total_flops = 0.0
+    firsts: list[tuple[str, float | None, float, float | None]] = []
     for item in timed:
         label = shape_label(item["shape"])
         s = [float(x) for x in result[item["id"]]["samples_ms"]]
@@ -761,6 +775,8 @@ def _metrics(wl: Workload, timed: list[dict], result: dict, cases: list[dict], l
         for k in tot:
             tot[k] += summ[k]
         metrics[f"latency_ms[{label}]"] = summ["median"]
+        firsts.append((label, result[item["id"]].get("first_call_ms"), summ["median"],
+                       result[item["id"]].get("first_call_cpu_ms")))
         nbytes, flops = wl.bytes(item["shape"]), wl.flops(item["shape"])
         if summ["median"] > 0:
             sec = summ["median"] * 1e-3
@@ -776,6 +792,7 @@ def _metrics(wl: Workload, timed: list[dict], result: dict, cases: list[dict], l
         metrics["latency_iqr_ms"] = tot["iqr"]
         metrics["latency_ci_low_ms"] = tot["ci_low"]
         metrics["latency_ci_high_ms"] = tot["ci_high"]
+    metrics.update(first_call_metrics(firsts))  # beside latency_ms, never in it
     if tot["median"] > 0:
         sec = tot["median"] * 1e-3
         metrics["gbps"] = total_bytes / sec / 1e9
@@ -920,19 +937,23 @@ def reference_notes(wl: Workload, cases: list[dict]) -> str | None:
 
 
 def _evict_library(be: Any, bench: BenchSettings, sections: list[str]) -> Path | None:
-    """The compiled cache-eviction helper for the ``"evict"`` flush (CPU backend), or None.
+    """The compiled native timing helper (CPU backend), or None: the cache eviction of the
+    ``"evict"`` flush and the start of the OpenMP thread team before the candidate's first
+    call (:func:`kernels.timing.team_starter`), whatever the flush.
 
     Compiled like a candidate (same compiler, flags and cache) from trusted source; a
-    failure is logged and the timing child falls back to the ``"rewrite"`` flush.
+    failure is logged: the timing child falls back to the ``"rewrite"`` flush, and the
+    candidate's first call starts the thread team.
     """
-    if bench.flush != "evict" or getattr(be, "name", "") != "cpu":
+    if getattr(be, "name", "") != "cpu":
         return None
     from kernels.backends.cpu import CompileError  # noqa: PLC0415
 
     try:
         return evict_library()
     except (CompileError, OSError) as exc:
-        sections.append(f"== cache-eviction helper ==\nnot available, rewrite flush instead: {exc}")
+        instead = "rewrite flush instead" if bench.flush == "evict" else "the first call starts the thread team"
+        sections.append(f"== cache-eviction helper ==\nnot available, {instead}: {exc}")
         return None
 
 
@@ -1193,6 +1214,8 @@ def evaluate(
             child.cancel()
         for d in (*workdirs.values(), *([logdir] if logdir is not None else [])):
             remove_tree(d)
+    if first_call_note(metrics):
+        sections.append(f"== first call ==\n{first_call_note(metrics)}")
     notes = reference_notes(wl, cases)
     if notes:
         sections.append(notes)

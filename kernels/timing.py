@@ -275,6 +275,28 @@ class Evictor:
         return run
 
 
+def team_starter(library: str | os.PathLike | None) -> Callable[[], None] | None:
+    """The helper's ``int21_omp_start`` (:data:`EVICT_SOURCE`): starts the OpenMP thread team
+    of the calling thread, so that the first parallel region of the candidate finds it
+    running; None without a library or where the helper lacks the entry point (an older
+    build) or cannot be loaded.
+
+    The team's threads are created on the first call: the sandbox child calls it after its
+    lockdown (a thread started before would not be confined).
+    """
+    if not library:
+        return None
+    import ctypes  # noqa: PLC0415  (only the CPU timing child needs it)
+
+    try:
+        start = ctypes.CDLL(str(library)).int21_omp_start
+    except (OSError, AttributeError):
+        return None
+    start.restype = None
+    start.argtypes = []
+    return start
+
+
 def make_flush(nbytes: int, *, per_cpu: bool = True) -> Callable[[], None] | None:
     """A function that evicts the caches by rewriting ``nbytes`` in total, or None for 0.
 
@@ -292,26 +314,56 @@ def make_flush(nbytes: int, *, per_cpu: bool = True) -> Callable[[], None] | Non
     return _Flusher(nbytes, cpus if per_cpu else cpus[:1])
 
 
-def bench(
+@dataclass(frozen=True)
+class BenchRun:
+    """What one :func:`bench_run` measured.
+
+    Attributes:
+        samples_ms: the timed calls (ms), one per call, in call order.
+        first_call_ms: the first warm-up call (ms): the first call of ``fn`` in the loop,
+            caches as ``prepare`` left them (what the steady state's warm-up discards).
+        warmup_calls: how many untimed warm-up calls ran (the first one included).
+        first_call_cpu_ms: CPU time (ms) of the calling thread during that first call, or
+            None where not measured: work the call did itself, without the time it waited
+            for a CPU (a preemption on a loaded host) or slept (e.g. at a passive OpenMP
+            barrier).
+    """
+
+    samples_ms: list[float]
+    first_call_ms: float
+    warmup_calls: int
+    first_call_cpu_ms: float | None = None
+
+
+def bench_run(
     fn: Callable[[], object],
     settings: BenchSettings,
     *,
     prepare: Callable[[], None] | None = None,
     flush: Callable[[], None] | None = None,
     timed_prepare: Callable[[], None] | None = None,
-) -> list[float]:
-    """Time ``fn`` and return the raw samples in ms (one per timed call).
+) -> BenchRun:
+    """Time ``fn``: the raw samples in ms (one per timed call) and its first call apart.
 
     ``prepare`` runs untimed before every call (e.g. NaN-fill outputs, rotate inputs);
     ``flush`` runs untimed before every timed call only; ``timed_prepare``, if given, runs
     instead of ``prepare`` before timed calls (e.g. when ``flush`` NaN-fills the outputs).
     Warm-up calls until ``warmup_ms`` of kernel time (at least 3, at most ``max_reps`` calls)
     estimate the steady-state per-call time from their second half, which sizes the timed
-    repetitions to about ``rep_ms`` within ``[min_reps, max_reps]``.
+    repetitions to about ``rep_ms`` within ``[min_reps, max_reps]``. The first warm-up call
+    is reported as :attr:`BenchRun.first_call_ms` (and its thread CPU time as
+    :attr:`BenchRun.first_call_cpu_ms`): in a fresh process it carries whatever the
+    candidate sets up on first use (tables, allocations), which the steady state hides.
     """
     clock = time.perf_counter_ns
-    warm: list[int] = []
-    spent_ns = 0
+    if prepare is not None:
+        prepare()
+    cpu0 = time.thread_time_ns()  # the first call only: one more clock read on each side
+    t0 = clock()
+    fn()
+    warm: list[int] = [clock() - t0]
+    first_cpu_ms = (time.thread_time_ns() - cpu0) / 1e6
+    spent_ns = warm[0]
     # At least 3 warm-up calls: the first ones pay for thread-team start-up and page faults.
     while len(warm) < 3 or (spent_ns < settings.warmup_ms * 1e6 and len(warm) < settings.max_reps):
         if prepare is not None:
@@ -332,4 +384,16 @@ def bench(
         t0 = clock()
         fn()
         samples.append((clock() - t0) / 1e6)
-    return samples
+    return BenchRun(samples, warm[0] / 1e6, len(warm), first_cpu_ms)
+
+
+def bench(
+    fn: Callable[[], object],
+    settings: BenchSettings,
+    *,
+    prepare: Callable[[], None] | None = None,
+    flush: Callable[[], None] | None = None,
+    timed_prepare: Callable[[], None] | None = None,
+) -> list[float]:
+    """:func:`bench_run`'s timed samples alone (ms, one per timed call)."""
+    return bench_run(fn, settings, prepare=prepare, flush=flush, timed_prepare=timed_prepare).samples_ms

@@ -40,7 +40,7 @@ from kernels.launch_plan import (
 )
 
 if TYPE_CHECKING:
-    from kernels.timing import BenchSettings
+    from kernels.timing import BenchRun, BenchSettings
 
 __all__ = [
     "CompileError",
@@ -54,6 +54,7 @@ __all__ = [
     "ResolvedLaunch",
     "Roofline",
     "bench_events",
+    "bench_events_run",
     "bind_launches",
     "import_cupy",
     "plan_env",
@@ -334,18 +335,18 @@ def arch_of_device(info: Mapping[str, Any]) -> str:
 # -- timing ---------------------------------------------------------------------------------
 
 
-def bench_events(
+def bench_events_run(
     cp,
     fn: Callable[[], object],
     settings: BenchSettings,
     *,
     prepare: Callable[[], None] | None = None,
     flush: Callable[[], None] | None = None,
-) -> list[float]:
+) -> BenchRun:
     """Time ``fn`` (which enqueues work on the current stream) with CUDA events.
 
-    Same protocol as :func:`kernels.timing.bench`, measured on the device: at least 3 and up
-    to ``max_reps`` warm-up calls until ``warmup_ms`` of device time, an estimate from the
+    Same protocol as :func:`kernels.timing.bench_run`, measured on the device: at least 3 and
+    up to ``max_reps`` warm-up calls until ``warmup_ms`` of device time, an estimate from the
     faster half of them sizing the timed repetitions to about ``rep_ms`` within
     ``[min_reps, max_reps]``. ``prepare`` (e.g. NaN-fill outputs, rotate inputs) and
     ``flush`` (an L2-evicting write) are enqueued before every timed call, outside its
@@ -359,8 +360,11 @@ def bench_events(
         prepare, flush: untimed work before each call.
 
     Returns:
-        Raw samples in ms, one per timed call.
+        :class:`kernels.timing.BenchRun`: the raw samples in ms (one per timed call) and the
+        first warm-up call's device time (ms).
     """
+    from kernels.timing import BenchRun  # noqa: PLC0415  (kernels.timing imports numpy; this module does not)
+
     start, end = cp.cuda.Event(), cp.cuda.Event()
     warm: list[float] = []
     spent = 0.0
@@ -386,7 +390,19 @@ def bench_events(
         fn()
         e.record()
     ends[-1].synchronize()
-    return [float(cp.cuda.get_elapsed_time(s, e)) for s, e in zip(starts, ends)]
+    return BenchRun([float(cp.cuda.get_elapsed_time(s, e)) for s, e in zip(starts, ends)], warm[0], len(warm))
+
+
+def bench_events(
+    cp,
+    fn: Callable[[], object],
+    settings: BenchSettings,
+    *,
+    prepare: Callable[[], None] | None = None,
+    flush: Callable[[], None] | None = None,
+) -> list[float]:
+    """:func:`bench_events_run`'s timed samples alone (ms, one per timed call)."""
+    return bench_events_run(cp, fn, settings, prepare=prepare, flush=flush).samples_ms
 
 
 def make_l2_flush(cp, l2_bytes: int, min_bytes: int = 0) -> Callable[[], None] | None:

@@ -11,6 +11,8 @@
  * AArch64: DC CIVAC (clean and invalidate to the point of coherency), then DSB ISH.
  * Lines are stepped at 64 bytes, the smallest data-cache line of both; on a CPU with larger
  * lines some instructions hit a line already evicted, which is harmless.
+ *
+ * Also int21_omp_start: the timing child's start of the OpenMP thread team (see there).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -95,4 +97,17 @@ void int21_fill_nan_evict(const uintptr_t *ptrs, const size_t *sizes, int count,
     __builtin_ia32_sfence();
 #endif
     int21_evict(ptrs, sizes, count);
+}
+
+/* Start the OpenMP thread team of the calling thread: one empty parallel region. The first
+ * parallel region of a process creates the team's threads (libgomp keeps them for later
+ * regions of the same thread, whichever library opens them); the timing child calls this
+ * after its lockdown (threads started before it would escape the per-thread confinement)
+ * and before it loads the candidate, so that cost of the runtime is not counted in the
+ * candidate's first call. Without -fopenmp it does nothing. */
+void int21_omp_start(void) {
+#pragma omp parallel
+    {
+        __asm__ volatile("" : : : "memory");
+    }
 }

@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from kernels.first_call import first_call_note, is_set_up_cost
 from swarm import comparison, roofline
 from swarm.cuda_static import candidate_static as static_of
 from swarm.forms import PromoteForm
@@ -53,7 +54,28 @@ def candidate_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "incumbent": active_promotion(goal.workload, goal.target, goal.shape_set),
         "charts": charts,
         "metrics": [(k, _fmt(v)) for k, v in (evidence.metrics.items() if evidence else [])],
+        "first_calls": _first_calls(evidence.metrics if evidence else {}),
+        "first_call_note": first_call_note(evidence.metrics) if evidence else "",
     })
+
+
+def _first_calls(metrics: dict) -> list[dict]:
+    """Per timed shape with a recorded first call: ``{label, steady_ms, first_ms, ratio,
+    flagged}`` (ms; ``steady_ms`` is ``latency_ms[<label>]``, the ranked steady state), in the
+    evidence's order."""
+    rows = []
+    for key, first in metrics.items():
+        if not (key.startswith("first_call_ms[") and key.endswith("]") and isinstance(first, (int, float))):
+            continue
+        label = key[len("first_call_ms["):-1]
+        steady = metrics.get(f"latency_ms[{label}]")
+        steady = steady if isinstance(steady, (int, float)) else None
+        cpu = metrics.get(f"first_call_cpu_ms[{label}]")
+        cpu = cpu if isinstance(cpu, (int, float)) else None
+        rows.append({"label": label, "steady_ms": steady, "first_ms": first,
+                     "ratio": first / steady if steady else None,
+                     "flagged": steady is not None and is_set_up_cost(first, steady, cpu)})
+    return rows
 
 
 def _fmt(v) -> str:

@@ -714,6 +714,13 @@ def test_the_template_evaluates_ok_through_child_and_judge(tmp_path, monkeypatch
     kinds = [c["kind"] for c in ev.cases]
     assert kinds.count("validation") == 4 and kinds.count("timed") == 2 and kinds.count("fresh") == 2
     assert ev.metrics["latency_ms"] > 0 and ev.metrics["gbps"] > 0
+    # each shape's first call (its first validation launch, events) apart from the steady state
+    labels = ["rows=1,hidden=256", "rows=8,hidden=256"]
+    assert all(ev.metrics[f"first_call_ms[{s}]"] > 0 for s in labels)
+    assert ev.metrics["first_call_ms"] == ev.metrics[f"first_call_ms[{labels[0]}]"]
+    assert ev.metrics["first_call_ratio"] == pytest.approx(
+        ev.metrics["first_call_ms"] / ev.metrics[f"latency_ms[{labels[0]}]"])
+    assert ev.metrics["first_call_flag"] in (0.0, 1.0)
     assert ev.metrics["registers[rmsnorm_kernel]"] > 0 and 0 < ev.metrics["occupancy_min"] <= 1
     assert ev.static["kernels"]["rmsnorm_kernel"]["spill_stores"] == 0
     assert {l["shape"] for l in ev.static["launches"]} == {"rows=1,hidden=256", "rows=8,hidden=256"}

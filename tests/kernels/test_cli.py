@@ -44,6 +44,7 @@ def test_evaluate_prints_one_json_object_with_the_evidence(tmp_path):
     assert all(c["max_abs_error"] is not None and c["max_rel_error"] < 5e-5 for c in out["cases"])
     t = out["timing"]["rows=8,hidden=256"]
     assert t["samples"] >= 5 and t["ci_low_ms"] <= t["median_ms"] <= t["ci_high_ms"] and t["iqr_ms"] >= 0
+    assert t["first_call_ms"] > 0 and out["metrics"]["first_call_flag"] == 0.0
     m = out["metrics"]
     assert m["gflops"] > 0 and m["gbps"] > 0 and 0 < m["roofline_pct"]
     assert out["static_resources"] == {}

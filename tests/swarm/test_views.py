@@ -253,6 +253,64 @@ def test_the_candidate_page_shows_lineage_validation_timing_and_roofline(client,
     assert static == {"available": False, "reason": "static analysis applies to CUDA targets; this goal runs on cpu-x86_64"}
 
 
+def _first_call_candidates():
+    """Two evaluated candidates of one run: #a builds a table on its first call (5 ms, steady
+    20 us on the first shape), #b has no set-up but a slower steady state."""
+    import kernels
+    from kernels.first_call import first_call_metrics
+    from swarm.models import Evidence
+
+    goal = Goal.objects.create(name="first calls", workload="rmsnorm", target="cpu-x86_64", shape_set="test-small",
+                               objectives=[{"metric": "latency_ms", "direction": "minimize"}],
+                               space=kernels.default_space("rmsnorm").to_dict(), source=kernels.load_template("rmsnorm"))
+    run = Run.objects.create(goal=goal, budget=2, seed=1, space=goal.space)
+    s1, s2 = "rows=1,hidden=256", "rows=8,hidden=256"
+    out = []
+    for n, (steady, first) in enumerate([((0.02, 0.03), (5.0, 0.04)), ((0.03, 0.05), (0.05, 0.06))]):
+        c = Candidate.objects.create(goal=goal, run=run, generation=1, agent="random", content_hash=f"{n}" * 64,
+                                     params={"UNROLL": n + 1}, source=goal.source, status="ok")
+        metrics = {"latency_ms": sum(steady), f"latency_ms[{s1}]": steady[0], f"latency_ms[{s2}]": steady[1],
+                   "max_rel_error": 1e-7}
+        metrics.update(first_call_metrics([(s1, first[0], steady[0]), (s2, first[1], steady[1])]))
+        Evidence.objects.create(candidate=c, status="ok", metrics=metrics,
+                                samples_ms={s1: [steady[0]] * 5, s2: [steady[1]] * 5})
+        out.append(c)
+    return run, out
+
+
+@pytest.mark.django_db
+def test_the_candidate_page_shows_the_first_call_beside_the_steady_state_and_the_flag(client, owner):
+    run, (setup, plain) = _first_call_candidates()
+    client.force_login(owner)
+    page = client.get(reverse("candidate-detail", args=[setup.pk]))
+    html = page.content.decode()
+    assert 'id="first-calls"' in html and "First call and steady state" in html
+    rows = {r["label"]: r for r in page.context["first_calls"]}
+    assert list(rows) == ["rows=1,hidden=256", "rows=8,hidden=256"]
+    assert rows["rows=1,hidden=256"]["steady_ms"] == 0.02 and rows["rows=1,hidden=256"]["first_ms"] == 5.0
+    assert rows["rows=1,hidden=256"]["flagged"] and not rows["rows=8,hidden=256"]["flagged"]
+    assert "<td class=\"num\">0.02</td><td class=\"num\">5</td><td class=\"num\">250.0x</td>" in html
+    assert 'id="first-call-flag"' in html
+    assert "first call 250x its steady state: set-up cost on first use" in html
+    other = client.get(reverse("candidate-detail", args=[plain.pk])).content.decode()
+    assert 'id="first-calls"' in other and 'id="first-call-flag"' not in other and "set-up cost" not in other
+    # ranked by the steady state alone: the flagged candidate is still the best
+    assert orchestrator.best(run, [setup, plain]) == setup
+
+
+@pytest.mark.django_db
+def test_per_shape_first_call_metrics_stay_out_of_whole_run_listings(owner):
+    from swarm import comparison
+    from swarm.api import exports
+
+    run, (setup, plain) = _first_call_candidates()
+    names = [r["name"] for r in comparison.metric_rows([setup, plain])]
+    assert {"first_call_ms", "first_call_ratio", "first_call_flag", "latency_ms"} <= set(names)
+    assert not any("[" in n for n in names)
+    _, columns = exports._columns(run)
+    assert "first_call_flag" in columns and not any("[" in n for n in columns)
+
+
 @pytest.mark.django_db
 def test_compare_shows_parameter_metric_and_source_differences_with_significance(client, owner, evaluated_run):
     a, b = evaluated_run.candidates.filter(status="ok").order_by("id")[:2]
