@@ -163,6 +163,10 @@ else:
 
 # --- evaluation -----------------------------------------------------------------------------
 EVAL_TIMEOUT_S = env_float("EVAL_TIMEOUT_S", 60.0)
+# Paired comparisons (compare page, promotion): kernels.paired.PairSettings fields, and
+# "noise_floor" to judge against a given floor instead of the target's stored one. Empty: the
+# library's defaults (8 rounds of at least 15 timed calls per side and shape).
+PAIRED_COMPARISON: dict = {}
 SWARM_SWEEP_EVERY_S = env_float("SWARM_SWEEP_EVERY_S", 60.0)  # recovery of lost work; 0 disables
 SWARM_UCB_EXPLORATION = env_float("SWARM_UCB_EXPLORATION", 0.3)  # UCB1 exploration weight of the agent bandit
 

@@ -154,7 +154,6 @@ class PairedComparison:
     """
 
     verdict: str
-    measured_verdict: str
     ratio: float
     ci: tuple[float, float]
     p_value: float
@@ -172,6 +171,7 @@ class PairedComparison:
     fingerprint: dict
     duration_s: float
     floor: dict | None = None
+    measured_verdict: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

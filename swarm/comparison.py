@@ -1,43 +1,15 @@
-"""Candidates side by side: parameter and metric differences with their significance."""
+"""Candidates side by side: source, parameter and metric differences, and each one's stored
+medians (separate-process measurements: shown, never judged)."""
 
 from __future__ import annotations
 
 import difflib
+import statistics
 from typing import Any
 
 from kernels.space import format_defines
 
 MAX_COMPARED = 6
-
-
-def significance(a_ms: list[float], b_ms: list[float]) -> dict[str, Any]:
-    """Is B faster or slower than A? Two one-sided tests on raw samples.
-
-    Uses ``kernels.stats.compare`` (one-sided Mann-Whitney U plus a bootstrap interval of the
-    speedup) in both directions; falls back to scipy's two-sided Mann-Whitney U if the library
-    has no ``compare``.
-
-    Returns:
-        ``{"speedup": median(A) / median(B), "verdict": "faster" | "slower" | "no significant
-        difference", "p_faster", "p_slower", "ci_low", "ci_high", "method"}``.
-    """
-    try:
-        from kernels.stats import compare  # noqa: PLC0415
-    except ImportError:
-        compare = None
-    if compare is not None:
-        faster, slower = compare(b_ms, a_ms), compare(a_ms, b_ms)
-        verdict = "faster" if faster.faster else "slower" if slower.faster else "no significant difference"
-        return {"speedup": faster.speedup, "verdict": verdict, "p_faster": faster.p_value, "p_slower": slower.p_value,
-                "ci_low": faster.ci_low, "ci_high": faster.ci_high, "method": "kernels.stats.compare (one-sided Mann-Whitney U, bootstrap CI)"}
-    import numpy as np  # noqa: PLC0415
-    from scipy.stats import mannwhitneyu  # noqa: PLC0415
-
-    p = float(mannwhitneyu(a_ms, b_ms, alternative="two-sided").pvalue)
-    speedup = float(np.median(a_ms) / np.median(b_ms))
-    verdict = "no significant difference" if p >= 0.05 else ("faster" if speedup > 1 else "slower")
-    return {"speedup": speedup, "verdict": verdict, "p_faster": p, "p_slower": p, "ci_low": None, "ci_high": None,
-            "method": "scipy Mann-Whitney U (two-sided)"}
 
 
 def full_source(candidate) -> str:
@@ -79,21 +51,27 @@ def metric_rows(candidates) -> list[dict[str, Any]]:
     return rows
 
 
-def timing_rows(candidates) -> list[dict[str, Any]]:
-    """Per timed shape, each other candidate's significance against the first."""
-    evs = [getattr(c, "evidence", None) for c in candidates]
-    ref = evs[0].samples_ms if evs[0] is not None else {}
+def stored_median_rows(candidates) -> list[dict[str, Any]]:
+    """Per timed shape, each candidate's stored median (ms) from its own evaluation.
+
+    Each evaluation ran in its own process at its own time, and the difference between
+    processes dominates such samples: no verdict is drawn from them (two measurements of one
+    kernel "differ significantly"). Which kernel is faster is a paired measurement
+    (:mod:`swarm.paired_runs`).
+
+    Returns:
+        ``[{"label": shape label, "medians": [ms or None per candidate]}]`` over the shapes
+        any candidate has samples of, in first-seen order.
+    """
+    samples = [(getattr(c, "evidence", None).samples_ms or {}) if getattr(c, "evidence", None) else {} for c in candidates]
+    labels: list[str] = []
+    for s in samples:
+        labels += [k for k in s if k not in labels]
     rows = []
-    for label, a in ref.items():
-        cells = []
-        for c, e in zip(candidates[1:], evs[1:]):
-            b = (e.samples_ms if e is not None else {}).get(label)
-            if not a or not b:
-                cells.append({"candidate": c.pk, "missing": True})
-                continue
-            try:
-                cells.append({"candidate": c.pk, **significance(a, b)})
-            except ValueError as exc:
-                cells.append({"candidate": c.pk, "error": str(exc)})
-        rows.append({"label": label, "cells": cells})
+    for label in labels:
+        medians = []
+        for s in samples:
+            xs = [x for x in s.get(label) or [] if isinstance(x, (int, float))]
+            medians.append(statistics.median(xs) if xs else None)
+        rows.append({"label": label, "medians": medians})
     return rows

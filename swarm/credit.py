@@ -75,21 +75,30 @@ def allocate(arms: Sequence[Arm], n: int, exploration: float = 0.3) -> tuple[dic
     return shares, {k: (v if math.isfinite(v) else 1e9) for k, v in scores.items()}
 
 
-def frontier_improvements(before: Sequence[Sequence[float]], new: Sequence[tuple[str, Sequence[float]]]) -> dict[str, int]:
+def frontier_improvements(before: Sequence[Sequence[float]], new: Sequence[tuple[str, Sequence[float]]],
+                          tolerance: Sequence[float] | None = None) -> dict[str, int]:
     """Count, per agent, the new points that were not dominated when they arrived.
 
     Args:
         before: objective vectors (minimised) of the feasible points evaluated earlier.
         new: ``(agent, vector)`` in evaluation order.
+        tolerance: per objective, the relative difference that cannot be resolved (a
+            fraction >= 0; e.g. the target's noise floor for ``latency_ms``, 0 elsewhere): a
+            frontier point ``q`` covers a new point ``p`` when ``q_i <= p_i + tol_i * |p_i|``
+            for every objective, so a "gain" inside the tolerance is no improvement. A point
+            not credited does not join the frontier either: the next one must clear the
+            tolerance against the same point. Default 0 everywhere.
 
     Returns:
         agent name -> number of improvements of the Pareto frontier.
     """
     front = [list(before[i]) for i in pareto_front(before)] if before else []
+    tol = list(tolerance) if tolerance is not None else None
     counts: dict[str, int] = {}
     for agent, p in new:
         p = list(p)
-        if any(_dominates_or_equal(q, p) for q in front):
+        slack = [t * abs(x) for t, x in zip(tol, p)] if tol is not None else [0.0] * len(p)
+        if any(all(a <= b + e for a, b, e in zip(q, p, slack)) for q in front):
             continue
         counts[agent] = counts.get(agent, 0) + 1
         front = [q for q in front if not _dominates_or_equal(p, q)] + [p]

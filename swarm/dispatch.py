@@ -48,3 +48,12 @@ def dispatch(candidates: Iterable[Candidate]) -> None:
                 evaluate_batch.apply_async(args=[pks[i:i + REPLAY_CHUNK]], queue=queue)
 
     transaction.on_commit(send)
+
+
+def dispatch_paired(run) -> None:
+    """Send a :class:`swarm.models.PairedComparisonRun` to its target's queue (the A side's
+    candidate's), after commit."""
+    from swarm.tasks import measure_paired
+
+    pk, queue = run.pk, queue_for(run.candidate_a)
+    transaction.on_commit(lambda: measure_paired.apply_async(args=[pk], queue=queue))

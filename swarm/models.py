@@ -446,7 +446,7 @@ class Promotion(models.Model):
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.PROMOTE)
     evidence = models.JSONField(
         default=dict, blank=True,
-        help_text="Extended validation and the significance of the speedup over the incumbent.",
+        help_text="Extended validation and the speed verdict over the incumbent (a paired comparison).",
     )
     replaced = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replaced_by",
@@ -499,15 +499,32 @@ class Promotion(models.Model):
             "end_reason": self.end_reason,
             "evidence": c.evidence.to_dict(),
             "validation": self.evidence,
+            "comparison": speed_verdict_fields(self.evidence),
         }
+
+
+def speed_verdict_fields(evidence: dict | None) -> dict | None:
+    """The speed verdict kept in a promotion's evidence (``evidence["comparison"]``), for an
+    inference engine or a page: ``protocol`` (``paired``, or ``alternating evaluations`` on
+    CUDA), ``verdict`` (``b_faster``: the candidate is faster), ``ratio`` (candidate's time
+    over the incumbent's), ``ci``, ``noise_floor`` (fraction), ``floor_source``, ``rounds``,
+    ``rounds_needed``, ``why``, ``identical``, ``speedup`` (1 / ratio); None when the
+    promotion had no comparison (no incumbent, or one that failed its re-validation)."""
+    c = (evidence or {}).get("comparison")
+    if not isinstance(c, dict) or "verdict" not in c:
+        return None
+    keys = ("protocol", "verdict", "ratio", "ci", "noise_floor", "floor_source", "rounds", "rounds_needed", "why",
+            "identical", "speedup")
+    return {k: c.get(k) for k in keys}
 
 
 class PromotionRequest(models.Model):
     """An approver's request to promote a candidate, decided by an extended validation.
 
     The candidate is re-evaluated on the target's queue with fresh seeds and more timing
-    repetitions, next to the incumbent; it becomes production only if it passes and is
-    significantly faster (:func:`swarm.promotion.validate_request`). ``reason`` says exactly
+    repetitions; it becomes production only if it passes and a paired comparison finds it
+    faster than the incumbent beyond the target's noise floor
+    (:func:`swarm.promotion.validate_request`). ``reason`` says exactly
     why a request was refused; ``evidence`` keeps everything measured for the decision.
     """
 
@@ -605,3 +622,74 @@ class AuditEvent(models.Model):
 
     class Meta:
         ordering = ["-at"]
+
+
+class NoiseFloor(models.Model):
+    """The noise floor of a target for (workload, shape set) on one host fingerprint: the
+    smallest time ratio a paired comparison there resolves (``kernels.noise_floor``).
+
+    ``key`` is ``kernels.noise_floor.floor_key(target, fingerprint, workload, shape_set)``;
+    ``floor`` a fraction (0.02 = 2%); ``entry`` the whole stored entry (A/A round ratios,
+    rounds, settings). Written by the target's workers (:mod:`swarm.noise_floors`), read by the
+    web host.
+    """
+
+    key = models.CharField(max_length=400, unique=True)
+    target = models.CharField(max_length=64)
+    workload = models.CharField(max_length=64)
+    shape_set = models.CharField(max_length=64)
+    fingerprint = models.JSONField(default=dict)
+    floor = models.FloatField(help_text="Fraction: 0.02 means ratios within [1/1.02, 1.02] are ties.")
+    entry = models.JSONField(default=dict)
+    measured_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-measured_at", "-id"]
+        indexes = [models.Index(fields=["target", "workload", "shape_set", "-measured_at"])]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "target": self.target, "workload": self.workload, "shape_set": self.shape_set,
+                "floor": self.floor, "measured_at": self.measured_at.isoformat(),
+                "rounds": (self.entry or {}).get("rounds")}
+
+
+class PairedComparisonRun(models.Model):
+    """A paired, interleaved comparison of two candidates measured on their target's worker
+    (``kernels.paired.compare_paired``, A = ``candidate_a``): ``result`` is
+    ``PairedComparison.to_dict()`` (``verdict``, ``ratio`` = time(B) / time(A), ``ci``,
+    ``noise_floor``, ``rounds``, ...), ``error`` says why a failed one could not be measured."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    candidate_a = models.ForeignKey(Candidate, related_name="paired_as_a", on_delete=models.CASCADE)
+    candidate_b = models.ForeignKey(Candidate, related_name="paired_as_b", on_delete=models.CASCADE)
+    workload = models.CharField(max_length=64)
+    target = models.CharField(max_length=64)
+    shape_set = models.CharField(max_length=64)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    @property
+    def verdict(self) -> str | None:
+        return (self.result or {}).get("verdict") if self.state == self.State.DONE else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.pk, "a": self.candidate_a_id, "b": self.candidate_b_id, "workload": self.workload,
+            "target": self.target, "shape_set": self.shape_set, "state": self.state, "result": self.result,
+            "error": self.error, "requested_by": self.requested_by.get_username() if self.requested_by else None,
+            "created_at": self.created_at.isoformat(),
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+        }

@@ -48,6 +48,7 @@ from swarm.models import (
     ProposalFailure,
     Run,
 )
+from swarm.noise_floors import floor_for, tied_with_best
 from swarm.pareto import pareto_front
 
 log = logging.getLogger(__name__)
@@ -500,7 +501,9 @@ def _contract(workload: str) -> str:
 
 def _close_generation(run: Run) -> Generation | None:
     """Credit agents for frontier improvements of the run's current generation and mark it
-    finished (inside the caller's transaction). Returns the generation, or None if it was
+    finished (inside the caller's transaction). A point whose ``latency_ms`` is within the
+    target's noise floor (:func:`swarm.noise_floors.floor_for`) of a frontier point that is
+    no worse elsewhere is not an improvement. Returns the generation, or None if it was
     already closed."""
     gen = Generation.objects.filter(run=run, number=run.generation, finished_at__isnull=True).first()
     if gen is None:
@@ -529,7 +532,11 @@ def _close_generation(run: Run) -> Generation | None:
             evaluated[r.agent] = evaluated.get(r.agent, 0) + 1
             if v is not None:
                 new.append((r.agent, v))
-    improvements = frontier_improvements(before, new)
+    # A latency "gain" the target cannot resolve is no improvement: within the noise floor of
+    # the frontier point it would beat, it is credited to nobody.
+    floor = floor_for(goal.target, goal.workload, goal.shape_set).floor
+    tolerance = [floor if o["metric"] == "latency_ms" and o["direction"] == "minimize" else 0.0 for o in goal.objectives]
+    improvements = frontier_improvements(before, new, tolerance)
     credited = set(evaluated) | set(improvements)
     if credited:  # one UPDATE for every credited agent
 
@@ -785,10 +792,14 @@ def best(run: Run, candidates: list[Candidate]) -> Candidate | None:
 
 
 def run_summary(run: Run) -> dict[str, Any]:
-    """Result of a run: progress, best candidate, Pareto frontier, agents (the ``factory run`` JSON)."""
+    """Result of a run: progress, best candidate, Pareto frontier (each with ``tied_with_best``:
+    its latency within the noise floor of the best's), ``noise_floor``, ``tied_with_best``
+    (candidate ids), agents (the ``factory run`` JSON)."""
     run.refresh_from_db()
     cands = list(run.candidates.select_related("evidence").exclude(status__in=PENDING_STATUSES))
     top = best(run, cands)
+    ties = tied_with_best(run)
+    tied = set(ties["tied_with_best"])
     summary = run_state(run)
     summary.update(
         goal=run.goal_id,
@@ -796,8 +807,10 @@ def run_summary(run: Run) -> dict[str, Any]:
         target=run.goal.target,
         shape_set=run.goal.shape_set,
         seed=run.seed,
-        best=top.to_dict() if top else None,
-        frontier=[c.to_dict() for c in frontier(run, cands)],
+        best={**top.to_dict(), "tied_with_best": top.pk in tied} if top else None,
+        frontier=[{**c.to_dict(), "tied_with_best": c.pk in tied} for c in frontier(run, cands)],
+        noise_floor=ties["noise_floor"],
+        tied_with_best=ties["tied_with_best"],
         agents=[a.to_dict() for a in run.agents.all()],
     )
     return summary

@@ -10,12 +10,20 @@ wrong is worthless"):
 2. :func:`validate_request` (on that worker) re-evaluates the candidate with
    ``kernels.evaluate`` on fresh seeds (:data:`EXTENDED_SEEDS` independent validations, each
    of every timed and odd shape plus the stored regression cases) with more timing
-   repetitions (:data:`EXTENDED_BENCH`), and the incumbent with the same settings in between
-   (A-B-A order, so drift of the machine affects both alike). It then promotes the candidate
-   only if every re-evaluation is ``ok`` and meets the constraints, and the candidate is
-   significantly faster than the incumbent (``kernels.stats.compare``; see
-   :func:`speed_verdict` for the rule). Otherwise ``reason`` says exactly why not. Everything
-   measured is kept in the request's ``evidence``.
+   repetitions (:data:`EXTENDED_BENCH`), and the incumbent once with the same settings. It
+   promotes the candidate only if every re-evaluation is ``ok`` and meets the constraints, and
+   the candidate is faster than the incumbent beyond the noise floor of the target. Speed is
+   decided by a paired comparison (``kernels.paired.compare_paired``, the incumbent as A, the
+   candidate as B, so ``b_faster`` means the candidate is faster): the two kernels take turns
+   call by call in fresh pairs of sandbox children, and the verdict is drawn over the rounds'
+   ratios against the floor. Samples of separate evaluations are never pooled into a verdict:
+   the difference between processes dominates them. On CUDA targets, which have no
+   turn-taking child, the candidate and the incumbent are evaluated alternately
+   (C I I C C I ...), each pair of evaluations is one round whose ratio is the ratio of their
+   ``latency_ms`` (sums of per-shape medians), and :func:`kernels.verdict.judge_rounds`
+   judges those rounds against the stored floor or :data:`swarm.noise_floors.DEFAULT_FLOOR`.
+   Otherwise ``reason`` says exactly why not (for speed: the ratio, its interval, the floor
+   and the rounds). Everything measured is kept in the request's ``evidence``.
 3. :func:`rollback` restores an earlier production kernel. Every action writes an
    :class:`AuditEvent`.
 """
@@ -33,6 +41,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 import kernels
+from kernels.paired import ComparisonFailed
+from kernels.verdict import judge_rounds
+from swarm import noise_floors, paired_runs
 from swarm.models import (
     UNJUDGED_STATUSES, AuditEvent, Candidate, CandidateStatus, Promotion, PromotionRequest, constraints_met,
 )
@@ -101,7 +112,8 @@ def request_promotion(candidate: Candidate, user, note: str = "", *, dispatch: b
 
     Raises:
         PromotionRefused: no permission, the candidate is not ``ok``, breaks a constraint, is a
-            replay record, is already production, or another request for the key is running.
+            replay record, is already production or has its content hash, or another request
+            for the key is running.
     """
     _require_approver(user)
     _check_candidate(candidate)
@@ -112,6 +124,11 @@ def request_promotion(candidate: Candidate, user, note: str = "", *, dispatch: b
         if incumbent is not None and incumbent.candidate_id == candidate.pk:
             raise PromotionRefused(f"candidate {candidate.pk} is already the production kernel of "
                                    f"{goal.workload}/{goal.target}/{goal.shape_set}")
+        if incumbent is not None and incumbent.candidate.content_hash == candidate.content_hash:
+            raise PromotionRefused(
+                f"candidate {candidate.pk} has the same content hash as the production kernel of "
+                f"{goal.workload}/{goal.target}/{goal.shape_set} (candidate {incumbent.candidate_id}): it is the same "
+                "kernel, so it cannot be faster")
         running = PromotionRequest.objects.filter(state=PromotionRequest.State.VALIDATING, **key).first()
         if running is not None:
             raise PromotionRefused(
@@ -132,7 +149,8 @@ def request_promotion(candidate: Candidate, user, note: str = "", *, dispatch: b
 
 def stale_after() -> timedelta:
     """A validation started this long ago is presumed lost (its worker died) and may restart."""
-    return timedelta(seconds=(2 * EXTENDED_SEEDS + 2) * settings.EVAL_TIMEOUT_S + 120)
+    evaluations = max(EXTENDED_SEEDS, cuda_rounds()) * 2
+    return timedelta(seconds=(evaluations + 2) * settings.EVAL_TIMEOUT_S * 2 + paired_runs.stale_after_s() + 120)
 
 
 def validate_request(
@@ -140,6 +158,7 @@ def validate_request(
     *,
     evaluate: Callable[..., Any] | None = None,
     bench: kernels.BenchSettings | None = None,
+    compare: paired_runs.CompareFn | None = None,
 ) -> PromotionRequest:
     """Run the extended validation of a request and decide it (on the target's worker).
 
@@ -147,6 +166,8 @@ def validate_request(
         request_id: a :class:`PromotionRequest` in state ``validating``.
         evaluate: the evaluator (default ``kernels.evaluate``), injectable for tests.
         bench: timing protocol of the re-evaluations (default :data:`EXTENDED_BENCH`).
+        compare: the paired comparison (default ``kernels.paired.compare_paired`` with
+            ``settings.PAIRED_COMPARISON``, see :mod:`swarm.paired_runs`), injectable for tests.
 
     Returns:
         The request, decided: ``promoted``, ``refused`` (``reason`` says why) or ``failed``
@@ -158,7 +179,7 @@ def validate_request(
         Q(started_at__isnull=True) | Q(started_at__lt=now - stale_after()),
         pk=request_id, state=PromotionRequest.State.VALIDATING,
     ).update(started_at=now)
-    req = PromotionRequest.objects.select_related("candidate__goal", "candidate__evidence", "incumbent__candidate",
+    req = PromotionRequest.objects.select_related("candidate__goal", "candidate__evidence", "incumbent__candidate__goal",
                                                   "requested_by").get(pk=request_id)
     if not claimed:
         return req
@@ -166,7 +187,7 @@ def validate_request(
         from swarm.orchestrator import evaluator_for
 
         verdict, reason, evidence = _extended_validation(req, evaluate or evaluator_for(req.candidate.goal),
-                                                         bench or EXTENDED_BENCH)
+                                                         bench or EXTENDED_BENCH, compare)
     except Exception as exc:  # noqa: BLE001 - an infrastructure failure is recorded, not raised
         log.exception("extended validation of promotion request %s failed", request_id)
         return _decide(req, PromotionRequest.State.FAILED, f"the extended validation could not run: "
@@ -229,131 +250,143 @@ def _decide(req: PromotionRequest, state: str, reason: str, evidence: dict) -> P
     return req
 
 
-def _extended_validation(req: PromotionRequest, evaluate, bench) -> tuple[str, str, dict]:
+def cuda_rounds() -> int:
+    """Rounds (pairs of evaluations) of a CUDA promotion's speed comparison:
+    ``settings.PROMOTION_CUDA_ROUNDS``, default 4, at least 2 (an interval needs two)."""
+    return max(2, int(getattr(settings, "PROMOTION_CUDA_ROUNDS", 4)))
+
+
+def _extended_validation(req: PromotionRequest, evaluate, bench, compare) -> tuple[str, str, dict]:
     candidate = req.candidate
     goal = candidate.goal
+    incumbent = req.incumbent.candidate if req.incumbent_id else None
+    turns = goal.backend != "cuda"  # the cpu backend has the turn-taking child of a paired comparison
     kwargs: dict[str, Any] = dict(shape_set=goal.shape_set, backend=goal.backend,
                                   timeout_s=settings.EVAL_TIMEOUT_S * 2, bench=bench)
     if goal.backend == "cuda":
         kwargs["target"] = goal.target
-    seeds = [secrets.randbits(62) for _ in range(EXTENDED_SEEDS + 1)]
+    # The order of evaluations: the candidate's validations, then the incumbent once (its own
+    # correctness); on CUDA the speed rounds alternate C I, I C, ... so drift affects both alike.
+    if incumbent is None:
+        order = ["C"] * EXTENDED_SEEDS
+    elif turns:
+        order = ["C"] * EXTENDED_SEEDS + ["I"]
+    else:
+        order = [x for r in range(max(EXTENDED_SEEDS, cuda_rounds())) for x in (("C", "I") if r % 2 == 0 else ("I", "C"))]
+    seeds = [secrets.randbits(62) for _ in order]
+    pair, floor_setting = paired_runs.pair_settings()
     evidence: dict[str, Any] = {
         "protocol": {
-            "seeds": seeds[:EXTENDED_SEEDS], "incumbent_seed": seeds[-1], "bench": bench.to_dict(),
-            "order": "candidate, incumbent, candidate" if req.incumbent_id else "candidate x%d" % EXTENDED_SEEDS,
-            "alpha": alpha(), "min_speedup": min_speedup(),
+            "seeds": [s for s, x in zip(seeds, order) if x == "C"],
+            "incumbent_seeds": [s for s, x in zip(seeds, order) if x == "I"],
+            "bench": bench.to_dict(), "order": " ".join(order),
+            "speed": (None if incumbent is None else "paired" if turns else "alternating evaluations"),
+            "paired_settings": pair.to_dict() if incumbent is not None and turns else None,
         },
-        "candidate": [], "incumbent": None, "comparison": None,
+        "candidate": [], "incumbent": None, "incumbent_rounds": [], "comparison": None,
     }
 
     def run(c: Candidate, seed: int) -> dict:
         return _trim(evaluate(goal.workload, c.source, c.params, seed=seed, **kwargs).to_dict())
 
-    incumbent = req.incumbent.candidate if req.incumbent_id else None
-    first = run(candidate, seeds[0])
-    evidence["candidate"].append(first)
-    inc = run(incumbent, seeds[-1]) if incumbent is not None else None
-    evidence["incumbent"] = inc
-    for seed in seeds[1:EXTENDED_SEEDS]:
-        evidence["candidate"].append(run(candidate, seed))
-    for e, seed in zip(evidence["candidate"], seeds):
-        if e["status"] in UNJUDGED_STATUSES:  # the workload's inputs failed: nothing said about the candidate
-            return PromotionRequest.State.FAILED, (
-                f"the extended validation could not judge the candidate: on fresh seed {seed} the workload's inputs "
-                f"are invalid ({e['status']}): {_verdict_line(e)}"), evidence
-        if e["status"] != "ok":
-            return PromotionRequest.State.REFUSED, (
-                f"extended validation failed: the re-evaluation on fresh seed {seed} is {e['status']}: "
-                f"{_verdict_line(e)}{_failing_cases(e)}"), evidence
-        if not goal.is_feasible(e["metrics"]):
-            return PromotionRequest.State.REFUSED, (
-                f"extended validation failed: on fresh seed {seed} the candidate breaks a constraint: "
-                f"{_broken(goal.constraints, e['metrics'])}"), evidence
-    samples = _merge_samples(evidence["candidate"])
+    for x, seed in zip(order, seeds):
+        if x == "C":
+            e = run(candidate, seed)
+            evidence["candidate"].append(e)
+            if e["status"] in UNJUDGED_STATUSES:  # the workload's inputs failed: nothing said about the candidate
+                return PromotionRequest.State.FAILED, (
+                    f"the extended validation could not judge the candidate: on fresh seed {seed} the workload's "
+                    f"inputs are invalid ({e['status']}): {_verdict_line(e)}"), evidence
+            if e["status"] != "ok":
+                return PromotionRequest.State.REFUSED, (
+                    f"extended validation failed: the re-evaluation on fresh seed {seed} is {e['status']}: "
+                    f"{_verdict_line(e)}{_failing_cases(e)}"), evidence
+            if not goal.is_feasible(e["metrics"]):
+                return PromotionRequest.State.REFUSED, (
+                    f"extended validation failed: on fresh seed {seed} the candidate breaks a constraint: "
+                    f"{_broken(goal.constraints, e['metrics'])}"), evidence
+        else:
+            e = run(incumbent, seed)
+            evidence["incumbent_rounds"].append(e)
+            if evidence["incumbent"] is None:
+                evidence["incumbent"] = e
+            if e["status"] != "ok":
+                return PromotionRequest.State.PROMOTED, (
+                    f"passed the extended validation; the incumbent (candidate {incumbent.pk}) failed its own "
+                    f"re-validation ({e['status']}: {_verdict_line(e)}), so it is replaced without a speed "
+                    "comparison"), evidence
+    n = len(evidence["candidate"])
     if incumbent is None:
         return PromotionRequest.State.PROMOTED, (
-            f"passed the extended validation ({EXTENDED_SEEDS} fresh seeds); no incumbent for {req.key}"), evidence
-    if inc["status"] != "ok":
-        return PromotionRequest.State.PROMOTED, (
-            f"passed the extended validation; the incumbent (candidate {incumbent.pk}) failed its own "
-            f"re-validation ({inc['status']}: {_verdict_line(inc)}), so it is replaced without a speed comparison"), evidence
-    verdict = speed_verdict(samples, inc.get("samples_ms") or {})
-    evidence["comparison"] = verdict
-    if not verdict["faster"]:
+            f"passed the extended validation ({n} fresh seeds); no incumbent for {req.key}"), evidence
+    if turns:
+        try:
+            result = paired_runs.compare_candidates(incumbent, candidate, goal=goal, compare=compare)
+        except ComparisonFailed as exc:
+            if exc.side == "B":
+                return PromotionRequest.State.REFUSED, (
+                    f"the paired comparison with the incumbent could not measure the candidate: {exc.reason}"), evidence
+            who = f"the incumbent (candidate {incumbent.pk})" if exc.side == "A" else "the sandbox"
+            return PromotionRequest.State.FAILED, f"the paired comparison could not run: {who}: {exc.reason}", evidence
+        comparison = {**result.to_dict(), "protocol": "paired"}
+    else:
+        comparison = _alternating_verdict(evidence["candidate"], evidence["incumbent_rounds"], order, req,
+                                          floor_setting)
+    comparison.update(a=f"incumbent (candidate {incumbent.pk})", b=f"candidate {candidate.pk}",
+                      faster=comparison["verdict"] == "b_faster" and not comparison.get("identical"),
+                      speedup=1.0 / comparison["ratio"] if comparison.get("ratio") else None)
+    evidence["comparison"] = comparison
+    figures = speed_figures(comparison, candidate.pk, incumbent.pk)
+    if comparison.get("identical"):
         return PromotionRequest.State.REFUSED, (
-            f"not significantly faster than the incumbent (candidate {incumbent.pk}): {verdict['why']}"), evidence
+            f"compiles to the same library as the incumbent (candidate {incumbent.pk}): the same kernel cannot be "
+            f"faster ({figures})"), evidence
+    if not comparison["faster"]:
+        return PromotionRequest.State.REFUSED, (
+            f"not faster than the incumbent beyond the noise floor: {figures}"), evidence
     return PromotionRequest.State.PROMOTED, (
-        f"passed the extended validation ({EXTENDED_SEEDS} fresh seeds) and is significantly faster than the "
-        f"incumbent (candidate {incumbent.pk}): {verdict['why']}"), evidence
+        f"passed the extended validation ({n} fresh seeds) and is faster than the incumbent (candidate "
+        f"{incumbent.pk}) beyond the noise floor: {figures}"), evidence
 
 
-def alpha() -> float:
-    return float(getattr(settings, "PROMOTION_ALPHA", 0.05))
+def _alternating_verdict(cand: list[dict], inc: list[dict], order: list[str], req: PromotionRequest,
+                         floor_setting: float | None) -> dict[str, Any]:
+    """The verdict of a CUDA promotion: one round per pair of evaluations (in ``order``), its
+    ratio ``latency_ms(candidate) / latency_ms(incumbent)`` (each a sum of per-shape medians
+    of one evaluation), judged by :func:`kernels.verdict.judge_rounds` against the floor given
+    in ``settings.PAIRED_COMPARISON``, else the stored one of the target, else
+    :data:`swarm.noise_floors.DEFAULT_FLOOR` (conservative: evaluations in separate processes
+    vary more than the turns of a paired comparison)."""
+    if floor_setting is not None:
+        floor, source = float(floor_setting), "given"
+    else:
+        info = noise_floors.floor_for(req.target, req.workload, req.shape_set)
+        floor, source = info.floor, info.source
+    ratios = []
+    for c, i in zip(cand, inc):
+        c_ms, i_ms = c["metrics"].get("latency_ms"), i["metrics"].get("latency_ms")
+        if not (isinstance(c_ms, (int, float)) and isinstance(i_ms, (int, float)) and c_ms > 0 and i_ms > 0):
+            raise ValueError(f"an evaluation of the CUDA speed rounds has no positive latency_ms ({c_ms!r}, {i_ms!r})")
+        ratios.append(c_ms / i_ms)
+    v = judge_rounds(ratios, floor)
+    return {**v.to_dict(), "protocol": "alternating evaluations", "order": " ".join(order), "floor_source": source,
+            "identical": False}
 
 
-def min_speedup() -> float:
-    return float(getattr(settings, "PROMOTION_MIN_SPEEDUP", 1.0))
-
-
-def speed_verdict(candidate_ms: dict[str, list[float]], incumbent_ms: dict[str, list[float]]) -> dict[str, Any]:
-    """Is the candidate significantly faster than the incumbent over a shape set?
-
-    Rule, per timed shape (``kernels.stats.compare``: one-sided Mann-Whitney U plus a bootstrap
-    interval of the speedup): the candidate must be significantly faster on at least one shape
-    at level ``alpha / n_shapes`` (Bonferroni over the shapes), the incumbent must not be
-    significantly faster on any shape at level ``alpha``, and the sum of the candidate's
-    per-shape medians (the goal's ``latency_ms``) must be lower.
-
-    Returns:
-        ``{"faster": bool, "why": str, "shapes": {label: Comparison dict}, "speedup": total}``.
-    """
-    labels = sorted(set(candidate_ms) & set(incumbent_ms))
-    if not labels:
-        return {"faster": False, "why": "no timed shape in common between the two measurements", "shapes": {},
-                "speedup": None}
-    a, k = alpha(), len(labels)
-    shapes, faster_on, slower_on = {}, [], []
-    for label in labels:
-        wins = kernels.compare(candidate_ms[label], incumbent_ms[label], alpha=a / k, min_speedup=min_speedup())
-        loses = kernels.compare(incumbent_ms[label], candidate_ms[label], alpha=a)
-        shapes[label] = {**wins.to_dict(), "incumbent_faster": loses.faster, "incumbent_p_value": loses.p_value}
-        if wins.faster:
-            faster_on.append(label)
-        if loses.faster:
-            slower_on.append(label)
-    total_c = sum(shapes[s]["median_a_ms"] for s in labels)
-    total_i = sum(shapes[s]["median_b_ms"] for s in labels)
-    speedup = total_i / total_c if total_c > 0 else None
-
-    def describe(label: str) -> str:
-        s = shapes[label]
-        return (f"on {label} median {s['median_a_ms']:.4g} ms vs {s['median_b_ms']:.4g} ms, speedup "
-                f"{s['speedup']:.3f}x (CI {s['ci_low']:.3f}-{s['ci_high']:.3f}), one-sided Mann-Whitney "
-                f"p = {s['p_value']:.3g}")
-
-    level = f"alpha {a:g}" + (f" / {k} shapes = {a / k:.3g}" if k > 1 else "")
-    if slower_on:
-        why = "the incumbent is significantly faster " + "; ".join(describe(s) for s in slower_on)
-        return {"faster": False, "why": why, "shapes": shapes, "speedup": speedup}
-    if not faster_on:
-        best = max(labels, key=lambda s: shapes[s]["speedup"])
-        why = (f"no shape is significantly faster at {level}"
-               + (f" with the speedup interval above {min_speedup():g}" if min_speedup() != 1.0 else "")
-               + f"; closest: {describe(best)}")
-        return {"faster": False, "why": why, "shapes": shapes, "speedup": speedup}
-    if speedup is not None and speedup <= 1.0:
-        why = f"the total latency is not lower: {total_c:.4g} ms vs {total_i:.4g} ms (speedup {speedup:.3f}x)"
-        return {"faster": False, "why": why, "shapes": shapes, "speedup": speedup}
-    why = f"total speedup {speedup:.3f}x; significant at {level} " + "; ".join(describe(s) for s in faster_on)
-    return {"faster": True, "why": why, "shapes": shapes, "speedup": speedup}
-
-
-def _merge_samples(evaluations: list[dict]) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {}
-    for e in evaluations:
-        for label, xs in (e.get("samples_ms") or {}).items():
-            out.setdefault(label, []).extend(x for x in xs if x is not None)
-    return out
+def speed_figures(comparison: dict, candidate_pk: int, incumbent_pk: int) -> str:
+    """``"ratio 0.998 (CI 0.981-1.012), floor 2.1%, 8 rounds; ..."``: a speed verdict for a
+    person, the ratio being the candidate's time over the incumbent's."""
+    lo, hi = comparison["ci"]
+    text = (f"ratio {comparison['ratio']:.3f} (CI {lo:.3f}-{hi:.3f}), floor {comparison['noise_floor']:.1%}, "
+            f"{comparison['rounds']} rounds (time of candidate {candidate_pk} over the incumbent's, candidate "
+            f"{incumbent_pk}; {comparison.get('protocol', 'paired')})")
+    if comparison["verdict"] == "a_faster":
+        text += "; the incumbent is faster"
+    elif comparison["verdict"] == "tie":
+        needed = comparison.get("rounds_needed")
+        text += ("; the difference lies within the floor: no number of rounds resolves it on this host" if needed is None
+                 else f"; about {needed} rounds would resolve it if the difference holds")
+    return text
 
 
 def _trim(e: dict) -> dict:
@@ -390,6 +423,7 @@ def _summary(evidence: dict) -> dict:
     }
 
 
+
 def _install(candidate: Candidate, user, note: str, current: Promotion | None, *, kind: str,
              evidence: dict) -> Promotion:
     """End ``current`` (if any) and make ``candidate`` production; call inside a transaction."""
@@ -410,7 +444,7 @@ def _install(candidate: Candidate, user, note: str, current: Promotion | None, *
 
 
 def promote(candidate: Candidate, user, note: str = "", *, evaluate: Callable[..., Any] | None = None,
-            bench: kernels.BenchSettings | None = None) -> Promotion:
+            bench: kernels.BenchSettings | None = None, compare: paired_runs.CompareFn | None = None) -> Promotion:
     """Request and validate a promotion in this process; return the new production kernel.
 
     For the command line and tests: the web and the API go through :func:`request_promotion`,
@@ -420,7 +454,7 @@ def promote(candidate: Candidate, user, note: str = "", *, evaluate: Callable[..
         PromotionRefused: as :func:`request_promotion`, or the validation's reason.
     """
     req = request_promotion(candidate, user, note, dispatch=False)
-    req = validate_request(req.pk, evaluate=evaluate, bench=bench)
+    req = validate_request(req.pk, evaluate=evaluate, bench=bench, compare=compare)
     if req.state != PromotionRequest.State.PROMOTED:
         raise PromotionRefused(req.reason)
     return req.promotion

@@ -22,6 +22,7 @@ from django.db import connection
 from django.utils import timezone
 
 from swarm.models import PENDING_STATUSES, CandidateStatus, Generation, Run
+from swarm.noise_floors import tied_with_best
 
 # Whole-run metrics always sent when present (objectives and constraint metrics are added).
 # GFLOP/s and % of roofline are, like GB/s, the inverse of the latency for a fixed workload and
@@ -62,7 +63,9 @@ def _num(v: Any) -> str:
 
 
 def run_meta(run: Run) -> dict[str, Any]:
-    """Everything the run page shows besides the candidates (small)."""
+    """Everything the run page shows besides the candidates (small). ``ties``: the noise floor
+    of the goal's target and the candidates tied with the best
+    (:func:`swarm.noise_floors.tied_with_best`); the page marks them "tied with best"."""
     from swarm import learning  # noqa: PLC0415
     from swarm.orchestrator import run_state  # noqa: PLC0415
 
@@ -86,6 +89,7 @@ def run_meta(run: Run) -> dict[str, Any]:
         "generations": generations,
         "insights": learning.latest_insights(goal.workload, goal.target),
         "directions": [d.to_dict() for d in run.directions.select_related("author").order_by("created_at", "id")],
+        "ties": tied_with_best(run),
     }
 
 

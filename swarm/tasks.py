@@ -26,6 +26,14 @@ def validate_promotion(request_id: int) -> None:
     promotion.validate_request(request_id)
 
 
+@shared_task(name="swarm.measure_paired", acks_late=True, reject_on_worker_lost=True)
+def measure_paired(run_id: int) -> None:
+    """Measure a paired comparison of two candidates on the target's worker and store it."""
+    from swarm import paired_runs
+
+    paired_runs.measure(run_id)
+
+
 @shared_task(name="swarm.measure_baseline", acks_late=True, reject_on_worker_lost=True)
 def measure_baseline(baseline_id: int) -> None:
     """Time a (workload, target, shape set)'s plain baseline once on the target's worker."""

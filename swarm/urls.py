@@ -18,6 +18,7 @@ urlpatterns = [
     path("candidates/<int:pk>/static/", views.candidate_static, name="candidate-static"),
     path("candidates/<int:pk>/promote/", views.candidate_promote, name="candidate-promote"),
     path("compare/", views.compare, name="compare"),
+    path("compare/paired/", views.compare_measure_paired, name="compare-paired"),
     path("production/", views.production, name="production"),
     path("production/<str:workload>/<str:target>/<str:shape_set>/rollback/", views.production_rollback,
          name="production-rollback"),

@@ -28,6 +28,7 @@
   let front = []; // rows on the 2-D Pareto frontier of the current axes (feasible ok)
   let top = []; // best TOP rows by primary objective (feasible ok)
   let conv = { evals: [], times: [], bestE: [], bestT: [], best: null, count: 0 };
+  let bestLatency = null; // lowest latency_ms of a feasible ok candidate: the reference of "tied with best"
   let feasRows = [], badRows = []; // ok rows with both axis metrics, meeting / breaking the constraints
   let okCount = 0;
   // The chart draws one point per CELL x CELL pixel cell (the best by the primary objective), so
@@ -230,7 +231,10 @@
     const m = primary().metric, s = sgn(m), col = C.metrics[m];
     for (const r of rows) {
       conv.count += 1;
-      if (statusOf(r) !== "ok" || !col || col[r] === null || !feasible(r)) continue;
+      if (statusOf(r) !== "ok" || !feasible(r)) continue;
+      const lat = metric("latency_ms", r);
+      if (typeof lat === "number" && (bestLatency === null || lat < bestLatency)) bestLatency = lat;
+      if (!col || col[r] === null) continue;
       const v = col[r];
       if (conv.best === null || s * v < s * conv.best) {
         conv.best = v;
@@ -295,6 +299,7 @@
     okCount = 0;
     pendingOk = []; newlyDone = []; // the columns already hold them
     top = []; conv = { evals: [], times: [], bestE: [], bestT: [], best: null, count: 0 };
+    bestLatency = null;
     const ok = [], done = [];
     for (let r = 0; r < C.n; r++) {
       const s = statusOf(r);
@@ -472,7 +477,15 @@
     const m = primary().metric;
     const others = meta.objectives.slice(1).map((o) => o.metric);
     const head = $("best-table").tHead.rows[0];
-    head.replaceChildren(...["", "#", "Gen", "Agent", "Parameters", m, ...others, "GB/s"].map((h) => el("th", {}, h)));
+    head.replaceChildren(...["", "#", "Gen", "Agent", "Parameters", m, ...others, "GB/s", "Tie"].map((h) => el("th", {}, h)));
+    const floor = meta.ties && meta.ties.noise_floor ? meta.ties.noise_floor.floor : null;
+    const tieNote = $("tie-note");
+    if (tieNote && floor !== null) {
+      tieNote.textContent = `Tied with best: latency_ms within the noise floor of this target (${(100 * floor).toFixed(1)}%, ` +
+        `${meta.ties.noise_floor.source === "stored" ? "measured on its worker" : "default: none measured yet"}) of the best` +
+        (bestLatency !== null ? ` (${fmt(bestLatency)} ms)` : "") + ": the difference cannot be told apart there.";
+    }
+    const tied = (r) => { const v = metric("latency_ms", r); return floor !== null && bestLatency !== null && typeof v === "number" && v <= bestLatency * (1 + floor); };
     $("best-table").tBodies[0].replaceChildren(...top.map((r) => {
       const id = C.id[r];
       const box = el("input", { type: "checkbox", title: "compare", "data-id": id });
@@ -481,7 +494,8 @@
       return el("tr", {}, el("td", {}, box), el("td", {}, el("a", { href: candidateUrl(id) }, `#${id}`)),
         el("td", {}, C.gen[r]), el("td", {}, C.agents[C.agent[r]]), el("td", {}, el("code", {}, paramsText(r))),
         el("td", { class: "num" }, fmt(metric(m, r))), ...others.map((o) => el("td", { class: "num" }, fmt(metric(o, r)))),
-        el("td", { class: "num" }, fmt(metric("gbps", r))));
+        el("td", { class: "num" }, fmt(metric("gbps", r))),
+        el("td", { class: "tie" }, metric("latency_ms", r) === bestLatency ? "best" : tied(r) ? "tied with best" : ""));
     }));
   }
 

@@ -4,19 +4,23 @@ promotion requests, and the compare page."""
 from __future__ import annotations
 
 import json
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from kernels.first_call import first_call_note, is_set_up_cost
-from swarm import comparison, roofline
+from swarm import comparison, paired_runs, roofline
 from swarm.cuda_static import candidate_static as static_of
+from swarm.dispatch import dispatch_paired
 from swarm.forms import PromoteForm
 from swarm.launch import launch_plan
-from swarm.models import Candidate, PromotionRequest
+from swarm.models import Candidate, PairedComparisonRun, PromotionRequest
 from swarm.promotion import PromotionRefused, active_promotion, can_approve, request_promotion
 from swarm.views._common import highlighted, source_css
 
@@ -104,24 +108,46 @@ def candidate_promote(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, f"Not promoted: {exc}")
         return redirect("candidate-detail", candidate.pk)
     messages.success(request, f"Promotion request {req.pk}: candidate {candidate.pk} is being re-validated on "
-                              f"{candidate.goal.target}; it becomes production if it passes and is significantly faster.")
+                              f"{candidate.goal.target}; it becomes production if it passes and a paired comparison finds it "
+                              "faster than the incumbent beyond the noise floor.")
     return redirect("production")
 
 
-@login_required
-def compare(request: HttpRequest) -> HttpResponse:
-    """``?ids=1,2,3``: candidates side by side against the first: source diff, parameter diff,
-    metric deltas and, per timed shape, the significance of the difference. Without ids (the
-    navigation link) the empty form (200); unknown, malformed or too few ids are a 400."""
-    raw = request.GET.get("ids", "")
-    error = ""
+def _parse_ids(raw: str) -> tuple[list[int], str]:
     try:
         ids = [int(x) for x in raw.replace(" ", "").split(",") if x]
         if (raw.strip() and not ids) or any(not 0 < i < 2**63 for i in ids):
             raise ValueError  # only commas, or beyond any primary key (the database cannot bind it)
     except ValueError:
-        ids, error = [], f"ids must be candidate numbers separated by commas, got {raw!r}"
-    ids = list(dict.fromkeys(ids))[: comparison.MAX_COMPARED]
+        return [], f"ids must be candidate numbers separated by commas, got {raw!r}"
+    return list(dict.fromkeys(ids))[: comparison.MAX_COMPARED], ""
+
+
+def _paired_rows(candidates: list[Candidate]) -> tuple[list[dict], list[dict]]:
+    """Per other candidate, whether it can be measured paired against the first; and the
+    paired comparisons already recorded among the candidates (newest first)."""
+    ref = candidates[0]
+    pairs = []
+    for c in candidates[1:]:
+        try:
+            paired_runs.check_pair(ref, c)
+            why_not = ""
+        except paired_runs.PairedRefused as exc:
+            why_not = str(exc)
+        pairs.append({"a": ref, "b": c, "why_not": why_not})
+    runs = [{"run": r, "summary": paired_runs.summary(r.result) if r.state == PairedComparisonRun.State.DONE else None}
+            for r in paired_runs.history([c.pk for c in candidates])]
+    return pairs, runs
+
+
+@login_required
+def compare(request: HttpRequest) -> HttpResponse:
+    """``?ids=1,2,3``: candidates side by side against the first: source diff, parameter diff,
+    metric deltas, each one's stored medians (separate-process measurements, no verdict), and
+    paired comparisons against the first ("Measure paired" and the recorded ones). Without ids
+    (the navigation link) the empty form (200); unknown, malformed or too few ids are a 400."""
+    raw = request.GET.get("ids", "")
+    ids, error = _parse_ids(raw)
     found = {c.pk: c for c in Candidate.objects.filter(pk__in=ids).select_related("goal", "evidence")}
     missing = [i for i in ids if i not in found]
     candidates = [found[i] for i in ids if i in found]
@@ -132,12 +158,45 @@ def compare(request: HttpRequest) -> HttpResponse:
     ctx = {"ids": raw, "error": error, "candidates": candidates}
     if len(candidates) >= 2:
         ref = candidates[0]
+        pairs, runs = _paired_rows(candidates)
         ctx.update(
             diffs=[{"other": c, "html": comparison.source_diff_html(ref, c)} for c in candidates[1:]],
             params=comparison.parameter_rows(candidates),
             metrics=comparison.metric_rows(candidates),
-            timing=comparison.timing_rows(candidates),
+            stored_medians=comparison.stored_median_rows(candidates),
+            pairs=pairs,
+            paired_runs=runs,
             samples={f"#{c.pk}": (c.evidence.samples_ms if getattr(c, "evidence", None) else {}) for c in candidates},
             different_goals=len({c.goal_id for c in candidates}) > 1,
         )
     return render(request, "swarm/compare.html", ctx, status=200 if not error else 400)
+
+
+@login_required
+@require_POST
+def compare_measure_paired(request: HttpRequest) -> HttpResponse:
+    """``POST a, b[, ids]``: record a paired comparison of candidates ``a`` (A) and ``b`` (B)
+    and send it to their target's worker; back to the compare page of ``ids`` (default
+    ``a,b``), which shows it queued, then its verdict. A pair that cannot be measured (a replay
+    record, different goals' keys) is refused with the reason."""
+    ids = request.POST.get("ids") or f"{request.POST.get('a', '')},{request.POST.get('b', '')}"
+    back = f"{reverse('compare')}?{urlencode({'ids': ids})}"
+    try:
+        a_pk, b_pk = int(request.POST.get("a", "")), int(request.POST.get("b", ""))
+        if not (0 < a_pk < 2**63 and 0 < b_pk < 2**63):
+            raise ValueError
+    except ValueError:
+        messages.error(request, "Measure paired needs two candidate numbers a and b")
+        return redirect(back)
+    a = get_object_or_404(Candidate.objects.select_related("goal"), pk=a_pk)
+    b = get_object_or_404(Candidate.objects.select_related("goal"), pk=b_pk)
+    try:
+        with transaction.atomic():
+            run = paired_runs.request_paired(a, b, request.user)
+            dispatch_paired(run)
+    except paired_runs.PairedRefused as exc:
+        messages.error(request, f"Not measured: {exc}")
+        return redirect(back)
+    messages.success(request, f"Paired comparison {run.pk}: #{a.pk} (A) against #{b.pk} (B) is queued on "
+                              f"{a.goal.target}; the verdict appears below when it is measured.")
+    return redirect(back)

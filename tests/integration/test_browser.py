@@ -120,7 +120,7 @@ def test_define_watch_compare_promote(stack, demo_user, browser):
     boxes.nth(1).check()
     page.click("#compare-go")
     page.wait_for_selector("#param-diff")
-    assert page.locator("#significance tbody tr").count() >= 1
+    assert page.locator("#stored-medians tbody tr").count() >= 1 and page.locator("#paired-pairs button").count() >= 1
     page.wait_for_selector("#compare-chart .main-svg")
     w.shot("compare")
     page.go_back()

@@ -14,7 +14,7 @@ from benchmarks.run_page import BENCH_SPACE, populate
 from kernels.tuning_cache import load_cache
 from swarm import promotion
 from swarm.models import AuditEvent, Direction, Goal, Insight, PromotionRequest, Run
-from tests.swarm.test_views import timed
+from tests.swarm.test_views import paired_timed, timed
 
 GOAL = {
     "name": "rmsnorm via the API",
@@ -216,7 +216,7 @@ def test_promotion_through_the_api_and_the_production_kernel_by_key(engineer, vi
     assert kernel["evidence"]["status"] == "ok" and kernel["validation"]["candidate"]
     again = engineer.post("/api/promotions/", {"candidate": a.pk}, format="json")
     assert again.status_code == 400 and "already the production kernel" in again.json()["detail"]
-    promotion.promote(b, owner, evaluate=timed({a.pk: 2.0, b.pk: 1.0}))
+    promotion.promote(b, owner, evaluate=timed({a.pk: 2.0, b.pk: 1.0}), compare=paired_timed({a.pk: 2.0, b.pk: 1.0}))
     assert engineer.get("/api/promotions/").json()["count"] == 2
     assert viewer.post("/api/production/rmsnorm/cpu-x86_64/test-small/rollback/").status_code == 403
     rolled = engineer.post("/api/production/rmsnorm/cpu-x86_64/test-small/rollback/", {"note": "regression"}, format="json")

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from django.urls import reverse
 
+from kernels.paired import PairedComparison
+from kernels.verdict import judge_rounds
 from swarm import baselines, orchestrator, promotion
 from swarm.models import AuditEvent, Baseline, Candidate, Direction, Goal, Insight, Promotion, PromotionRequest, Run
 
@@ -312,15 +314,21 @@ def test_per_shape_first_call_metrics_stay_out_of_whole_run_listings(owner):
 
 
 @pytest.mark.django_db
-def test_compare_shows_parameter_metric_and_source_differences_with_significance(client, owner, evaluated_run):
+def test_compare_shows_differences_and_stored_medians_without_a_pooled_verdict(client, owner, evaluated_run):
     a, b = evaluated_run.candidates.filter(status="ok").order_by("id")[:2]
     client.force_login(owner)
     page = client.get(reverse("compare"), {"ids": f"{a.pk},{b.pk}"})
     assert page.status_code == 200
     html = page.content.decode()
     assert 'id="param-diff"' in html and 'id="metric-diff"' in html and "diff_header" in html
-    rows = page.context["timing"]
-    assert rows and all(c["verdict"] in ("faster", "slower", "no significant difference") for r in rows for c in r["cells"])
+    # separate-process samples are shown as medians, labelled so, and never judged
+    rows = page.context["stored_medians"]
+    assert rows and all(len(r["medians"]) == 2 and all(m > 0 for m in r["medians"]) for r in rows)
+    assert "separate processes" in html and 'id="stored-medians"' in html
+    assert "timing" not in page.context
+    for pooled in ("significantly faster", "Mann-Whitney", "no significant difference", "p(faster)"):
+        assert pooled not in html, pooled
+    assert "Measure paired" in html and "No paired comparison of these candidates yet" in html
     assert client.get(reverse("compare"), {"ids": f"{a.pk}"}).status_code == 400
     assert "no candidate 999999" in client.get(reverse("compare"), {"ids": f"{a.pk},999999"}).content.decode()
     assert client.get(reverse("compare"), {"ids": "x"}).status_code == 400
@@ -346,6 +354,23 @@ class Measured:
     def to_dict(self) -> dict:
         return {"status": self.status, "metrics": self.metrics, "samples_ms": self.samples_ms, "cases": self.cases,
                 "log": self.log, "fingerprint": {}}
+
+
+def paired_timed(latency_by_candidate: dict[int, float], *, identical: bool = False, floor: float = 0.02):
+    """A fake ``compare_paired``: 8 rounds whose ratio time(B) / time(A) is the ratio of the
+    two candidates' latencies, with a 0.2% alternation (a spread, so the interval is real)."""
+
+    def compare(workload, a, b, **kwargs):
+        ms = {}
+        for side, kernel in (("A", a), ("B", b)):
+            ms[side] = next(v for cid, v in latency_by_candidate.items() if Candidate.objects.get(pk=cid).params == kernel.params)
+        ratios = [ms["B"] / ms["A"] * (1 + 0.002 * (-1) ** k) for k in range(8)]
+        v = judge_rounds(ratios, floor)
+        return PairedComparison(verdict=v.verdict, ratio=v.ratio, ci=v.ci, p_value=v.p_value, noise_floor=floor,
+                                floor_source="given", rounds=v.rounds, round_ratios=v.round_ratios,
+                                rounds_needed=v.rounds_needed, why=v.why, median_a_ms=ms["A"], median_b_ms=ms["B"],
+                                shapes={}, calls=[], identical=identical, fingerprint={}, duration_s=0.0)
+    return compare
 
 
 def timed(latency_by_candidate: dict[int, float], status: str = "ok"):
@@ -398,27 +423,40 @@ def test_a_viewer_cannot_promote(client, outsider, evaluated_run):
 
 
 @pytest.mark.django_db
-def test_a_promotion_needs_a_significant_speedup_over_the_incumbent(client, owner, evaluated_run):
+def test_a_promotion_needs_to_be_faster_than_the_incumbent_beyond_the_noise_floor(client, owner, evaluated_run):
     a, b = evaluated_run.candidates.filter(status="ok").order_by("id")[:2]
     first = promotion.promote(a, owner, "first", evaluate=timed({a.pk: 1.0}))
-    assert first.active and first.evidence["incumbent"] is None
+    assert first.active and first.evidence["incumbent"] is None and first.evidence["comparison"] is None
     # B is as fast as A: refused, and the page says exactly why
     req = promotion.request_promotion(b, owner, "same", dispatch=False)
-    req = promotion.validate_request(req.pk, evaluate=timed({a.pk: 1.0, b.pk: 1.0}))
+    req = promotion.validate_request(req.pk, evaluate=timed({a.pk: 1.0, b.pk: 1.0}),
+                                     compare=paired_timed({a.pk: 1.0, b.pk: 1.0}))
     assert req.state == "refused"
-    assert req.reason.startswith(f"not significantly faster than the incumbent (candidate {a.pk})")
-    assert "Mann-Whitney" in req.reason and req.evidence["comparison"]["faster"] is False
+    assert req.reason.startswith("not faster than the incumbent beyond the noise floor: ratio 1.000 (CI 0.998-1.002), "
+                                 "floor 2.0%, 8 rounds"), req.reason
+    comparison = req.evidence["comparison"]
+    assert comparison["protocol"] == "paired" and comparison["verdict"] == "tie" and comparison["faster"] is False
+    assert req.evidence["protocol"]["order"] == "C C I"  # the incumbent re-validated once; speed from the pairs
     client.force_login(owner)
-    assert "not significantly faster" in client.get(reverse("production")).content.decode()
+    assert "not faster than the incumbent beyond the noise floor" in client.get(reverse("production")).content.decode()
     # B is 20% faster: promoted, A kept in the history
     req = promotion.request_promotion(b, owner, "faster", dispatch=False)
-    req = promotion.validate_request(req.pk, evaluate=timed({a.pk: 1.2, b.pk: 1.0}))
+    req = promotion.validate_request(req.pk, evaluate=timed({a.pk: 1.2, b.pk: 1.0}),
+                                     compare=paired_timed({a.pk: 1.2, b.pk: 1.0}))
     assert req.state == "promoted", req.reason
+    assert "faster than the incumbent (candidate" in req.reason and "ratio 0.833" in req.reason
     first.refresh_from_db()
     assert not first.active and first.end_reason == "superseded"
     current = Promotion.objects.get(active=True)
     assert current.candidate == b and current.replaced == first
-    assert current.evidence["comparison"]["speedup"] == pytest.approx(1.2, rel=0.05)
+    assert current.evidence["comparison"]["verdict"] == "b_faster"
+    assert current.evidence["comparison"]["speedup"] == pytest.approx(1.2, rel=0.01)
+    # the production API returns the paired verdict
+    api = client.get(reverse("api-production-kernel", args=["rmsnorm", "cpu-x86_64", "test-small"])).json()
+    verdict = api["comparison"]
+    assert verdict["protocol"] == "paired" and verdict["verdict"] == "b_faster"
+    assert verdict["ratio"] == pytest.approx(1 / 1.2, rel=0.01) and verdict["noise_floor"] == 0.02
+    assert verdict["rounds"] == 8 and verdict["ci"][0] <= verdict["ratio"] <= verdict["ci"][1]
 
 
 @pytest.mark.django_db
@@ -453,7 +491,7 @@ def test_only_one_request_per_key_validates_at_a_time(owner, evaluated_run):
 def test_an_approver_rolls_back_and_a_viewer_cannot(client, owner, outsider, evaluated_run):
     a, b = evaluated_run.candidates.filter(status="ok").order_by("id")[:2]
     promotion.promote(a, owner, evaluate=timed({a.pk: 1.0}))
-    promotion.promote(b, owner, evaluate=timed({a.pk: 1.5, b.pk: 1.0}))
+    promotion.promote(b, owner, evaluate=timed({a.pk: 1.5, b.pk: 1.0}), compare=paired_timed({a.pk: 1.5, b.pk: 1.0}))
     url = reverse("production-rollback", args=["rmsnorm", "cpu-x86_64", "test-small"])
     client.force_login(outsider)
     assert "lacks the approve_promotion" in client.post(url, follow=True).content.decode()
