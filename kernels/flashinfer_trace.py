@@ -14,6 +14,10 @@ Import: the definitions that match our workloads become shape sets (lists of our
 
 FlashInfer's dtypes (fp16 GEMM, bf16 RMSNorm) are kept in :attr:`ShapeSetImport.dtypes`;
 our CPU workloads compute in float32, so the import carries the shapes, not the dtypes.
+A definition's ``constraints`` that parse as restrictions over its axes (``M % 2 == 0``)
+are enforced on the entries' shapes; the rest (prose, tensor contents) are kept and flagged
+as not enforced. A definition with index tensors (``kv_indptr``) that no recorded blob
+supplies is refused, naming the tensor.
 
 Export mapping (our term -> FlashInfer field), documented on each function:
 
@@ -42,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernels import config
 from kernels.outcome import Outcome
+from kernels.restrictions import Restriction, RestrictionError
 from kernels.space import format_defines
 
 if TYPE_CHECKING:  # the registry imports this module: nothing here may import the registry at load
@@ -56,10 +61,13 @@ __all__ = [
     "FlashInferTraceError",
     "ShapeSetImport",
     "WorkloadEntry",
+    "check_index_tensors",
     "entry_shape",
     "export_solution",
     "export_trace",
+    "import_report",
     "import_shape_sets",
+    "parse_constraints",
     "with_imported_shape_sets",
     "load_definitions",
     "load_workloads",
@@ -106,6 +114,9 @@ class Definition:
         inputs, outputs: tensor name -> ``{"shape": [axis, ...], "dtype": str}``.
         reference: PyTorch source of ``run(...)`` (the executable math spec; needs torch).
         tags, description: as recorded.
+        constraints: the definition's ``constraints`` as written, e.g.
+            ``("len_indptr == batch_size + 1", "num_kv_indices == kv_indptr[-1].item()")``;
+            see :func:`parse_constraints` for which are enforced.
         raw: the whole JSON object.
     """
 
@@ -117,6 +128,7 @@ class Definition:
     reference: str = ""
     tags: tuple[str, ...] = ()
     description: str = ""
+    constraints: tuple[str, ...] = ()
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -167,6 +179,13 @@ class ShapeSetImport:
         registered: True if ``workload`` is registered in :data:`kernels.WORKLOADS` (its
             axis names were then checked against this mapping).
         constants: the definition's constant axes in our axis names, e.g. ``{"hidden": 4096}``.
+        enforced: the definition's constraints that parse as restrictions over its axes
+            (:class:`kernels.restrictions.Restriction`), e.g. ``("M % 2 == 0",)``; every
+            shape meets them.
+        not_enforced: the other constraints (prose, or ones over tensor contents such as
+            ``kv_indptr[-1].item()``) -> why they cannot be checked; kept, not enforced.
+        excluded: our label of a workload entry's shape left out -> the enforced constraint
+            it breaks, e.g. ``{"M=7,N=4096,K=4096": "M % 2 == 0"}``.
     """
 
     definition: str
@@ -176,6 +195,9 @@ class ShapeSetImport:
     dtypes: Mapping[str, str]
     registered: bool
     constants: Mapping[str, int] = field(default_factory=dict)
+    enforced: tuple[str, ...] = ()
+    not_enforced: Mapping[str, str] = field(default_factory=dict)
+    excluded: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -213,10 +235,13 @@ def load_definitions(root: str | os.PathLike[str] | None = None) -> dict[str, De
             raise FlashInferTraceError(f"{path}: definition lacks {', '.join(missing)}")
         if d["name"] in out:
             raise FlashInferTraceError(f"{path}: definition '{d['name']}' is defined twice")
+        constraints = d.get("constraints") or []
+        if not isinstance(constraints, list) or not all(isinstance(c, str) for c in constraints):
+            raise FlashInferTraceError(f"{path}: 'constraints' must be a list of strings, got {constraints!r}")
         out[d["name"]] = Definition(
             name=d["name"], op_type=d.get("op_type", path.parent.name), axes=d["axes"], inputs=d["inputs"],
             outputs=d["outputs"], reference=d.get("reference", ""), tags=tuple(d.get("tags", ())),
-            description=d.get("description", ""), raw=d,
+            description=d.get("description", ""), constraints=tuple(constraints), raw=d,
         )
     return out
 
@@ -292,13 +317,116 @@ def _label(shape: Mapping[str, int]) -> str:
     return ",".join(f"{k}={int(v)}" for k, v in shape.items())
 
 
-def import_shape_sets(root: str | os.PathLike[str] | None = None,
-                      registry: Mapping[str, Workload] | None = None) -> dict[str, ShapeSetImport]:
-    """Shape sets of every mapped definition that has workload entries, by definition name.
+def parse_constraints(definition: Definition) -> tuple[tuple[Restriction, ...], dict[str, str]]:
+    """Split a definition's constraints into enforceable restrictions and the rest.
+
+    A constraint is enforced when it parses as a :class:`kernels.restrictions.Restriction`
+    over the definition's axis names (const and var), e.g. ``"M % 2 == 0"``,
+    ``"len_indptr == batch_size + 1"``. Prose (``"M must be even"``), constraints over
+    tensor contents (``"num_kv_indices == kv_indptr[-1].item()"``) and unknown names cannot
+    be checked on a shape.
+
+    Returns:
+        (the restrictions, in the definition's order; constraint -> why it is not enforced).
+    """
+    names = frozenset(definition.axes)
+    enforced: list[Restriction] = []
+    not_enforced: dict[str, str] = {}
+    for text in definition.constraints:
+        try:
+            enforced.append(Restriction(text, names))
+        except RestrictionError as exc:
+            not_enforced[text] = f"not enforced: {exc}"
+    return tuple(enforced), not_enforced
+
+
+_INT_DTYPES = ("int", "uint")
+
+
+def _is_index_tensor(spec: Mapping[str, Any]) -> bool:
+    """An integer tensor (offsets, indices, counts): random values are not valid ones."""
+    return str(spec.get("dtype", "")).startswith(_INT_DTYPES) and bool(spec.get("shape"))
+
+
+def check_index_tensors(definition: Definition, entries: list[WorkloadEntry], root: Path) -> None:
+    """Refuse a definition whose index tensors cannot be generated validly.
+
+    An index tensor is an integer input with a shape (``kv_indptr``, ``kv_indices``,
+    ``cu_seqlens``): its values must be non-decreasing offsets or ids in range, which
+    random integers are not, and no shape determines them. Each workload entry must
+    therefore give it as a ``safetensors`` blob that is present under ``root``.
+
+    Raises:
+        FlashInferTraceError: names the definition, the tensor, its dtype and shape, and
+            the first workload entry (uuid) that gives it otherwise or whose blob is absent.
+    """
+    for tensor, spec in definition.inputs.items():
+        if not isinstance(spec, Mapping) or not _is_index_tensor(spec):
+            continue
+        for e in entries:
+            desc = e.inputs.get(tensor) if isinstance(e.inputs, Mapping) else None
+            kind = desc.get("type") if isinstance(desc, Mapping) else None
+            if kind == "safetensors" and isinstance(desc.get("path"), str) and (root / desc["path"]).is_file():
+                continue
+            given = (f"gives it as '{kind}'" if kind not in (None, "safetensors")
+                     else f"refers to a blob that is absent ({desc.get('path')!r})" if kind == "safetensors"
+                     else "does not give it")
+            raise FlashInferTraceError(
+                f"definition '{definition.name}': index tensor '{tensor}' ({spec.get('dtype')} "
+                f"{list(spec.get('shape') or ())}) cannot be generated validly: workload entry {e.uuid} {given}; "
+                "random integers are not valid offsets or indices, so it needs a recorded safetensors blob"
+            )
+
+
+def _import_one(d: Definition, entries: list[WorkloadEntry], ours: str, rename: Mapping[str, str],
+                wl: Workload | None, root: Path) -> ShapeSetImport:
+    """One mapped definition as a shape set (see :func:`import_report`).
+
+    Raises:
+        FlashInferTraceError: index tensors that cannot be generated, a bad entry, or every
+            entry breaking an enforced constraint.
+    """
+    check_index_tensors(d, entries, root)
+    restrictions, not_enforced = parse_constraints(d)
+    uuids: dict[str, list[str]] = {}
+    shapes: dict[str, dict[str, int]] = {}
+    excluded: dict[str, str] = {}
+    for e in entries:
+        shape = entry_shape(d, e)
+        label = _label(shape)
+        theirs = {**d.const_axes, **e.axes}
+        broken = next((r.text for r in restrictions if not r(theirs)), None)
+        if broken is not None:
+            excluded.setdefault(label, broken)
+            continue
+        shapes.setdefault(label, shape)
+        uuids.setdefault(label, []).append(e.uuid)
+    if not shapes:
+        raise FlashInferTraceError(
+            f"definition '{d.name}': every workload entry breaks a constraint "
+            f"({', '.join(f'{k}: {v}' for k, v in list(excluded.items())[:3])})"
+        )
+    var = [rename[a] for a in d.var_axes if a in rename]
+    order = sorted(shapes.values(), key=lambda s: tuple(s[a] for a in var))
+    dtypes = {t: spec.get("dtype", "") for t, spec in {**d.inputs, **d.outputs}.items()}
+    constants = {rename[k]: v for k, v in d.const_axes.items() if k in rename}
+    return ShapeSetImport(d.name, ours, tuple(order), {k: tuple(v) for k, v in uuids.items()},
+                          dtypes, wl is not None, constants, tuple(r.text for r in restrictions),
+                          not_enforced, excluded)
+
+
+def import_report(root: str | os.PathLike[str] | None = None,
+                  registry: Mapping[str, Workload] | None = None) -> tuple[dict[str, ShapeSetImport], dict[str, str]]:
+    """Shape sets of every mapped definition that has workload entries, and the refused ones.
 
     Shapes are de-duplicated (several uuids may share axes) and sorted by the var axes.
-    When the target workload is registered (in ``registry``, default
-    :data:`kernels.WORKLOADS`), its axis names must equal the mapping's.
+    Entries whose axes break an enforced constraint (:func:`parse_constraints`) are left
+    out (:attr:`ShapeSetImport.excluded`). A definition is refused when its index tensors
+    cannot be generated validly (:func:`check_index_tensors`), an entry's axes are bad
+    (:func:`entry_shape`) or no entry meets its constraints.
+
+    Returns:
+        (definition name -> :class:`ShapeSetImport`, definition name -> why it was refused).
 
     Raises:
         FileNotFoundError: no folder.
@@ -307,9 +435,11 @@ def import_shape_sets(root: str | os.PathLike[str] | None = None,
     """
     if registry is None:
         from kernels.workloads import WORKLOADS as registry  # noqa: PLC0415  (see the imports above)
-    definitions = load_definitions(root)
-    workloads = load_workloads(root)
+    folder = _root(root)
+    definitions = load_definitions(folder)
+    workloads = load_workloads(folder)
     out: dict[str, ShapeSetImport] = {}
+    refused: dict[str, str] = {}
     for name, (ours, rename) in DEFINITION_MAP.items():
         d = definitions.get(name)
         entries = workloads.get(name, [])
@@ -323,19 +453,26 @@ def import_shape_sets(root: str | os.PathLike[str] | None = None,
                     f"workload '{ours}' has axes {sorted(theirs)} but DEFINITION_MAP maps '{name}' to "
                     f"{sorted(rename.values())}: update kernels/flashinfer_trace.py"
                 )
-        uuids: dict[str, list[str]] = {}
-        shapes: dict[str, dict[str, int]] = {}
-        for e in entries:
-            shape = entry_shape(d, e)
-            label = _label(shape)
-            shapes.setdefault(label, shape)
-            uuids.setdefault(label, []).append(e.uuid)
-        var = [rename[a] for a in d.var_axes if a in rename]
-        order = sorted(shapes.values(), key=lambda s: tuple(s[a] for a in var))
-        dtypes = {t: spec.get("dtype", "") for t, spec in {**d.inputs, **d.outputs}.items()}
-        constants = {rename[k]: v for k, v in d.const_axes.items() if k in rename}
-        out[name] = ShapeSetImport(name, ours, tuple(order), {k: tuple(v) for k, v in uuids.items()},
-                                   dtypes, wl is not None, constants)
+        try:
+            out[name] = _import_one(d, entries, ours, rename, wl, folder)
+        except FlashInferTraceError as exc:
+            refused[name] = str(exc)
+    return out, refused
+
+
+def import_shape_sets(root: str | os.PathLike[str] | None = None,
+                      registry: Mapping[str, Workload] | None = None) -> dict[str, ShapeSetImport]:
+    """Shape sets of every mapped definition that has workload entries, by definition name
+    (:func:`import_report`), refusing the folder when a definition is refused.
+
+    Raises:
+        FileNotFoundError: no folder.
+        FlashInferTraceError: malformed files, a registered workload whose axes differ from
+            :data:`DEFINITION_MAP`, or a refused definition (the message says why).
+    """
+    out, refused = import_report(root, registry)
+    if refused:
+        raise FlashInferTraceError("; ".join(refused.values()))
     return out
 
 
@@ -354,18 +491,28 @@ def with_imported_shape_sets(registry: Mapping[str, Workload],
     (``gemm_n4096_k4096`` -> ``llama3-8b-o-decode``, ``rmsnorm_h4096`` -> ``llama3-8b``), else
     the odd shapes of ``test-small`` and the default attributes.
 
-    Never raises: without a FlashInfer Trace folder the registry comes back unchanged, and a
-    malformed one is reported with :func:`warnings.warn` and left out.
+    Never raises: without a FlashInfer Trace folder the registry comes back unchanged, a
+    malformed one is reported with :func:`warnings.warn` and left out, and so is each refused
+    definition (the others are imported). Shapes left out by a constraint and constraints
+    that are not enforced are reported the same way.
     """
     out = dict(registry)
     try:
         if root is None and config.flashinfer_trace_dir() is None:
             return out
-        imported = import_shape_sets(root, registry)
+        imported, refused = import_report(root, registry)
     except Exception as exc:  # noqa: BLE001  (any malformed file: the registry must still load)
         warnings.warn(f"FlashInfer Trace shape sets not imported: {type(exc).__name__}: {exc}", stacklevel=2)
         return out
+    for name, why in refused.items():
+        warnings.warn(f"FlashInfer Trace definition '{name}' not imported: {why}", stacklevel=2)
     for name, imp in imported.items():
+        for text, why in imp.not_enforced.items():
+            warnings.warn(f"FlashInfer Trace definition '{name}': constraint {text!r} {why}", stacklevel=2)
+        if imp.excluded:
+            left = ", ".join(f"{label} ({c})" for label, c in imp.excluded.items())
+            warnings.warn(f"FlashInfer Trace definition '{name}': shapes breaking its constraints left out: {left}",
+                          stacklevel=2)
         wl = out.get(imp.workload)
         if wl is None:
             continue

@@ -31,6 +31,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import time
 import types
 from collections.abc import Mapping
@@ -44,6 +45,7 @@ from kernels.outcome import Outcome
 from kernels.space import DesignSpace, Parameter
 
 __all__ = [
+    "LEGACY_FAILED_TIME",
     "NOT_RECORDED_LOG",
     "TuningCache",
     "TuningCacheError",
@@ -58,7 +60,11 @@ _FAILURES: tuple[tuple[str, Outcome], ...] = (
     ("CompilationFailedConfig", Outcome.compile_error),
     ("RuntimeFailedConfig", Outcome.runtime_error),
     ("InvalidConfig", Outcome.invalid),
+    ("ErrorConfig", Outcome.runtime_error),  # the base class: a failure of unknown kind
 )
+#: Caches of old Kernel Tuner versions record a failed configuration as this ``time`` (ms):
+#: no real kernel takes 10^17 s, so any time at or above it is that marker.
+LEGACY_FAILED_TIME = 1e20
 # Per-entry bookkeeping of the tuning run (ms), not properties of the kernel.
 _COSTS = {
     "compile_time": "compile_ms",
@@ -100,21 +106,47 @@ def dataset_name(path: str | os.PathLike[str]) -> str:
     return name
 
 
+def _legacy_failure(value: Any) -> float | None:
+    """The value if it is Kernel Tuner's legacy failure time (at least :data:`LEGACY_FAILED_TIME`
+    ms, as a number or a numeric string), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if v >= LEGACY_FAILED_TIME else None
+
+
 def _classify(record: Mapping[str, Any], objective: str) -> tuple[Outcome, str]:
-    """The one place that maps a recorded entry to an :class:`Outcome` (and a reason)."""
+    """The one place that maps a recorded entry to an :class:`Outcome` (and a reason).
+
+    A failure is an ``__error__`` field, a string where a measurement belongs (the objective,
+    ``time`` or a recorded rate/energy: Kernel Tuner writes its ``ErrorConfig`` there), or a
+    ``time`` of at least :data:`LEGACY_FAILED_TIME` ms (the marker of old caches). The marker
+    maps through :data:`_FAILURES`; an unknown or legacy one is a ``runtime_error``.
+    """
     marker = record.get("__error__")
+    where = "__error__"
     if marker is None:
-        for key in (objective, "time"):
+        for key in dict.fromkeys((objective, "time", *_MEASURED)):
             if isinstance(record.get(key), str):
-                marker = record[key]
+                marker, where = record[key], key
                 break
     if marker is not None:
         text = str(marker)
         for name, outcome in _FAILURES:
             if name in text:
                 return outcome, f"recorded as {name}"
+        legacy = _legacy_failure(text)
+        if legacy is not None:
+            return Outcome.runtime_error, (f"recorded as failed: {where} = {text!r} is the legacy failure "
+                                           f"marker (at least {LEGACY_FAILED_TIME:g} ms; which failure is not recorded)")
         return Outcome.runtime_error, f"recorded error: {text}"
     t = record.get("time", record.get(objective))
+    if _legacy_failure(t) is not None:
+        return Outcome.runtime_error, (f"recorded as failed: time = {t:g} ms is the legacy failure marker "
+                                       f"(at least {LEGACY_FAILED_TIME:g} ms; which failure is not recorded)")
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
         return Outcome.runtime_error, f"recorded entry has no usable time ({t!r})"
     return Outcome.ok, "recorded measurement"
@@ -126,26 +158,82 @@ def _number(v: Any) -> float | None:
     return float(v)
 
 
-def _parse(text: str, path: Path) -> tuple[dict[str, Any], str]:
-    """JSON of a cache file, repairing an unterminated one. Returns (data, repair note)."""
+_CACHE_OPEN = re.compile(r'"cache"\s*:\s*\{')
+
+
+def _line_of(text: str, pos: int) -> int:
+    """1-based line number of character ``pos`` of ``text``."""
+    return text.count("\n", 0, pos) + 1
+
+
+def _parse(text: str, path: Path) -> tuple[dict[str, Any], list[str]]:
+    """JSON of a cache file, repairing an unterminated one. Returns (data, repair notes).
+
+    Kernel Tuner's ``store_cache`` appends each entry as one line ``\\n"<key>": {...},`` and
+    leaves the file open, so an interrupted run ends with ``,`` (closed here) or inside its
+    last line (that entry is dropped, and the note names its key and line). Anything else
+    that is not JSON is refused: only the last line can have been cut off.
+
+    Raises:
+        TuningCacheError: not JSON and not an unterminated cache file; the message gives the
+            line of the first entry that cannot be read when it is not the last line.
+    """
     try:
-        return json.loads(text), ""
+        return json.loads(text), []
     except json.JSONDecodeError as exc:
         error = exc
-    body = text.rstrip()
-    body = body[:-1] if body.endswith(",") else body
-    attempts = [(body + "}\n}", "appended the missing closing '}\\n}' (file was written append-only and not closed)"),
-                (body + "\n}", "appended the missing final '}'")]
-    cut = max(body.rfind("},\n"), body.rfind("}, \n"))
-    if cut >= 0:  # a half-written last entry: keep everything up to the last complete one
-        attempts.append((body[: cut + 1] + "}\n}", f"dropped a half-written last entry ({len(body) - cut - 1} chars) "
-                         "and appended the missing closing '}\\n}'"))
-    for candidate, note in attempts:
+    opening = _CACHE_OPEN.search(text)
+    if opening is None:
+        raise TuningCacheError(f"{path}: not valid JSON and not a repairable cache file: {error}")
+    try:  # the header is everything before the cache object (Kernel Tuner writes it first)
+        data = json.loads(text[: opening.start()] + '"cache": {}}')
+    except json.JSONDecodeError:
+        raise TuningCacheError(f"{path}: not valid JSON and not a repairable cache file: {error}") from None
+    decoder = json.JSONDecoder()
+    cache: dict[str, Any] = {}
+    notes: list[str] = []
+    pos, end = opening.end(), len(text)
+    closed = False
+    while True:
+        while pos < end and text[pos] in " \t\r\n,":
+            pos += 1
+        if pos >= end:
+            break
+        if text[pos] == "}":  # the cache object is closed; what follows must close the file
+            closed = True
+            tail = text[pos + 1:].strip()
+            if tail not in ("", "}"):
+                raise TuningCacheError(f"{path}: line {_line_of(text, pos)}: unexpected text after the cache object")
+            break
+        start = pos
+        key: Any = None
         try:
-            return json.loads(candidate), note
-        except json.JSONDecodeError:
-            continue
-    raise TuningCacheError(f"{path}: not valid JSON and not a repairable cache file: {error}")
+            key, pos = decoder.raw_decode(text, pos)
+            while pos < end and text[pos] in " \t\r\n":
+                pos += 1
+            if not isinstance(key, str) or pos >= end or text[pos] != ":":
+                raise ValueError("expected '\"<key>\": {...}'")
+            pos += 1
+            while pos < end and text[pos] in " \t\r\n":
+                pos += 1
+            value, pos = decoder.raw_decode(text, pos)
+            if not isinstance(value, dict):
+                raise ValueError("an entry must be an object")
+        except ValueError as exc:
+            line = _line_of(text, start)
+            if "\n" in text[start:].rstrip():  # not the last line: the file is broken, not cut off
+                raise TuningCacheError(f"{path}: line {line}: cache entry cannot be read ({exc}); "
+                                       "only the last line of an interrupted run may be incomplete") from None
+            name = f"'{key}'" if isinstance(key, str) else "(key unreadable)"
+            notes.append(f"dropped the half-written last entry {name} at line {line} "
+                         f"({end - start} chars cut off while Kernel Tuner was writing it)")
+            break
+        cache[key] = value
+    if not closed:
+        notes.insert(0, "appended the missing closing '}\\n}' (the file was written append-only and not "
+                     "closed: an interrupted or partial run)")
+    data["cache"] = cache
+    return data, notes
 
 
 @dataclass(frozen=True, eq=False)  # identity: comparing 18k entries is never wanted
@@ -167,7 +255,12 @@ class TuningCache:
             (e.g. ``time``, ``GFLOP/s``, ``nvml_energy``); run bookkeeping
             (``compile_time`` ...) excluded.
         entries: canonical key -> recorded entry (read-only mappings).
-        repaired: what :func:`load_cache` repaired, or ``""``.
+        repaired: what :func:`load_cache` repaired (``"; "``-joined), or ``""``.
+        warnings: what the user should know before trusting the file, one sentence each:
+            the repairs (a dropped half-written entry names its key and line), header
+            fields an older layout lacks and what was assumed instead, entry fields
+            (``times``, ``compile_time`` ...) some entries lack, and failures read from the
+            legacy ``time`` marker. Each names the field.
         load_ms: wall-clock time of reading, decompressing, parsing and indexing (ms).
     """
 
@@ -183,6 +276,7 @@ class TuningCache:
     objectives_available: tuple[str, ...]
     entries: Mapping[str, Mapping[str, Any]]
     repaired: str = ""
+    warnings: tuple[str, ...] = ()
     load_ms: float = 0.0
     _status: Mapping[str, tuple[Outcome, str]] = field(default_factory=dict, repr=False, compare=False)
     _formats: tuple[Mapping[Any, str], ...] = field(default=(), repr=False, compare=False)
@@ -449,6 +543,54 @@ def _keys_match(cache: Mapping[str, Any], keys: tuple[str, ...], formats: tuple[
     return True
 
 
+# Header fields of Kernel Tuner's layout that older files lack -> what is assumed then.
+_HEADER_DEFAULTS = {
+    "device_name": "the device is reported as 'unknown'",
+    "kernel_name": "the kernel is unnamed (the goal's workload is the data set name)",
+    "problem_size": "samples are labelled 'recorded' (no problem size)",
+    "objective": "the objective is taken to be 'time'",
+    "tune_params": "parameter values are inferred from the entries, in first-seen order",
+    "tune_params_keys": "the parameter order is that of 'tune_params'",
+}
+# Entry fields of Kernel Tuner's layout -> what their absence costs.
+_ENTRY_FIELDS = {
+    "times": "no per-iteration samples: no median, IQR or confidence interval for them",
+    "compile_time": "no recorded compile cost",
+    "verification_time": "no record of output verification",
+    "benchmark_time": "no recorded benchmark cost",
+    "timestamp": "no record of when they were measured",
+}
+
+
+def _header_warnings(data: Mapping[str, Any]) -> list[str]:
+    """One warning per header field of Kernel Tuner's layout that ``data`` lacks."""
+    return [f"header lacks '{name}': {consequence}" for name, consequence in _HEADER_DEFAULTS.items()
+            if data.get(name) in (None, "", [], {})]
+
+
+def _entry_warnings(entries: Mapping[str, Mapping[str, Any]], status: Mapping[str, tuple[Outcome, str]]) -> list[str]:
+    """Warnings for entry fields some recorded entries lack (``times`` only counted on
+    valid entries: a failure has none), and for failures read from the legacy marker."""
+    missing = dict.fromkeys(_ENTRY_FIELDS, 0)
+    valid = legacy = 0
+    for key, rec in entries.items():
+        ok = status[key][0] is Outcome.ok
+        valid += ok
+        legacy += "legacy failure marker" in status[key][1]
+        for name in missing:
+            if name not in rec and (ok or name != "times"):
+                missing[name] += 1
+    out = []
+    for name, n in missing.items():
+        of = valid if name == "times" else len(entries)
+        if n:
+            out.append(f"{n} of {of} {'valid ' if name == 'times' else ''}entries lack '{name}': {_ENTRY_FIELDS[name]}")
+    if legacy:
+        out.append(f"{legacy} entries record the legacy failure marker time >= {LEGACY_FAILED_TIME:g} ms: "
+                   "imported as failed (runtime_error), not as measurements")
+    return out
+
+
 @functools.lru_cache(maxsize=64)
 def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 - cache key
     start = time.perf_counter()
@@ -466,13 +608,14 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
     gc_was_enabled = gc.isenabled()
     gc.disable()  # parsing creates ~10^6 objects and no cycles; collections would only slow it
     try:
-        data, repaired = _parse(text, path)
+        data, repairs = _parse(text, path)
     finally:
         if gc_was_enabled:
             gc.enable()
     if not isinstance(data, dict) or not isinstance(data.get("cache"), dict):
         raise TuningCacheError(f"{path}: not a Kernel Tuner cache file (no 'cache' object)")
     cache: dict[str, Any] = data["cache"]
+    warned = list(repairs) + _header_warnings(data)
     tune_params = data.get("tune_params")
     keys = data.get("tune_params_keys") or (list(tune_params) if isinstance(tune_params, dict) else None)
     if not keys:
@@ -522,7 +665,8 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
         objective=objective,
         objectives_available=tuple(numeric),
         entries=types.MappingProxyType(entries),
-        repaired=repaired,
+        repaired="; ".join(repairs),
+        warnings=tuple(warned + _entry_warnings(entries, status)),
         load_ms=(time.perf_counter() - start) * 1e3,
         _status=types.MappingProxyType(status),
         _formats=formats,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from kernels.backends import replay
-from kernels.tuning_cache import TuningCacheError, load_cache
+from kernels.tuning_cache import TuningCache, TuningCacheError, load_cache
 from swarm.models import Goal
 
 
@@ -18,9 +19,17 @@ def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tup
     objective is the recorded time (``latency_ms``), plus energy (``energy_j``) when the file
     records NVML energy: then the frontier is time against energy.
 
+    Importing a file that already has a goal on the same data set and recorded space reuses
+    that goal (the file is read again, so the summary is current); the summary then says
+    ``reused: true``. The same file under another data set name, or changed so that its
+    space differs, gets its own goal, with a warning naming the other one.
+
     Returns:
         The goal and a summary: dataset, device, kernel, entries, valid/failed counts,
-        Cartesian size and the recorded optimum (ms).
+        Cartesian size, the recorded optimum (ms), ``reused`` and ``warnings`` (the cache's
+        :attr:`~kernels.tuning_cache.TuningCache.warnings`: repairs such as a dropped
+        half-written entry with its key and line, missing fields of older layouts, legacy
+        failure markers).
 
     Raises:
         FileNotFoundError: no such file.
@@ -35,25 +44,44 @@ def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tup
     except KeyError as exc:  # nothing to replay: no goal, no registered data set
         raise TuningCacheError(f"{path}: {exc.args[0] if exc.args else exc}") from None
     dataset = replay.register_dataset(path, name)
+    target = f"{replay.PREFIX}{dataset}"
+    warnings = list(cache.warnings)
     objectives = [{"metric": "latency_ms", "direction": "minimize"}]
     if "nvml_energy" in cache.objectives_available:
         objectives.append({"metric": "energy_j", "direction": "minimize"})
+    # As stored (JSON), so that it compares equal to a stored goal's space.
+    space = json.loads(json.dumps({**cache.space().to_dict(), "domain": target}))
+    same_file = Goal.objects.filter(dataset_path=str(path)).order_by("pk")
+    for other in same_file:
+        if other.target == target and other.space == space:
+            return other, _summary(other, cache, dataset, optimum, optimum_params, reused=True, warnings=warnings)
+    for other in same_file:
+        why = ("its recorded space differs: the file changed since" if other.target == target
+               else "a second goal on the same data")
+        warnings.append(f"this file is also goal {other.pk} ({other.target}); {why}")
     goal = Goal.objects.create(
         name=f"replay: {cache.kernel_name or 'kernel'} on {cache.device_name} ({dataset})",
         workload=cache.kernel_name or dataset,
-        target=f"{replay.PREFIX}{dataset}",
+        target=target,
         shape_set="recorded",
         objectives=objectives,
         constraints=[],
         # Only recorded configurations are admissible, as in Kernel Tuner's search space
         # built from a cache; failed recordings stay in (they cost an evaluation).
-        space={**cache.space().to_dict(), "domain": f"{replay.PREFIX}{dataset}"},
+        space=space,
         source="",
         dataset_path=str(path),
         created_by=user,
     )
-    return goal, {
+    return goal, _summary(goal, cache, dataset, optimum, optimum_params, reused=False, warnings=warnings)
+
+
+def _summary(goal: Goal, cache: TuningCache, dataset: str, optimum: float, optimum_params: dict[str, Any], *,
+             reused: bool, warnings: list[str]) -> dict[str, Any]:
+    """The ``factory import-cache --json`` object of ``goal`` (see :func:`import_cache`)."""
+    return {
         "goal": goal.pk,
+        "reused": reused,
         "target": goal.target,
         "dataset": dataset,
         "device": cache.device_name,
@@ -61,10 +89,12 @@ def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tup
         "entries": cache.size,
         "valid": cache.valid_count,
         "failed": cache.failed_count,
+        "failures": cache.failures(),
         "space_size": cache.cartesian_size(),
-        "objectives": [o["metric"] for o in objectives],
+        "objectives": [o["metric"] for o in goal.objectives],
         "optimum_ms": optimum,
         "optimum_params": optimum_params,
+        "warnings": warnings,
     }
 
 

@@ -267,3 +267,100 @@ def test_export_trace_picks_the_entry_shape_from_synthetic_evidence():
     assert e["performance"] == {"latency_ms": 0.25, "reference_latency_ms": 0.0, "speedup_factor": 0.0}
     assert e["correctness"] == {"max_relative_error": 2e-7, "max_absolute_error": 1e-6}
     assert e["environment"]["hardware"] == "NVIDIA_H200"
+
+
+# -- constraints and index tensors -------------------------------------------------------------
+
+
+def gemm_folder(tmp_path, **changes):
+    """A copy of the gemm_n4096_k4096 definition and workloads with ``changes`` to the
+    definition; the other definitions are left out."""
+    for sub in ("definitions/gemm", "workloads/gemm"):
+        shutil.copytree(DATA / sub, tmp_path / sub)
+    path = tmp_path / "definitions" / "gemm" / "gemm_n4096_k4096.json"
+    d = json.loads(path.read_text())
+    d.update(changes)
+    path.write_text(json.dumps(d))
+    return tmp_path
+
+
+def test_constraints_that_parse_are_enforced_on_the_shapes(tmp_path):
+    plain = import_shape_sets(gemm_folder(tmp_path / "plain"))["gemm_n4096_k4096"]
+    assert any(s["M"] % 2 for s in plain.shapes) and any(s["M"] > 64 for s in plain.shapes)
+    folder = gemm_folder(tmp_path / "c", constraints=["M % 2 == 0", "M <= 64"])
+    imp = import_shape_sets(folder)["gemm_n4096_k4096"]
+    assert imp.shapes and all(s["M"] % 2 == 0 and s["M"] <= 64 for s in imp.shapes)
+    assert imp.enforced == ("M % 2 == 0", "M <= 64") and imp.not_enforced == {}
+    left_out = {_s["M"] for _s in plain.shapes} - {_s["M"] for _s in imp.shapes}
+    assert left_out and {int(label.split(",")[0][2:]) for label in imp.excluded} == left_out
+    odd = next(s for s in plain.shapes if s["M"] % 2)
+    assert imp.excluded[f"M={odd['M']},N=4096,K=4096"] == "M % 2 == 0"
+    assert all(lab not in imp.uuids for lab in imp.excluded)
+
+
+def test_constraints_in_prose_or_over_tensor_contents_are_kept_and_flagged(tmp_path):
+    from kernels.flashinfer_trace import with_imported_shape_sets
+    from kernels.workloads.base import WORKLOADS as registry
+
+    constraints = ["M must be even", "K == A.shape[1]", "N == 4096"]
+    folder = gemm_folder(tmp_path, constraints=constraints)
+    imp = import_shape_sets(folder)["gemm_n4096_k4096"]
+    assert imp.enforced == ("N == 4096",)
+    assert list(imp.not_enforced) == constraints[:2]
+    assert all(why.startswith("not enforced: ") for why in imp.not_enforced.values())
+    with pytest.warns(UserWarning, match="constraint 'M must be even' not enforced"):
+        out = with_imported_shape_sets(dict(registry), folder)
+    assert out["gemm"].shapes("flashinfer-gemm_n4096_k4096") == imp.shapes
+
+
+def test_a_definition_whose_constraints_no_entry_meets_is_refused(tmp_path):
+    import dataclasses
+
+    from kernels.flashinfer_trace import with_imported_shape_sets
+    from kernels.workloads.base import WORKLOADS as registry
+
+    folder = gemm_folder(tmp_path, constraints=["M > 100000"])
+    with pytest.raises(FlashInferTraceError, match="every workload entry breaks a constraint"):
+        import_shape_sets(folder)
+    gemm = registry["gemm"]
+    own = {**registry, "gemm": dataclasses.replace(gemm, shape_sets={
+        k: v for k, v in gemm.shape_sets.items() if not k.startswith("flashinfer-")})}
+    with pytest.warns(UserWarning, match="'gemm_n4096_k4096' not imported: .*M > 100000"):
+        out = with_imported_shape_sets(own, folder)
+    assert "flashinfer-gemm_n4096_k4096" not in out["gemm"].shape_sets
+    assert "flashinfer-gemm_n6144_k4096" in out["gemm"].shape_sets  # the other definition still imports
+
+
+@pytest.mark.parametrize("descriptor, words", [
+    (None, "does not give it"),
+    ({"type": "random"}, "gives it as 'random'"),
+    ({"type": "safetensors", "path": "./blob/kv.safetensors", "tensor_key": "kv_indptr"}, "blob that is absent"),
+])
+def test_a_definition_with_index_tensors_that_cannot_be_generated_is_refused(tmp_path, descriptor, words):
+    gqa = json.loads((DATA / "definitions/gqa_paged/gqa_paged_decode_h32_kv8_d128_ps1.json").read_text())
+    inputs = {**json.loads((DATA / "definitions/gemm/gemm_n4096_k4096.json").read_text())["inputs"],
+              "kv_indptr": gqa["inputs"]["kv_indptr"], "kv_indices": gqa["inputs"]["kv_indices"]}
+    folder = gemm_folder(tmp_path, inputs=inputs)
+    if descriptor is not None:
+        wl = folder / "workloads" / "gemm" / "gemm_n4096_k4096.jsonl"
+        lines = [json.loads(line) for line in wl.read_text().splitlines() if line.strip()]
+        for rec in lines:
+            rec["workload"]["inputs"]["kv_indptr"] = descriptor
+        wl.write_text("".join(json.dumps(rec) + "\n" for rec in lines))
+    with pytest.raises(FlashInferTraceError, match=f"index tensor 'kv_indptr' \\(int32 \\['len_indptr'\\]\\) "
+                                                   f"cannot be generated validly: workload entry .* {words}"):
+        import_shape_sets(folder)
+    from kernels.flashinfer_trace import import_report
+
+    imported, refused = import_report(folder)
+    assert "gemm_n4096_k4096" in refused and "gemm_n6144_k4096" in imported  # the others still import
+
+
+def test_the_recorded_definitions_parse_their_constraints():
+    from kernels.flashinfer_trace import parse_constraints
+
+    gqa = load_definitions()["gqa_paged_decode_h32_kv8_d128_ps1"]
+    enforced, not_enforced = parse_constraints(gqa)
+    assert [r.text for r in enforced] == ["len_indptr == batch_size + 1"]
+    assert list(not_enforced) == ["num_kv_indices == kv_indptr[-1].item()"]
+    assert enforced[0]({"len_indptr": 5, "batch_size": 4}) and not enforced[0]({"len_indptr": 4, "batch_size": 4})

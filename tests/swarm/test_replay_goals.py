@@ -80,3 +80,77 @@ def test_a_missing_or_broken_cache_file_is_a_clear_error(tmp_path):
     with pytest.raises(CommandError, match="cannot import .*no valid entry"):
         factory("import-cache", str(failed))
     assert not Goal.objects.exists()
+
+
+# -- hostile files: duplicated import, half-written entry, failure markers --------------------
+
+
+def conv_file(path: Path, n: int, *, tail: str = "", markers: dict[int, dict] | None = None) -> Path:
+    """The first ``n`` convolution entries in Kernel Tuner's append-only layout (unclosed),
+    entry ``i`` updated with ``markers[i]``, then ``tail``."""
+    import gzip
+
+    text = gzip.decompress(CONV.read_bytes()).decode()
+    head, sep, body = text.partition('"cache": {\n')
+    lines = body.splitlines(keepends=True)[:n]
+    for i, marker in (markers or {}).items():
+        key, entry = json.loads("{" + lines[i].rstrip().rstrip(",") + "}").popitem()
+        lines[i] = json.dumps({key: {**entry, **marker}})[1:-1] + ",\n"
+    path.write_text(head + sep + "".join(lines) + tail)
+    return path
+
+
+@pytest.mark.django_db
+def test_importing_the_same_file_twice_reuses_its_goal(tmp_path):
+    path = conv_file(tmp_path / "conv-twice.json", 30)
+    first = factory("import-cache", str(path))
+    again = factory("import-cache", str(path))
+    assert first["reused"] is False and again["reused"] is True
+    assert again["goal"] == first["goal"] and Goal.objects.count() == 1
+    other = factory("import-cache", str(path), "--name", "conv-twice-other")  # asked for another data set
+    assert other["goal"] != first["goal"] and other["reused"] is False
+    assert any(f"also goal {first['goal']}" in w for w in other["warnings"])
+    out = StringIO()
+    call_command("factory", "import-cache", str(path), stdout=out)
+    assert f"goal {first['goal']} (already imported: reused)" in out.getvalue()
+
+
+@pytest.mark.django_db
+def test_a_half_written_last_entry_is_reported_with_its_key_and_line(tmp_path):
+    path = conv_file(tmp_path / "conv-half.json", 30, tail='"32,8,2,4,1,0,0,1,15,15": {"block_size_x": 32, "ti')
+    result = factory("import-cache", str(path))
+    assert result["entries"] == 30
+    line = path.read_text().count("\n") + 1
+    assert any(f"half-written last entry '32,8,2,4,1,0,0,1,15,15' at line {line}" in w for w in result["warnings"])
+    out = StringIO()
+    call_command("factory", "import-cache", str(path), stdout=out)
+    assert "warning: dropped the half-written last entry" in out.getvalue()
+
+
+@pytest.mark.django_db
+def test_legacy_and_string_failure_markers_are_failed_candidates_in_the_api_and_csv(tmp_path):
+    import csv
+
+    from swarm.api.exports import csv_lines
+    from swarm.models import Run
+
+    markers = {1: {"time": 1e20}, 2: {"time": "1e+20"}, 3: {"time": "ErrorConfig"},
+               4: {"GFLOP/s": "CompilationFailedConfig"}}
+    path = conv_file(tmp_path / "conv-markers.json", 12, markers=markers)
+    result = factory("import-cache", str(path))
+    assert (result["valid"], result["failed"]) == (8, 4)
+    assert result["failures"] == {"runtime_error": 3, "compile_error": 1}
+    assert result["optimum_ms"] < 1e3
+    assert any("legacy failure marker" in w for w in result["warnings"])
+    run = factory("run", "--goal", str(result["goal"]), "--budget", "12", "--batch-size", "4", "--seed", "3")
+    assert run["evaluated"] == 12
+    assert run["status_counts"] == {"ok": 8, "runtime_error": 3, "compile_error": 1}
+    for c in Candidate.objects.filter(goal_id=result["goal"]).select_related("evidence"):
+        latency = c.evidence.metrics.get("latency_ms")
+        assert (c.status == "ok") == (latency is not None) and (latency is None or latency < 1e3)
+        if c.status == "runtime_error":
+            assert "legacy failure marker" in c.evidence.log or "ErrorConfig" in c.evidence.log
+    rows = list(csv.DictReader("".join(csv_lines(Run.objects.get(pk=run["id"]))).splitlines()))
+    assert len(rows) == 12
+    assert all(float(r["latency_ms"]) < 1e3 for r in rows if r["status"] == "ok")
+    assert all(r["latency_ms"] == "" for r in rows if r["status"] != "ok")

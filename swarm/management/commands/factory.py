@@ -72,10 +72,13 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(summary, indent=2))
         else:
             self.stdout.write(
-                f"goal {goal.pk}: {goal.name}\n{summary['entries']} entries ({summary['valid']} valid, "
+                f"goal {goal.pk}{' (already imported: reused)' if summary['reused'] else ''}: {goal.name}\n"
+                f"{summary['entries']} entries ({summary['valid']} valid, "
                 f"{summary['failed']} failed) of {summary['space_size']} configurations; "
                 f"recorded optimum {summary['optimum_ms']:.4g} ms"
             )
+            for line in summary["warnings"]:
+                self.stdout.write(f"warning: {line}")
 
     def run(self, opts: dict[str, Any]) -> None:
         goal = self._goal(opts)
