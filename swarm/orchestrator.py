@@ -785,7 +785,11 @@ def best(run: Run, candidates: list[Candidate]) -> Candidate | None:
 
 
 def run_summary(run: Run) -> dict[str, Any]:
-    """Result of a run: progress, best candidate, Pareto frontier, agents (the ``factory run`` JSON)."""
+    """Result of a run: progress, best candidate, Pareto frontier, agents (the ``factory run`` JSON).
+
+    ``started_at`` and ``finished_at`` are ISO 8601 (``finished_at`` None while it runs);
+    ``wall_s`` is the run's own time in seconds, from its creation to its end (None while it runs).
+    """
     run.refresh_from_db()
     cands = list(run.candidates.select_related("evidence").exclude(status__in=PENDING_STATUSES))
     top = best(run, cands)
@@ -799,5 +803,8 @@ def run_summary(run: Run) -> dict[str, Any]:
         best=top.to_dict() if top else None,
         frontier=[c.to_dict() for c in frontier(run, cands)],
         agents=[a.to_dict() for a in run.agents.all()],
+        started_at=run.started_at.isoformat(),
+        finished_at=run.finished_at.isoformat() if run.finished_at else None,
+        wall_s=(run.finished_at - run.started_at).total_seconds() if run.finished_at else None,
     )
     return summary
