@@ -794,7 +794,11 @@ def best(run: Run, candidates: list[Candidate]) -> Candidate | None:
 def run_summary(run: Run) -> dict[str, Any]:
     """Result of a run: progress, best candidate, Pareto frontier (each with ``tied_with_best``:
     its latency within the noise floor of the best's), ``noise_floor``, ``tied_with_best``
-    (candidate ids), agents (the ``factory run`` JSON)."""
+    (candidate ids), agents (the ``factory run`` JSON).
+
+    ``started_at`` and ``finished_at`` are ISO 8601 (``finished_at`` None while it runs);
+    ``wall_s`` is the run's own time in seconds, from its creation to its end (None while it runs).
+    """
     run.refresh_from_db()
     cands = list(run.candidates.select_related("evidence").exclude(status__in=PENDING_STATUSES))
     top = best(run, cands)
@@ -812,5 +816,8 @@ def run_summary(run: Run) -> dict[str, Any]:
         noise_floor=ties["noise_floor"],
         tied_with_best=ties["tied_with_best"],
         agents=[a.to_dict() for a in run.agents.all()],
+        started_at=run.started_at.isoformat(),
+        finished_at=run.finished_at.isoformat() if run.finished_at else None,
+        wall_s=(run.finished_at - run.started_at).total_seconds() if run.finished_at else None,
     )
     return summary

@@ -1,4 +1,5 @@
 import json
+from datetime import datetime
 from io import StringIO
 
 import pytest
@@ -17,6 +18,9 @@ def test_factory_run_prints_one_json_result():
     assert set(result["best"]["params"]) == {"ROWS_PER_CHUNK", "UNROLL", "VEC", "ACC_DOUBLE"}
     assert result["best"]["id"] in [c["id"] for c in result["frontier"]]
     assert result["baseline"]["name"] == "numpy" and result["baseline"]["latency_ms"] > 0
+    # The run's own time, from its creation to its end (what candidates per minute divide by).
+    started, finished = (datetime.fromisoformat(result[k]) for k in ("started_at", "finished_at"))
+    assert result["wall_s"] == pytest.approx((finished - started).total_seconds()) and result["wall_s"] > 0
 
 
 @pytest.mark.django_db
