@@ -1,6 +1,6 @@
 """Sandboxed evaluation of one candidate: compile, run in a child, validate, classify.
 
-Protocol (DESIGN.md, "Evaluation protocol"):
+Protocol (docs/design.md, "Evaluation protocol"):
 
 1. Compile in this (trusted) process; failure -> ``compile_error`` with the compiler log.
 2. Run the candidate only in a confined child process (:mod:`kernels.sandbox`): own session,

@@ -571,7 +571,7 @@ def export_solution(
     ``sources``: one file, ``#define`` lines of ``params`` prepended (self-contained).
 
     Our ABI is not FlashInfer's binding: the C entry point takes float32 raw pointers and
-    int axes (DESIGN.md candidate contract), the definitions use fp16/bf16 tensors, and
+    int axes (docs/design.md candidate contract), the definitions use fp16/bf16 tensors, and
     CUDA candidates are ``__global__`` kernels plus a launch plan, not a host launcher. The
     record carries the exact source for exchange and provenance; running it under
     FlashInfer-Bench needs a tvm-ffi/torch wrapper. The description says so.

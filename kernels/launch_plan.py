@@ -1,6 +1,6 @@
 """Launch plans of CUDA candidates: which kernels to launch, with what sizes and arguments.
 
-A plan is JSON (DESIGN.md, candidate contract): one or more launches, each naming an
+A plan is JSON (docs/design.md, candidate contract): one or more launches, each naming an
 ``extern "C" __global__`` kernel, its grid and block as 1-3 safe expressions over the shape's
 axes, the design-space parameters and the workload's attributes, a dynamic shared-memory
 size and an argument list naming buffers (inputs, outputs, scratch) or by-value expressions;

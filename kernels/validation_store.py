@@ -1,6 +1,6 @@
 """The validation set that grows: inputs that once exposed a wrong candidate, per workload.
 
-DESIGN.md: "an input that once exposed a wrong candidate is kept for the workload and run
+docs/design.md: "an input that once exposed a wrong candidate is kept for the workload and run
 against every later candidate and every production kernel". An input is fully determined by
 its shape and seed (workloads generate inputs deterministically), so a stored case is one
 JSON line::

@@ -11,7 +11,7 @@ def launch_plan(candidate) -> dict[str, Any]:
     """Launch plan of ``candidate`` as JSON.
 
     CPU: the C entry point to call with its prototype and the ``#define`` lines to prepend
-    (DESIGN.md's candidate contract). CUDA: the plan of the workload's template at the
+    (docs/design.md's candidate contract). CUDA: the plan of the workload's template at the
     candidate's parameters (:func:`kernels.templates.default_launch_plan`), or the candidate's
     own plan when it carries one. Replay: the recorded configuration (nothing to launch).
     """

@@ -1,6 +1,6 @@
 """Persistent state of the factory: goals, runs, candidates, evidence, promotions, audit.
 
-Data flows one way (DESIGN.md): the swarm asks ``kernels`` to evaluate, stores the returned
+Data flows one way (docs/design.md): the swarm asks ``kernels`` to evaluate, stores the returned
 evidence here and publishes an event. Finished evidence is never modified.
 """
 

@@ -1,6 +1,6 @@
 """Promotion of a candidate to production for (workload, target, shape set), and roll-back.
 
-A promotion is decided by evidence, not by a click (DESIGN.md: "a faster kernel that is subtly
+A promotion is decided by evidence, not by a click (docs/design.md: "a faster kernel that is subtly
 wrong is worthless"):
 
 1. :func:`request_promotion` checks what can be checked at once (the ``approve_promotion``

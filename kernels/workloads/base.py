@@ -81,7 +81,7 @@ class Workload:
 
     Attributes:
         name: registry key, also the C entry point's name.
-        c_signature: the C prototype candidates must define (DESIGN.md, candidate contract).
+        c_signature: the C prototype candidates must define (docs/design.md, candidate contract).
         args: the entry point's arguments in order.
         attrs: scalar attributes passed as ``float`` args (e.g. ``eps``).
         shape_sets: named lists of shapes that are timed (and validated).
