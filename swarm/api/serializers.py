@@ -105,7 +105,9 @@ class GoalSerializer(serializers.ModelSerializer):
 
 
 class RunSerializer(serializers.ModelSerializer):
-    """A run with its progress (``progress``: state, generation, evaluated, status counts)."""
+    """A run with its progress (``progress``: state, generation, evaluated, status counts) and,
+    once it ended, why: ``end_kind`` (budget, wall_time, space_exhausted, stopped, failed) and
+    ``end_reason`` (in words)."""
 
     progress = serializers.SerializerMethodField()
     agents = serializers.SerializerMethodField()
@@ -113,7 +115,8 @@ class RunSerializer(serializers.ModelSerializer):
     class Meta:
         model = Run
         fields = ["id", "goal", "state", "budget", "batch_size", "seed", "generation", "max_wall_s", "space",
-                  "constraints", "llm_usage", "warm_start", "started_at", "finished_at", "progress", "agents"]
+                  "constraints", "llm_usage", "warm_start", "started_at", "finished_at", "end_kind", "end_reason",
+                  "progress", "agents"]
         read_only_fields = fields
 
     def get_progress(self, run: Run) -> dict[str, Any]:
