@@ -582,8 +582,17 @@ def _close_generation(run: Run) -> Generation | None:
 
 
 def _learn(run: Run, gen: Generation) -> None:
-    """Update insights after a generation closed and publish it (outside any transaction)."""
-    new_insights = learning.update_insights(run, gen.number) if learning.due(run, gen.number) else []
+    """Update insights after a generation closed and publish it (outside any transaction).
+
+    Learning is best effort: its failure is logged and the run goes on (proposing the next
+    generation decides whether the run can)."""
+    try:
+        new_insights = learning.update_insights(run, gen.number) if learning.due(run, gen.number) else []
+    except DatabaseError:
+        raise
+    except Exception:  # noqa: BLE001 - insights are advice; a run does not end for want of them
+        log.exception("run %s: insights after generation %s could not be learned", run.pk, gen.number)
+        new_insights = []
     if not events.listening():
         return
     leaderboard = [a.to_dict() for a in run.agents.all()]
