@@ -130,9 +130,15 @@ def request_promotion(candidate: Candidate, user, note: str = "", *, dispatch: b
     return req
 
 
+def longest_validation_s() -> float:
+    """Longest an extended validation can take, in seconds: :data:`EXTENDED_SEEDS` evaluations
+    of the candidate and one of the incumbent, each limited to twice ``EVAL_TIMEOUT_S``."""
+    return (EXTENDED_SEEDS + 1) * 2 * settings.EVAL_TIMEOUT_S
+
+
 def stale_after() -> timedelta:
     """A validation started this long ago is presumed lost (its worker died) and may restart."""
-    return timedelta(seconds=(2 * EXTENDED_SEEDS + 2) * settings.EVAL_TIMEOUT_S + 120)
+    return timedelta(seconds=longest_validation_s() + 120)
 
 
 def validate_request(
