@@ -10,7 +10,10 @@ class SwarmConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from swarm.checks import check_broker_visibility  # imports models: only once apps are ready
+
         checks.register(check_toolchain)
+        checks.register(check_broker_visibility)
 
 
 def check_toolchain(app_configs, **kwargs):

@@ -8,6 +8,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from kernels import DesignSpace, SpaceError
+from swarm import remaining
+from swarm.history import goal_rows
 from swarm.models import AgentRecord, AuditEvent, Direction, Run
 
 Kind = Direction.Kind
@@ -22,7 +24,9 @@ def submit(run: Run, kind: str, payload: dict[str, Any], author=None) -> Directi
 
     Raises:
         DirectionError: unknown kind, malformed payload, a range that would leave a parameter
-            without values, an invalid restriction, an unknown agent, or a finished run.
+            without values, an invalid restriction, a narrowing or restriction that leaves no
+            point to evaluate (none valid, or every valid one already has a candidate), an
+            unknown agent, or a finished run.
     """
     if run.state != Run.State.RUNNING:
         raise DirectionError(f"run {run.pk} is {run.state}; directions apply to running runs")
@@ -45,7 +49,7 @@ def apply_pending(run: Run, generation: int) -> list[Direction]:
     done = []
     for d in run.directions.filter(state=Direction.State.PENDING).order_by("created_at", "id"):
         try:
-            effect = _effect(run, d.kind, d.payload, apply=True)
+            effect = _effect(run, d.kind, d.payload, apply=True, direction=d)
             d.state = Direction.State.APPLIED
         except DirectionError as exc:
             effect = {"rejected": str(exc)}
@@ -58,7 +62,8 @@ def apply_pending(run: Run, generation: int) -> list[Direction]:
     return done
 
 
-def _effect(run: Run, kind: str, p: dict[str, Any], apply: bool = False) -> dict[str, Any]:
+def _effect(run: Run, kind: str, p: dict[str, Any], apply: bool = False,
+            direction: Direction | None = None) -> dict[str, Any]:
     space = run.design_space()
     if kind in (Kind.NARROW, Kind.EXCLUDE):
         name, values = p.get("param"), p.get("values")
@@ -121,7 +126,11 @@ def _effect(run: Run, kind: str, p: dict[str, Any], apply: bool = False) -> dict
         if apply:
             from swarm.orchestrator import finish
 
-            finish(run, Run.State.STOPPED)
+            author = direction.author if direction is not None else None
+            who = author.get_username() if author is not None else "a direction without an author"
+            finish(run, Run.State.STOPPED, Run.EndKind.STOPPED,
+                   f"stopped by {who} (direction {direction.pk if direction is not None else '?'}, "
+                   f"applied before generation {run.generation + 1})")
         return {"state": "stopped"}
     raise DirectionError(f"unknown direction {kind!r}")
 
@@ -131,7 +140,32 @@ def _set_space(run: Run, d: dict, before: DesignSpace, apply: bool) -> dict[str,
         after = DesignSpace.from_dict(d)
     except SpaceError as exc:
         raise DirectionError(str(exc)) from None
+    _require_open_point(run, after)
     if apply:
         run.space = after.to_dict()
         run.save(update_fields=["space"])
     return {"space_size_before": before.cartesian_size(), "space_size_after": after.cartesian_size()}
+
+
+def _require_open_point(run: Run, space: DesignSpace) -> None:
+    """Refuse a space in which the run would have nothing to evaluate.
+
+    A run with an LLM agent may still propose new sources at evaluated points, so there only
+    a space without any valid point is refused.
+
+    Raises:
+        DirectionError: no point of ``space`` satisfies its restrictions, or (no LLM agent)
+            every valid point already has a candidate of the goal.
+    """
+    if not remaining.has_valid_point(space):
+        rules = "; ".join(space.restrictions) or "none"
+        raise DirectionError(
+            f"this direction leaves no point to evaluate: none of the {space.cartesian_size()} points of the "
+            f"space it leaves satisfies the restrictions ({rules})")
+    if run.agents.filter(kind="llm").exists():
+        return
+    rows = goal_rows(run.goal)
+    if remaining.open_point(space, remaining.seen_keys(space, rows)) is None:
+        raise DirectionError(
+            f"this direction leaves no point to evaluate: every valid point of the space it leaves already has "
+            f"a candidate (the goal holds {len(rows)})")

@@ -118,6 +118,15 @@ class Run(models.Model):
         STOPPED = "stopped"
         FAILED = "failed"
 
+    class EndKind(models.TextChoices):
+        """Why a run ended (blank while it runs); ``end_reason`` says it in words."""
+
+        BUDGET = "budget"
+        WALL_TIME = "wall_time"
+        SPACE_EXHAUSTED = "space_exhausted"
+        STOPPED = "stopped"
+        FAILED = "failed"
+
     goal = models.ForeignKey(Goal, related_name="runs", on_delete=models.CASCADE)
     state = models.CharField(max_length=16, choices=State.choices, default=State.RUNNING)
     budget = models.PositiveIntegerField(help_text="Maximum number of evaluations.")
@@ -132,6 +141,9 @@ class Run(models.Model):
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
+    end_kind = models.CharField(max_length=16, choices=EndKind.choices, blank=True,
+                                help_text="Why the run ended: budget, wall_time, space_exhausted, stopped, failed.")
+    end_reason = models.TextField(blank=True, help_text="Why the run ended, in words (who stopped it, what failed).")
 
     class Meta:
         ordering = ["-started_at"]

@@ -23,16 +23,14 @@ from datetime import timezone as dt_timezone
 from typing import Any, Callable
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import Case, Count, F, Q, Value, When
 from django.utils import timezone
-
-import numpy as np
 
 import kernels
 from kernels.backends import get_backend
 from kernels.space import format_defines
-from swarm import directions, events, learning, observations
+from swarm import directions, events, learning, observations, remaining
 from swarm.agents import AGENTS, DEFAULT_MIX, Observation, Proposal, RunView, make_agent
 from swarm.credit import Arm, allocate, frontier_improvements
 from swarm.history import goal_rows as history_rows
@@ -107,8 +105,9 @@ def start_run(
 
     Raises:
         ValueError: budget, batch size or seed out of range, an unknown agent kind, agent
-            settings an agent refuses, duplicate agent names, or a design space in which no
-            point satisfies the restrictions.
+            settings an agent refuses, duplicate agent names, a design space in which no
+            point satisfies the restrictions, or (no LLM agent) one whose every valid point
+            already has a candidate of the goal (an exhausted goal).
     """
     if budget < 1:
         raise ValueError(f"budget must be at least 1 evaluation, got {budget}")
@@ -129,8 +128,13 @@ def start_run(
     if len(set(names)) != len(names):
         raise ValueError(f"agent names must be unique, got {names}")
     space = goal.design_space()
-    if not any(a["kind"] == "llm" for a in mix) and not space.sample(np.random.default_rng(0), 1):
-        raise ValueError("no point of the design space satisfies its restrictions: nothing to search")
+    if not any(a["kind"] == "llm" for a in mix):
+        if not remaining.has_valid_point(space):
+            raise ValueError("no point of the design space satisfies its restrictions: nothing to search")
+        rows = history_rows(goal)
+        if remaining.open_point(space, remaining.seen_keys(space, rows)) is None:
+            raise ValueError(f"every valid point of goal {goal.pk}'s design space already has a candidate "
+                             f"({len(rows)} in all): nothing left to search; widen the space or create a new goal")
     with transaction.atomic():
         run = Run.objects.create(
             goal=goal,
@@ -208,20 +212,23 @@ def _next_candidates(run_id: int, after: int) -> list[Candidate]:
     at once and the next one proposed. Returns [] if another process advanced the run first.
     """
     for _ in range(MAX_REUSE_ROUNDS):
-        new = propose_generation(run_id, after)
+        try:
+            new = propose_generation(run_id, after)
+        except DatabaseError:
+            raise  # the database may come back: the sweeper advances the run again
+        except Exception as exc:  # noqa: BLE001 - anything else fails the run with the reason
+            log.exception("run %s: generation %s could not be proposed", run_id, after + 1)
+            end(run_id, after, Run.State.FAILED, Run.EndKind.FAILED,
+                f"generation {after + 1} could not be proposed: {type(exc).__name__}: {exc}")
+            return []
         if new is None:
             return []
         pending = [c for c in new if c.is_pending]
         if pending:
             return pending
-        run = Run.objects.get(pk=run_id)
-        if not new:
-            if run.state == Run.State.RUNNING and run.generation == after:
-                with transaction.atomic():
-                    run = Run.objects.select_for_update().get(pk=run_id)
-                    if run.state == Run.State.RUNNING and run.generation == after:
-                        finish(run, Run.State.FINISHED)
+        if not new:  # propose_generation ended the run (or it had ended)
             return []
+        run = Run.objects.get(pk=run_id)
         with transaction.atomic():
             closed = _close_generation(_locked_run(run_id))
         if closed is not None:
@@ -239,8 +246,9 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
 
     Returns:
         The new candidates of generation ``after + 1``; [] when the run is over (budget or wall
-        time spent, stopped, nothing left to propose); None when the run is no longer at
-        generation ``after`` (another process advanced it).
+        time spent, stopped, nothing left to propose: the run is then ended with its reason,
+        :func:`end`); None when the run is no longer at generation ``after`` (another process
+        advanced it).
     """
     number = after + 1
     with transaction.atomic():
@@ -252,13 +260,18 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
         events.publish(run.pk, "direction", d.to_dict())
     if run.state != Run.State.RUNNING:
         return []
-    if run.max_wall_s is not None and (timezone.now() - run.started_at).total_seconds() >= run.max_wall_s:
+    elapsed = (timezone.now() - run.started_at).total_seconds()
+    if run.max_wall_s is not None and elapsed >= run.max_wall_s:
+        end(run_id, after, Run.State.FINISHED, Run.EndKind.WALL_TIME,
+            f"wall time spent: {elapsed:.0f} s of {run.max_wall_s:g} s, after generation {after}")
         return []
     goal = run.goal
     rows = history_rows(goal)
-    remaining = run.budget - sum(1 for r in rows if r.run_id == run.pk)
-    n = min(run.batch_size, remaining)
+    spent = sum(1 for r in rows if r.run_id == run.pk)
+    n = min(run.batch_size, run.budget - spent)
     if n <= 0:
+        end(run_id, after, Run.State.FINISHED, Run.EndKind.BUDGET,
+            f"budget spent: {spent} of {run.budget} evaluations")
         return []
     records = list(run.agents.all())
     shares, scores = allocate(
@@ -340,7 +353,29 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
 
     if created and events.listening():
         transaction.on_commit(publish)
+    if not created:
+        state, kind, reason = _why_nothing_new(run, records, view.space, number)
+        end(run_id, after, state, kind, reason)
     return created
+
+
+def _why_nothing_new(run: Run, records: list[AgentRecord], space, number: int) -> tuple[str, str, str]:
+    """``(state, end_kind, end_reason)`` of a run whose generation ``number`` got no new candidate."""
+    active = [r for r in records if not r.paused and r.boost > 0]
+    if not active:
+        return Run.State.STOPPED, Run.EndKind.STOPPED, (
+            f"every agent is paused or has boost 0 ({', '.join(r.name for r in records)}): nothing proposes")
+    rows = history_rows(run.goal)
+    if remaining.open_point(space, remaining.seen_keys(space, rows)) is None:
+        return Run.State.FINISHED, Run.EndKind.SPACE_EXHAUSTED, (
+            f"space exhausted: every valid point of the run's space has a candidate "
+            f"({sum(1 for r in rows if r.run_id == run.pk)} in this run, {len(rows)} for the goal)")
+    errors = list(dict.fromkeys(
+        f"{agent}: {error}" for agent, error in
+        ProposalFailure.objects.filter(run_id=run.pk, generation=number).values_list("agent", "error")[:20]))
+    why = "; ".join(errors[:3]) if errors else "they proposed only points that already have candidates"
+    return Run.State.FAILED, Run.EndKind.FAILED, (
+        f"no agent proposed a new candidate in generation {number}: {why}"[:2000])
 
 
 def _store(run: Run, goal: Goal, view: RunView, number: int, proposed: list[tuple[AgentRecord, Proposal]],
@@ -554,8 +589,17 @@ def _close_generation(run: Run) -> Generation | None:
 
 
 def _learn(run: Run, gen: Generation) -> None:
-    """Update insights after a generation closed and publish it (outside any transaction)."""
-    new_insights = learning.update_insights(run, gen.number) if learning.due(run, gen.number) else []
+    """Update insights after a generation closed and publish it (outside any transaction).
+
+    Learning is best effort: its failure is logged and the run goes on (proposing the next
+    generation decides whether the run can)."""
+    try:
+        new_insights = learning.update_insights(run, gen.number) if learning.due(run, gen.number) else []
+    except DatabaseError:
+        raise
+    except Exception:  # noqa: BLE001 - insights are advice; a run does not end for want of them
+        log.exception("run %s: insights after generation %s could not be learned", run.pk, gen.number)
+        new_insights = []
     if not events.listening():
         return
     leaderboard = [a.to_dict() for a in run.agents.all()]
@@ -564,24 +608,42 @@ def _learn(run: Run, gen: Generation) -> None:
         events.publish(run.pk, "insight", i.to_dict())
 
 
-def stop_run(run: Run, user=None) -> None:
-    """Stop a run now: queued candidates are cancelled; a running evaluation finishes and is kept."""
+def stop_run(run: Run, user=None, *, via: str = "") -> None:
+    """Stop a run now: queued candidates are cancelled; a running evaluation finishes and is kept.
+
+    The end reason names the user and ``via`` (e.g. ``"the run page"``, ``"the API"``).
+    """
     from swarm.models import AuditEvent
 
+    who = user.get_username() if user is not None and user.is_authenticated else "an unknown user"
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run.pk)
         if run.state != Run.State.RUNNING:
             return
         run.candidates.filter(status=CandidateStatus.QUEUED).delete()
-        finish(run, Run.State.STOPPED)
+        finish(run, Run.State.STOPPED, Run.EndKind.STOPPED,
+               f"stopped by {who}" + (f" through {via}" if via else "") + f" in generation {run.generation}")
         AuditEvent.objects.create(actor=user, verb="run.stop", subject=f"run {run.pk}")
 
 
-def finish(run: Run, state: str) -> None:
-    """Mark ``run`` finished/stopped/failed and publish its final state after commit."""
-    run.state = state
+def end(run_id: int, after: int, state: str, kind: str, reason: str) -> bool:
+    """End the run with ``reason`` if it is still running at generation ``after`` (another
+    process may have advanced or ended it meanwhile). Returns whether this call ended it."""
+    with transaction.atomic():
+        run = _locked_run(run_id, with_goal=False)
+        if run.state != Run.State.RUNNING or run.generation != after:
+            return False
+        finish(run, state, kind, reason)
+    return True
+
+
+def finish(run: Run, state: str, kind: str, reason: str) -> None:
+    """Mark ``run`` finished/stopped/failed with why (``kind``: a :class:`Run.EndKind`;
+    ``reason``: words for the run page, the API and ``factory run --json``) and publish its
+    final state after commit (inside the caller's transaction, which holds the run's row)."""
+    run.state, run.end_kind, run.end_reason = state, kind, reason
     run.finished_at = timezone.now()
-    run.save(update_fields=["state", "finished_at"])
+    run.save(update_fields=["state", "end_kind", "end_reason", "finished_at"])
     transaction.on_commit(lambda: events.publish(run.pk, "run", run_state(run)))
 
 
@@ -761,6 +823,8 @@ def run_state(run: Run) -> dict[str, Any]:
         "evaluated": evaluated,
         "status_counts": counts,
         "llm_usage": run.llm_usage,
+        "end_kind": run.end_kind,
+        "end_reason": run.end_reason,
     }
 
 

@@ -147,10 +147,18 @@ def request_promotion(candidate: Candidate, user, note: str = "", *, dispatch: b
     return req
 
 
+def longest_validation_s() -> float:
+    """Longest an extended validation can take, in seconds: the evaluations of the candidate
+    and the incumbent (on CUDA the alternating speed rounds: twice ``max(EXTENDED_SEEDS,
+    cuda_rounds())``; on the CPU the candidate's seeds and one of the incumbent, fewer), each
+    limited to twice ``EVAL_TIMEOUT_S``, plus the paired comparison's own limit."""
+    evaluations = max(EXTENDED_SEEDS, cuda_rounds()) * 2
+    return (evaluations + 2) * settings.EVAL_TIMEOUT_S * 2 + paired_runs.stale_after_s()
+
+
 def stale_after() -> timedelta:
     """A validation started this long ago is presumed lost (its worker died) and may restart."""
-    evaluations = max(EXTENDED_SEEDS, cuda_rounds()) * 2
-    return timedelta(seconds=(evaluations + 2) * settings.EVAL_TIMEOUT_S * 2 + paired_runs.stale_after_s() + 120)
+    return timedelta(seconds=longest_validation_s() + 120)
 
 
 def validate_request(

@@ -505,6 +505,9 @@
     $("run-state").className = `badge state-${s.state}`;
     const stop = $("stop-form");
     if (stop && s.state !== "running") stop.remove();
+    $("run-end").hidden = !s.end_reason;  // why the run ended: budget, wall time, exhausted space, who stopped it, what failed
+    $("run-end-kind").textContent = s.end_kind || "";
+    $("run-end-reason").textContent = s.end_reason || "";
     $("run-generation").textContent = s.generation;
     const counts = {};
     for (let r = 0; r < C.n; r++) { const st = C.statuses[C.status[r]]; counts[st] = (counts[st] || 0) + 1; }

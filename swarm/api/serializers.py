@@ -19,7 +19,12 @@ class GoalSerializer(serializers.ModelSerializer):
     """A goal. ``objectives``: ``[{"metric", "direction"}]`` (the first is primary);
     ``constraints``: ``[{"metric", "op": "<=" | ">=", "value"}]``; ``space``:
     ``{"parameters": [{"name", "values"}], "restrictions": [str]}``; ``source`` defaults to the
-    workload's template on the target's backend."""
+    workload's template on the target's backend.
+
+    A replay goal (target ``replay:<dataset>``) is made by ``manage.py factory import-cache``
+    from a Kernel Tuner cache file: its workload, target and shape set name the recorded data
+    set and its space keeps that data set's domain; its name, objectives, constraints and the
+    space's values and restrictions may change."""
 
     space_size = serializers.SerializerMethodField()
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
@@ -34,16 +39,25 @@ class GoalSerializer(serializers.ModelSerializer):
     def get_space_size(self, goal: Goal) -> dict[str, Any]:
         return space_size(goal.design_space())
 
+    def _replay(self) -> bool:
+        """Whether the goal being changed is a replay goal."""
+        return self.instance is not None and self.instance.backend == "replay"
+
     def validate_workload(self, value: str) -> str:
+        if self._replay() and value == self.instance.workload:
+            return value  # a recorded kernel's name, not one of ``kernels.WORKLOADS``
         if value not in kernels.WORKLOADS:
             raise serializers.ValidationError(f"unknown workload {value!r}; known: {', '.join(sorted(kernels.WORKLOADS))}")
         return value
 
     def validate_target(self, value: str) -> str:
         try:
-            target_backend(value)
+            backend = target_backend(value)
         except ValueError as exc:
             raise serializers.ValidationError(str(exc)) from None
+        if backend == "replay" and not (self._replay() and value == self.instance.target):
+            raise serializers.ValidationError(
+                "a replay goal is made from a Kernel Tuner cache file: manage.py factory import-cache <file>")
         return value
 
     def validate_objectives(self, value: Any) -> list[dict]:
@@ -79,6 +93,13 @@ class GoalSerializer(serializers.ModelSerializer):
             space = kernels.DesignSpace.from_dict(value)
         except kernels.SpaceError as exc:
             raise serializers.ValidationError(str(exc)) from None
+        domain = self.instance.space.get("domain") if self._replay() else None
+        if space.domain != domain:
+            raise serializers.ValidationError(
+                f"this goal's space keeps its domain {domain!r} (the recorded configurations)" if domain else
+                "'domain' belongs to replay goals (made by manage.py factory import-cache); leave it out")
+        if domain:
+            self.instance.ensure_dataset()  # the domain's points come from the recorded file
         if space_size(space)["valid"] == 0:
             raise serializers.ValidationError("the restrictions exclude every point of the space")
         return space.to_dict()
@@ -86,6 +107,13 @@ class GoalSerializer(serializers.ModelSerializer):
     def validate(self, attrs: dict) -> dict:
         goal = self.instance
         merged = {f: attrs.get(f, getattr(goal, f, None)) for f in ("workload", "target", "shape_set", "source")}
+        if self._replay():
+            for f in ("workload", "target", "shape_set"):
+                if f in attrs and attrs[f] != getattr(goal, f):
+                    raise serializers.ValidationError({f: f"a replay goal's {f} is its recorded data set's "
+                                                          f"({getattr(goal, f)!r}); import another cache file "
+                                                          "(manage.py factory import-cache) for another one"})
+            return attrs  # no template: a replay candidate is a recorded configuration
         if merged["workload"] and merged["shape_set"]:
             sets = kernels.get_workload(merged["workload"]).shape_sets
             if merged["shape_set"] not in sets:
@@ -105,7 +133,9 @@ class GoalSerializer(serializers.ModelSerializer):
 
 
 class RunSerializer(serializers.ModelSerializer):
-    """A run with its progress (``progress``: state, generation, evaluated, status counts)."""
+    """A run with its progress (``progress``: state, generation, evaluated, status counts) and,
+    once it ended, why: ``end_kind`` (budget, wall_time, space_exhausted, stopped, failed) and
+    ``end_reason`` (in words)."""
 
     progress = serializers.SerializerMethodField()
     agents = serializers.SerializerMethodField()
@@ -113,7 +143,8 @@ class RunSerializer(serializers.ModelSerializer):
     class Meta:
         model = Run
         fields = ["id", "goal", "state", "budget", "batch_size", "seed", "generation", "max_wall_s", "space",
-                  "constraints", "llm_usage", "warm_start", "started_at", "finished_at", "progress", "agents"]
+                  "constraints", "llm_usage", "warm_start", "started_at", "finished_at", "end_kind", "end_reason",
+                  "progress", "agents"]
         read_only_fields = fields
 
     def get_progress(self, run: Run) -> dict[str, Any]:

@@ -87,7 +87,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     def stop(self, request, pk=None):
         """Stop now: queued candidates are cancelled; a running evaluation finishes and is kept."""
         run = self.get_object()
-        orchestrator.stop_run(run, request.user)
+        orchestrator.stop_run(run, request.user, via="the API")
         run.refresh_from_db()
         return Response(RunSerializer(run).data)
 

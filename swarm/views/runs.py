@@ -49,7 +49,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @permission_required("swarm.change_run", raise_exception=True)
 def run_stop(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(Run, pk=pk)
-    orchestrator.stop_run(run, request.user)
+    orchestrator.stop_run(run, request.user, via="the run page")
     return redirect("run-detail", run.pk)
 
 

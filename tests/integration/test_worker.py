@@ -25,6 +25,7 @@ def test_a_run_through_the_worker_process_stores_evidence_in_postgres(stack, tra
             break
         time.sleep(0.5)
     assert run.state == Run.State.FINISHED, orchestrator.run_state(run)
+    assert run.end_kind == "budget" and run.end_reason == "budget spent: 6 of 6 evaluations"
     evidence = Evidence.objects.filter(candidate__run=run)
     assert evidence.count() == 6
     assert evidence.filter(status="ok").exists(), [e.log[-500:] for e in evidence]

@@ -231,12 +231,13 @@ def test_an_agent_that_raises_is_recorded_and_the_others_go_on(monkeypatch):
     # Each generation's shares are the slots filled: all four by the random agent.
     assert [g.shares for g in Generation.objects.filter(run=run).order_by("number")] == [{"f": 0, "r": 4}] * 3
 
-    # With every agent failing, the run ends instead of staying "running".
+    # With every agent failing, the run fails with the agents' errors instead of staying "running".
     run2, pending2 = orchestrator.start_run(synthetic_goal(name="other"), budget=8, seed=1, agents=[
         {"name": "f", "kind": "forest", "settings": {"startup": 0}}])
     drive(run2, pending2)
     run2.refresh_from_db()
-    assert run2.state == Run.State.FINISHED
+    assert run2.state == Run.State.FAILED and run2.end_kind == "failed"
+    assert "no agent proposed a new candidate" in run2.end_reason and "f: the agent failed: RuntimeError: boom" in run2.end_reason
 
 
 @pytest.mark.django_db

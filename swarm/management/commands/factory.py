@@ -158,6 +158,8 @@ class Command(BaseCommand):
         console = Console(file=self.stdout._out)
         counts = ", ".join(f"{k}: {v}" for k, v in sorted(summary["status_counts"].items()))
         console.print(f"run {summary['id']} {summary['state']}: {summary['evaluated']} evaluated ({counts})")
+        if summary.get("end_reason"):
+            console.print(f"ended: {escape(summary['end_reason'])}")
         table = Table(title="Pareto frontier (feasible ok candidates)")
         # The metrics the frontier's evidence has: a kernel's latency, error and bandwidth, a
         # replayed configuration's recorded time and energy; the usual ones first.
