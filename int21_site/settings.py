@@ -152,10 +152,42 @@ CELERY_TASK_DEFAULT_QUEUE = "control"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 if REDIS_URL:
+    from channels_redis.core import RedisChannelLayer
+
+    # A websocket's consumer waits for its next message with BZPOPMIN for brpop_timeout (5 s) at a
+    # time; redis-py's socket read timeout (5 s by default since redis 8) must outlast that wait,
+    # or every quiet socket fails with TimeoutError. It also bounds how long a dead Redis
+    # goes unnoticed.
+    CHANNELS_SOCKET_TIMEOUT_S = env_float("CHANNELS_SOCKET_TIMEOUT_S", RedisChannelLayer.brpop_timeout + 10.0)
+    if CHANNELS_SOCKET_TIMEOUT_S <= RedisChannelLayer.brpop_timeout:
+        raise ImproperlyConfigured(
+            f"CHANNELS_SOCKET_TIMEOUT_S={CHANNELS_SOCKET_TIMEOUT_S} must exceed channels_redis's "
+            f"{RedisChannelLayer.brpop_timeout} s wait for a message"
+        )
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("CHANNELS_PREFIX", "int21")},
+            "CONFIG": {
+                "hosts": [{
+                    "address": REDIS_URL,
+                    "socket_timeout": CHANNELS_SOCKET_TIMEOUT_S,
+                    "socket_connect_timeout": 5.0,
+                    "socket_keepalive": True,
+                    "health_check_interval": 30,  # PING a connection idle this long (s) before use
+                }],
+                "prefix": env_str("CHANNELS_PREFIX", "int21"),
+                # Messages waiting per websocket. A run's burst is a generation's proposals and
+                # then one event per evaluation, from every worker at once; beyond this the event
+                # is dropped (logged as a warning naming the run) and the page fetches it from
+                # /api/runs/<id>/events/.
+                "capacity": env_int("CHANNELS_CAPACITY", 2000),
+                # Seconds a message waits for its consumer; an older one is dropped (and fetched
+                # by the page): a page that far behind reads faster from the API.
+                "expiry": env_int("CHANNELS_EXPIRY_S", 60),
+                # Seconds a websocket stays in its run's group without joining again; the
+                # consumer joins again after half of it.
+                "group_expiry": env_int("CHANNELS_GROUP_EXPIRY_S", 86400),
+            },
         }
     }
 else:
@@ -230,9 +262,14 @@ SPECTACULAR_SETTINGS = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"channels_over_capacity": {"()": "int21_site.channel_log.OverCapacityAsWarning"}},
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
+        # INFO so that the filter sees channels_redis's report of dropped messages (it passes
+        # only that, as a warning naming the run, and records at WARNING and above)
+        "channels_redis.core": {"handlers": ["console"], "level": "INFO", "filters": ["channels_over_capacity"],
+                                "propagate": False},
         "swarm": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO"), "propagate": False},
         "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
     },

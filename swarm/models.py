@@ -170,6 +170,38 @@ class Run(models.Model):
         return constraints_met(self.constraints, metrics)
 
 
+class RunEventSequence(models.Model):
+    """The sequence number of a run's last published event (see :class:`RunEvent`).
+
+    A row of its own, not a field of :class:`Run`: ``Run.save()`` writes every field and
+    would move the counter back."""
+
+    run = models.OneToOneField(Run, primary_key=True, related_name="event_sequence", on_delete=models.CASCADE)
+    last_seq = models.PositiveBigIntegerField(default=0)
+
+
+class RunEvent(models.Model):
+    """One event published to a run's websockets, kept so that a page that missed it (a full
+    channel, a dropped socket) can fetch it from ``/api/runs/<id>/events/?after=<seq>``.
+
+    ``seq`` counts a run's events from 1 with no holes; ``data`` is the event's payload as sent.
+    """
+
+    run = models.ForeignKey(Run, related_name="events", on_delete=models.CASCADE)
+    seq = models.PositiveBigIntegerField()
+    event = models.CharField(max_length=32)
+    data = models.JSONField()
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="run_event_unique_seq")]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The websocket form: ``{"event", "seq", "data"}``."""
+        return {"event": self.event, "seq": self.seq, "data": self.data}
+
+
 class Generation(models.Model):
     """One round of proposals from all agents, with the budget share each agent received."""
 

@@ -698,6 +698,68 @@
     return input ? input.value : "";
   }
 
+  // ---- event sequence ----------------------------------------------------------------------
+  // The snapshot carries the seq of the last event it includes; each event the next number
+  // (1, 2, ... per run). An event at lastSeq + 1 is shown; at or below lastSeq it was shown
+  // already (or is in the snapshot); above lastSeq + 1 it waits while the gap is filled from
+  // GET eventsUrl?after=lastSeq, since the channel layer drops events for a page too far behind.
+  const GAP_WAIT_MS = 300; // events of concurrent publishers arrive slightly out of order
+  const TAIL_CHECK_MS = 10000; // a running run quiet this long: ask whether its last events were lost
+  let lastSeq = null;
+  let held = []; // live events above a gap
+  let filling = null, gapTimer = null, tailTimer = null;
+  const seqStats = { live: 0, backfilled: 0, fills: 0 };
+
+  function onMessage(msg) {
+    if (msg.event === "snapshot") {
+      lastSeq = typeof msg.seq === "number" ? msg.seq : null;
+      held = [];
+      receive(msg);
+    } else if (lastSeq === null || typeof msg.seq !== "number") {
+      receive(msg);
+    } else if (msg.seq > lastSeq) {
+      held.push(msg);
+      drainHeld();
+    }
+    armTailCheck();
+  }
+  function show(msg, how) { lastSeq = msg.seq; seqStats[how]++; receive(msg); }
+  function drainHeld() {
+    if (filling) return;
+    held.sort((a, b) => a.seq - b.seq);
+    while (held.length && held[0].seq <= lastSeq + 1) {
+      const m = held.shift();
+      if (m.seq === lastSeq + 1) show(m, "live");
+    }
+    if (held.length && !gapTimer) gapTimer = setTimeout(fill, GAP_WAIT_MS);
+    else if (!held.length && gapTimer) { clearTimeout(gapTimer); gapTimer = null; }
+  }
+  async function fill() {
+    if (gapTimer) { clearTimeout(gapTimer); gapTimer = null; }
+    if (filling || lastSeq === null) return;
+    filling = true;
+    try {
+      for (;;) {
+        const resp = await fetch(`${cfg.eventsUrl}?after=${lastSeq}`, { credentials: "same-origin", headers: { Accept: "application/json" } });
+        if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+        const page = await resp.json();
+        for (const e of page.events) if (e.seq > lastSeq) show(e, "backfilled");
+        if (!page.more) break;
+      }
+      seqStats.fills++;
+    } catch (e) {
+      log(`could not fetch missed events: ${e}`, "bad");
+      gapTimer = setTimeout(fill, 5000);
+    } finally {
+      filling = null;
+    }
+    drainHeld(); // what is still above a gap after the fill was published after it: wait again
+  }
+  function armTailCheck() {
+    if (tailTimer) clearTimeout(tailTimer);
+    tailTimer = setTimeout(() => { tailTimer = null; if (meta && meta.run.state === "running") { fill(); armTailCheck(); } }, TAIL_CHECK_MS);
+  }
+
   // ---- websocket ---------------------------------------------------------------------------
   function connect() {
     const proto = location.protocol === "https:" ? "wss" : "ws";
@@ -707,13 +769,13 @@
     ws.onclose = () => { wsState.textContent = "reconnecting"; setTimeout(connect, 2000); };
     ws.onmessage = (e) => {
       if (timings.snapshotAt === null) { timings.snapshotAt = performance.now(); timings.snapshotBytes = e.data.length; }
-      receive(JSON.parse(e.data));
+      onMessage(JSON.parse(e.data));
     };
   }
 
   // for tests and benchmarks: feed events, wait for the next complete redraw
   window.runPage = {
-    receive, timings,
+    receive, timings, seqStats, lastSeq: () => lastSeq, settled: () => !filling && !held.length,
     flush: () => new Promise((resolve) => { waiters.push(resolve); schedule(); }),
     count: () => C.n,
   };

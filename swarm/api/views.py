@@ -17,7 +17,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from swarm import directions, learning, orchestrator
+from swarm import directions, events, learning, orchestrator
 from swarm.api import exports
 from swarm.api.serializers import (
     CandidateSerializer,
@@ -31,6 +31,23 @@ from swarm.api.serializers import (
 from swarm.dispatch import dispatch
 from swarm.models import AuditEvent, Candidate, Direction, Goal, Insight, Promotion, PromotionRequest, Run
 from swarm.promotion import PromotionRefused, request_promotion, rollback
+
+
+EVENTS_PAGE = 5000  # events per page of /api/runs/<id>/events/
+
+
+def _int_param(request, name: str, default: int, minimum: int) -> int:
+    """Query parameter ``name`` as an integer >= ``minimum``; 400 with the reason otherwise."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValidationError({name: f"expected an integer, got {raw!r}"}) from None
+    if value < minimum:
+        raise ValidationError({name: f"expected an integer >= {minimum}, got {value}"})
+    return value
 
 
 class GoalViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -108,6 +125,23 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             qs = qs.filter(status=request.query_params["status"])
         page = self.paginate_queryset(qs)
         return self.get_paginated_response(CandidateSerializer(page, many=True).data)
+
+    @extend_schema(parameters=[OpenApiParameter("after", int, description="sequence number of the last event seen (default 0)"),
+                               OpenApiParameter("limit", int, description=f"at most this many events (default and maximum {EVENTS_PAGE})")],
+                   responses=OpenApiTypes.OBJECT)
+    @action(detail=True, methods=["get"])
+    def events(self, request, pk=None):
+        """The run's websocket events after sequence number ``after``, in order:
+        ``{"events": [{"event", "seq", "data"}], "last_seq": int, "more": bool}``. ``last_seq`` is
+        the run's last event when the page was read; ``more`` says to ask again from the last
+        ``seq`` returned. The run page fills gaps in its live stream from here."""
+        run = self.get_object()
+        after, limit = _int_param(request, "after", 0, 0), _int_param(request, "limit", EVENTS_PAGE, 1)
+        limit = min(limit, EVENTS_PAGE)
+        last = events.last_seq(run.pk)
+        rows = list(run.events.filter(seq__gt=after, seq__lte=last).order_by("seq")[:limit])
+        return Response({"events": [e.to_dict() for e in rows], "last_seq": last,
+                         "more": bool(rows) and rows[-1].seq < last})
 
     @extend_schema(responses=OpenApiTypes.OBJECT)
     @action(detail=True, methods=["get"])

@@ -29,6 +29,7 @@ def _page(request: HttpRequest, run: Run, *, form: DirectionForm | None = None, 
         "compareUrl": reverse("compare"),
         "directionUrl": reverse("run-direction", args=[run.pk]),
         "acceptUrl": reverse("run-insight-accept", args=[run.pk, 0]),
+        "eventsUrl": reverse("api-run-events", args=[run.pk]),
         "canSteer": request.user.has_perm("swarm.change_run"),
     }
     return render(request, "swarm/run_detail.html", {

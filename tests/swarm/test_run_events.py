@@ -1,0 +1,69 @@
+"""Run events: their sequence numbers, the events endpoint the run page backfills from, the
+warning for dropped messages and the websocket origin rule."""
+
+import logging
+
+import pytest
+from rest_framework.test import APIClient
+
+from int21_site.channel_log import OverCapacityAsWarning
+from int21_site.origins import allowed_origins, origin_tuple
+from swarm import events
+from swarm.models import Run
+
+
+@pytest.fixture
+def run(small_goal):
+    return Run.objects.create(goal=small_goal, budget=1, seed=1, space=small_goal.space)
+
+
+def test_a_runs_events_are_numbered_from_one_without_holes(run, small_goal):
+    other = Run.objects.create(goal=small_goal, budget=1, seed=2, space=small_goal.space)
+    assert events.last_seq(run.pk) == 0
+    assert [events.store(run.pk, "probe", {"i": i}) for i in range(3)] == [1, 2, 3]
+    assert events.store(other.pk, "probe", {}) == 1
+    assert list(run.events.values_list("seq", "data")) == [(1, {"i": 0}), (2, {"i": 1}), (3, {"i": 2})]
+    assert events.last_seq(run.pk) == 3
+
+
+def test_the_events_endpoint_pages_from_a_sequence_number(run, owner):
+    for i in range(7):
+        events.store(run.pk, "probe", {"i": i})
+    api = APIClient()
+    api.force_authenticate(owner)
+    page = api.get(f"/api/runs/{run.pk}/events/?after=2&limit=3").json()
+    assert [e["seq"] for e in page["events"]] == [3, 4, 5] and page["more"] and page["last_seq"] == 7
+    assert page["events"][0] == {"event": "probe", "seq": 3, "data": {"i": 2}}
+    page = api.get(f"/api/runs/{run.pk}/events/?after=5").json()
+    assert [e["seq"] for e in page["events"]] == [6, 7] and not page["more"]
+    bad = api.get(f"/api/runs/{run.pk}/events/?after=x")
+    assert bad.status_code == 400 and "integer" in bad.json()["after"]
+    assert api.get(f"/api/runs/{run.pk}/events/?limit=0").status_code == 400
+
+
+def test_dropped_messages_are_a_warning_naming_the_run():
+    f = OverCapacityAsWarning()
+    record = logging.LogRecord("channels_redis.core", logging.INFO, "core.py", 1,
+                               "%s of %s channels over capacity in group %s", (2, 3, "run.17"), None)
+    assert f.filter(record) and record.levelno == logging.WARNING
+    assert record.getMessage().startswith("run 17: 2 of 3 websockets over capacity")
+    other = logging.LogRecord("channels_redis.core", logging.INFO, "core.py", 1, "something else", (), None)
+    assert not f.filter(other)
+
+
+@pytest.mark.parametrize("origin, parsed", [
+    ("http://localhost:8000", ("http", "localhost", 8000)),
+    ("HTTPS://Example.COM", ("https", "example.com", 443)),
+    ("http://[::1]:8000", ("http", "::1", 8000)),
+    ("null", None), ("http://a.b/path", None), ("ftp://a.b", None), ("http://a.b:99999", None),
+])
+def test_an_origin_is_scheme_host_and_port(origin, parsed):
+    assert origin_tuple(origin) == parsed
+
+
+def test_a_socket_allows_its_own_origin_only(settings):
+    settings.ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+    settings.CSRF_TRUSTED_ORIGINS = ["https://factory.example"]
+    scope = {"type": "websocket", "scheme": "ws", "headers": [(b"host", b"localhost:8000")]}
+    assert allowed_origins(scope) == {("http", "localhost", 8000), ("https", "factory.example", 443)}
+    assert allowed_origins({**scope, "headers": [(b"host", b"evil.example:8000")]}) == {("https", "factory.example", 443)}
