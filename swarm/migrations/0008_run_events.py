@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('swarm', '0005_candidate_status_invalid_input'),
+        ('swarm', '0007_run_end_reason'),
     ]
 
     operations = [
