@@ -49,6 +49,7 @@ from swarm.models import (
     Run,
 )
 from swarm.pareto import pareto_front
+from swarm.results import results
 
 log = logging.getLogger(__name__)
 
@@ -785,10 +786,13 @@ def best(run: Run, candidates: list[Candidate]) -> Candidate | None:
 
 
 def run_summary(run: Run) -> dict[str, Any]:
-    """Result of a run: progress, best candidate, Pareto frontier, agents (the ``factory run`` JSON)."""
+    """Result of a run: progress, best candidate, Pareto frontier, agents (the ``factory run`` JSON).
+
+    The frontier and best come from stored columns (:func:`swarm.results.results`); when no
+    candidate meets the constraints, ``note`` says so and ``closest`` ranks the ``ok``
+    candidates by total violation.
+    """
     run.refresh_from_db()
-    cands = list(run.candidates.select_related("evidence").exclude(status__in=PENDING_STATUSES))
-    top = best(run, cands)
     summary = run_state(run)
     summary.update(
         goal=run.goal_id,
@@ -796,8 +800,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         target=run.goal.target,
         shape_set=run.goal.shape_set,
         seed=run.seed,
-        best=top.to_dict() if top else None,
-        frontier=[c.to_dict() for c in frontier(run, cands)],
+        **results(run),
         agents=[a.to_dict() for a in run.agents.all()],
     )
     return summary
