@@ -1,10 +1,10 @@
 """A run's results read from stored columns: the feasible Pareto frontier, the best candidate,
 and, when no candidate meets the constraints, the candidates closest to meeting them.
 
-The database does the per-candidate work (metric values are read from the evidence's JSON
-column, constraints filter rows, the frontier of one or two objectives is a window query), so
-Python builds objects only for the candidates it returns: a summary of a 50,000-candidate run
-costs a few queries, not 50,000 model instances.
+The database does the per-candidate work (metric values come from the evidence's stored metric
+columns, or its ``metrics`` JSON for other metrics; constraints filter rows; the frontier of one
+or two objectives is a window query), so Python builds objects only for the candidates it
+returns: a summary of a 50,000-candidate run costs a few queries, not 50,000 model instances.
 
 Total violation (how far an ``ok`` candidate is from feasible) sums, over the run's
 constraints, the excess relative to the bound: ``max(0, m - v) / s`` for ``m <= v`` and
@@ -24,7 +24,7 @@ from django.db.models import F, FloatField, Min, QuerySet, Value
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Greatest
 
-from swarm.models import Candidate, CandidateStatus, Run
+from swarm.models import STORED_METRICS, Candidate, CandidateStatus, Run
 from swarm.pareto import pareto_front
 
 CLOSEST_SHOWN = 10  # infeasible candidates listed when none is feasible
@@ -63,7 +63,10 @@ def total_violation(constraints: list[dict], metrics: dict[str, float]) -> float
 
 
 def _metric(name: str):
-    """The metric ``name`` of a candidate's evidence as a float expression (NULL when missing)."""
+    """The metric ``name`` of a candidate's evidence as a float expression (NULL when missing):
+    its column for :data:`swarm.models.STORED_METRICS`, else read from the ``metrics`` JSON."""
+    if name in STORED_METRICS:
+        return F(f"evidence__{name}")
     return Cast(KeyTextTransform(name, "evidence__metrics"), FloatField())
 
 
@@ -98,8 +101,9 @@ def frontier_ids(run: Run) -> list[int]:
 
     One objective: the rows at the minimum. Two: a window query over the distinct points
     sorted by (x, y), where a point is on the frontier when its y is below every earlier
-    point's (the sort-and-sweep of :mod:`swarm.pareto`, run by the database). More: the
-    objective values only (no model instances) go through :func:`swarm.pareto.pareto_front`.
+    distinct point's (the sort-and-sweep of :mod:`swarm.pareto`, run by the database in one
+    pass). More: the objective values only (no model instances) go through
+    :func:`swarm.pareto.pareto_front`.
     """
     qs = feasible(run)
     d = len(run.goal.objectives)
@@ -112,11 +116,10 @@ def frontier_ids(run: Run) -> list[int]:
         sql, params = qs.values_list("id", "o0", "o1").query.sql_with_params()
         with connection.cursor() as cur:
             cur.execute(
-                f"WITH f(id, x, y) AS ({sql}), "
-                "p AS (SELECT x, y, MIN(y) OVER (ORDER BY x, y ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS m "
-                "FROM (SELECT DISTINCT x, y FROM f) d) "
-                "SELECT f.id FROM f JOIN p ON f.x = p.x AND f.y = p.y WHERE p.m IS NULL OR p.y < p.m "
-                "ORDER BY f.x, f.y, f.id",
+                # GROUPS: the frame's peers are rows of equal (x, y), so m is the lowest y of the
+                # distinct points before this one and duplicates of a frontier point stay on it.
+                "SELECT id FROM (SELECT id, o0, o1, MIN(o1) OVER (ORDER BY o0, o1 GROUPS BETWEEN UNBOUNDED PRECEDING "
+                f"AND 1 PRECEDING) AS m FROM ({sql}) f) w WHERE m IS NULL OR o1 < m ORDER BY o0, o1, id",
                 params,
             )
             return [row[0] for row in cur.fetchall()]

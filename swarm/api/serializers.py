@@ -9,7 +9,7 @@ from typing import Any
 from rest_framework import serializers
 
 import kernels
-from swarm.forms import default_template, space_size
+from swarm.forms import default_template, empty_space_message, space_size
 from swarm.models import Candidate, Direction, Goal, Run, target_backend
 
 METRIC_DIRECTIONS = ("minimize", "maximize")
@@ -79,8 +79,9 @@ class GoalSerializer(serializers.ModelSerializer):
             space = kernels.DesignSpace.from_dict(value)
         except kernels.SpaceError as exc:
             raise serializers.ValidationError(str(exc)) from None
-        if space_size(space)["valid"] == 0:
-            raise serializers.ValidationError("the restrictions exclude every point of the space")
+        size = space_size(space)
+        if size["valid"] == 0:
+            raise serializers.ValidationError(empty_space_message(space, size))
         return space.to_dict()
 
     def validate(self, attrs: dict) -> dict:

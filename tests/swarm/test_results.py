@@ -106,3 +106,15 @@ def test_total_violation_is_relative_to_each_bound():
     assert results.total_violation(cons, {"err": 1e-5, "gbps": 200.0, "skew": -1.0}) == 0.0
     assert math.isclose(results.total_violation(cons, {"err": 3e-4, "gbps": 50.0, "skew": 0.5}), 2.0 + 0.5 + 0.5)
     assert results.total_violation(cons, {"err": 1e-5, "gbps": 200.0}) == math.inf
+
+
+@pytest.mark.django_db
+def test_evidence_rows_carry_their_stored_metrics_however_created(big_goal, owner):
+    run = populate(big_goal, 30, seed=1, state="finished", user=owner)  # bulk_create
+    for e in Evidence.objects.filter(candidate__run=run):
+        assert (e.latency_ms, e.max_rel_error, e.gbps) == tuple(e.metrics.get(m) for m in ("latency_ms", "max_rel_error", "gbps"))
+    c = Candidate.objects.create(goal=big_goal, run=run, generation=1, agent="random", content_hash="one",
+                                 params={}, source="", status="ok")
+    e = Evidence.objects.create(candidate=c, status="ok", metrics={"latency_ms": 2, "gbps": "n/a"})
+    e.refresh_from_db()
+    assert (e.latency_ms, e.max_rel_error, e.gbps) == (2.0, None, None)
