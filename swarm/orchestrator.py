@@ -800,7 +800,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         target=run.goal.target,
         shape_set=run.goal.shape_set,
         seed=run.seed,
-        **results(run),
+        **results(run, ok=summary["status_counts"].get(CandidateStatus.OK, 0)),
         agents=[a.to_dict() for a in run.agents.all()],
     )
     return summary

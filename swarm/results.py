@@ -20,7 +20,7 @@ import math
 from typing import Any
 
 from django.db import connection
-from django.db.models import F, FloatField, Min, QuerySet, Value
+from django.db.models import Count, F, FloatField, Min, QuerySet, Value
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Greatest
 
@@ -94,37 +94,40 @@ def feasible(run: Run) -> QuerySet:
     return qs
 
 
-def frontier_ids(run: Run) -> list[int]:
-    """Ids of the Pareto frontier of the feasible candidates over the goal's objectives, in
-    ascending order of the first objective (then the second, then id); exact duplicates of a
-    frontier point are all kept, as :func:`swarm.pareto.pareto_front`.
+def frontier_ids(run: Run) -> tuple[list[int], int]:
+    """Ids of the Pareto frontier of the feasible candidates over the goal's objectives, and
+    the number of feasible candidates.
 
-    One objective: the rows at the minimum. Two: a window query over the distinct points
-    sorted by (x, y), where a point is on the frontier when its y is below every earlier
-    distinct point's (the sort-and-sweep of :mod:`swarm.pareto`, run by the database in one
-    pass). More: the objective values only (no model instances) go through
+    The ids come in ascending order of the first objective (then the second, then id); exact
+    duplicates of a frontier point are all kept, as :func:`swarm.pareto.pareto_front`. One
+    objective: the rows at the minimum. Two: a window query over the feasible rows sorted by
+    (x, y), where a row is on the frontier when its y is below that of every distinct point
+    before it (the sort-and-sweep of :mod:`swarm.pareto`, run by the database in one pass).
+    More: the objective values only (no model instances) go through
     :func:`swarm.pareto.pareto_front`.
     """
     qs = feasible(run)
     d = len(run.goal.objectives)
     if d == 1:
-        lowest = qs.aggregate(m=Min("o0"))["m"]
-        if lowest is None:
-            return []
-        return list(qs.filter(o0=lowest).order_by("id").values_list("id", flat=True))
+        agg = qs.aggregate(m=Min("o0"), n=Count("id"))
+        if agg["m"] is None:
+            return [], 0
+        return list(qs.filter(o0=agg["m"]).order_by("id").values_list("id", flat=True)), agg["n"]
     if d == 2:
         sql, params = qs.values_list("id", "o0", "o1").query.sql_with_params()
         with connection.cursor() as cur:
             cur.execute(
                 # GROUPS: the frame's peers are rows of equal (x, y), so m is the lowest y of the
                 # distinct points before this one and duplicates of a frontier point stay on it.
-                "SELECT id FROM (SELECT id, o0, o1, MIN(o1) OVER (ORDER BY o0, o1 GROUPS BETWEEN UNBOUNDED PRECEDING "
-                f"AND 1 PRECEDING) AS m FROM ({sql}) f) w WHERE m IS NULL OR o1 < m ORDER BY o0, o1, id",
+                "SELECT id, n FROM (SELECT id, o0, o1, COUNT(*) OVER () AS n, MIN(o1) OVER (ORDER BY o0, o1 "
+                f"GROUPS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS m FROM ({sql}) f) w "
+                "WHERE m IS NULL OR o1 < m ORDER BY o0, o1, id",
                 params,
             )
-            return [row[0] for row in cur.fetchall()]
+            rows = cur.fetchall()
+        return [r[0] for r in rows], rows[0][1] if rows else 0
     rows = list(qs.order_by("id").values_list("id", *[f"o{i}" for i in range(d)]))
-    return [rows[i][0] for i in pareto_front([r[1:] for r in rows])]
+    return [rows[i][0] for i in pareto_front([r[1:] for r in rows])], len(rows)
 
 
 def _ordered(ids: list[int]) -> list[Candidate]:
@@ -156,18 +159,19 @@ def closest(run: Run, k: int = CLOSEST_SHOWN) -> list[dict[str, Any]]:
     return out
 
 
-def results(run: Run) -> dict[str, Any]:
-    """The result part of a run summary.
+def results(run: Run, ok: int | None = None) -> dict[str, Any]:
+    """The result part of a run summary; ``ok``: the run's count of ``ok`` candidates if known.
 
     Returns:
         ``{"best": candidate dict or None, "frontier": [candidate dicts], "feasible": count of
         feasible ok candidates, "ok": count of ok candidates, "note": why there is no best (or
         ""), "closest": the least-violating candidates when none is feasible (else [])}``.
     """
-    ok = run.candidates.filter(status=CandidateStatus.OK).count()
-    front = _ordered(frontier_ids(run))
+    if ok is None:
+        ok = run.candidates.filter(status=CandidateStatus.OK).count()
+    ids, n_feasible = frontier_ids(run)
+    front = _ordered(ids)
     best = front[0] if front else None  # the frontier comes in ascending order of the primary objective
-    n_feasible = feasible(run).count() if front else 0
     note, near = "", []
     if not front and ok:
         near = closest(run)

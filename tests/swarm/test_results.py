@@ -53,7 +53,7 @@ def test_the_stored_column_frontier_is_the_in_memory_one(big_goal, owner, object
                                     params=first.params, source="", status="ok")
     Evidence.objects.create(candidate=twin, status="ok", metrics=first.evidence.metrics)
     ids, best = _in_memory(run)
-    assert ids and results.frontier_ids(run) == ids
+    assert ids and results.frontier_ids(run)[0] == ids
     summary = orchestrator.run_summary(run)
     assert summary["best"]["id"] == best.pk and [c["id"] for c in summary["frontier"]] == ids
     assert summary["note"] == "" and summary["closest"] == []
@@ -118,3 +118,40 @@ def test_evidence_rows_carry_their_stored_metrics_however_created(big_goal, owne
     e = Evidence.objects.create(candidate=c, status="ok", metrics={"latency_ms": 2, "gbps": "n/a"})
     e.refresh_from_db()
     assert (e.latency_ms, e.max_rel_error, e.gbps) == (2.0, None, None)
+
+
+def test_the_run_page_ranks_by_the_same_total_violation():
+    import json
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    cons = [{"metric": "max_rel_error", "op": "<=", "value": 1e-4}, {"metric": "gbps", "op": ">=", "value": 40.0},
+            {"metric": "skew", "op": "<=", "value": 0.0}]
+    cases = [{"max_rel_error": 3e-4, "gbps": 10.0, "skew": 0.25}, {"max_rel_error": 1e-6, "gbps": 50.0, "skew": -1.0},
+             {"max_rel_error": 1e-6, "gbps": 50.0}]
+    script = Path(__file__).resolve().parents[2] / "static" / "js" / "violation.js"
+    code = (f"const {{totalViolation}} = require({json.dumps(str(script))});"
+            f"const cons = {json.dumps(cons)}, cases = {json.dumps(cases)};"
+            "console.log(JSON.stringify(cases.map((m) => { const v = totalViolation(cons, (k) => m[k] ?? null);"
+            " return isFinite(v) ? v : 'inf'; })));")
+    out = json.loads(subprocess.run([node, "-e", code], capture_output=True, text=True, check=True).stdout)
+    expected = [results.total_violation(cons, m) for m in cases]
+    assert out[:2] == pytest.approx(expected[:2]) and out[2] == "inf" == ("inf" if math.isinf(expected[2]) else None)
+
+
+@pytest.mark.django_db
+def test_the_run_page_has_the_no_feasible_notice_and_its_script(big_goal, owner):
+    from django.test import Client
+
+    run = populate(big_goal, 5, seed=1, state="finished", user=owner)
+    c = Client()
+    c.force_login(owner)
+    page = c.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="no-feasible"' in page and "js/violation.js" in page
+    script = c.get("/static/js/run.js")
+    text = b"".join(script.streaming_content).decode()
+    assert "No feasible candidate: none of the" in text and "totalViolation(meta.constraints" in text
