@@ -236,6 +236,10 @@ USE_I18N = False
 USE_TZ = True
 
 # --- API (Django REST framework): session or token auth, OpenAPI schema by drf-spectacular ---
+# Largest request body read into memory (bytes; Django's default, 2.5 MiB); a larger one gets a
+# 400 that gives the limit (JSON under /api/, a page elsewhere: int21_site.errors).
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 2_621_440)
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",

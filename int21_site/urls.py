@@ -9,3 +9,5 @@ urlpatterns = [
     path("engines/", include("engines.web.urls")),
     path("", include("swarm.urls")),
 ]
+
+handler400 = "int21_site.errors.bad_request"

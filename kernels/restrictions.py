@@ -119,6 +119,7 @@ class Restriction:
             raise RestrictionError(f"{self.kind} '{self.text}': syntax error: {exc.msg}") from None
         except (RecursionError, MemoryError):
             raise RestrictionError(f"{self.kind} '{self.text}': nested too deeply") from None
+        self._check_names(tree)
         self._check(tree)
         if self.condition and not _is_condition(tree):
             raise self._fail("is not a condition: write a comparison, a flag parameter, or a boolean "
@@ -128,6 +129,43 @@ class Restriction:
 
     def _fail(self, why: str) -> RestrictionError:
         return RestrictionError(f"{self.kind} '{self.text}': {why}")
+
+    def _check_names(self, tree: ast.AST) -> None:
+        """Raise one error naming every unknown function and parameter, in order of appearance."""
+        calls = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        funcs: list[str] = []
+        params: list[str] = []
+        named = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Name)), key=lambda n: (n.lineno, n.col_offset))
+        for n in named:
+            if id(n) in calls:
+                if n.id not in _FUNCS and n.id not in funcs:
+                    funcs.append(n.id)
+            elif n.id not in self.names and n.id not in params:
+                params.append(n.id)
+        why = []
+        if funcs:
+            quoted = ", ".join(f"'{f}'" for f in funcs)
+            why.append(f"call{'s' if len(funcs) > 1 else ''} to {quoted} {'are' if len(funcs) > 1 else 'is'} "
+                       f"not allowed (only {', '.join(_FUNCS)})")
+        if params:
+            quoted = ", ".join(f"'{p}'" for p in params)
+            known = ", ".join(sorted(self.names)) or "none"
+            why.append(f"unknown parameter{'s' if len(params) > 1 else ''} {quoted} (known: {known})")
+        if why:
+            raise self._fail("; ".join(why))
+
+    def failure(self, params: Mapping[str, int | float]) -> str | None:
+        """Why the expression cannot be evaluated at ``params`` (e.g. ``exponent 100 is over
+        the cap of 64``), or None when it evaluates (to true or false)."""
+        try:
+            self._eval(self._tree, params)
+        except _EvalError as exc:
+            return str(exc)
+        except KeyError as exc:
+            return f"no value for '{exc.args[0]}'"
+        except (ArithmeticError, ValueError, TypeError) as exc:
+            return str(exc) or type(exc).__name__
+        return None
 
     def _check(self, node: ast.AST) -> None:
         match node:
@@ -180,8 +218,11 @@ class Restriction:
                 return p[name]
             case ast.BinOp(left=left, op=op, right=right):
                 a, b = self._eval(left, p), self._eval(right, p)
-                if isinstance(op, ast.Pow) and (abs(b) > MAX_EXPONENT or abs(a) > 2**32):
-                    raise _EvalError("power too large")
+                if isinstance(op, ast.Pow) and abs(b) > MAX_EXPONENT:
+                    raise _EvalError(f"exponent {b:g} is over the cap of {MAX_EXPONENT} "
+                                     f"(larger powers could hang evaluation)")
+                if isinstance(op, ast.Pow) and abs(a) > 2**32:
+                    raise _EvalError(f"base {a:g} of a power is over the cap of 2**32")
                 result = _BINOPS[type(op)](a, b)
                 if isinstance(result, complex) or (
                     isinstance(result, float) and not math.isfinite(result)

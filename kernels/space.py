@@ -227,6 +227,16 @@ class DesignSpace:
         """The restrictions (as written) that ``params`` does not satisfy."""
         return [r.text for r in self._compiled if not r(params)]
 
+    def restriction_failures(self, params: Mapping[str, Value]) -> dict[str, str]:
+        """Restriction text -> why it cannot be evaluated at ``params`` (a power over the
+        exponent cap, a division by zero), for those that cannot; such a point is invalid."""
+        out = {}
+        for r in self._compiled:
+            why = r.failure(params)
+            if why is not None:
+                out[r.text] = why
+        return out
+
     def satisfies_restrictions(self, params: Mapping[str, Value]) -> bool:
         """True if every restriction holds (division by zero counts as False)."""
         return all(r(params) for r in self._compiled)

@@ -5,6 +5,7 @@ Nothing is saved unless the whole form is valid; a goal is saved in one statemen
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from typing import Any
@@ -116,6 +117,25 @@ def space_size(space: kernels.DesignSpace) -> dict[str, Any]:
     return {"cartesian": cartesian, "valid": round(cartesian * hits / ESTIMATE_SAMPLES), "exact": False}
 
 
+FAILURE_PROBES = 256  # points tried to say why restrictions exclude a whole space
+
+
+def empty_space_message(space: kernels.DesignSpace, size: dict[str, Any]) -> str:
+    """What to say when ``space``'s restrictions exclude every point: the count, and for each
+    restriction that cannot be evaluated (a power over the exponent cap, a division by zero)
+    why, at the first of up to :data:`FAILURE_PROBES` points where it fails."""
+    text = f"the restrictions exclude every one of the {size['cartesian']} points"
+    why: dict[str, str] = {}
+    names = [p.name for p in space.parameters]
+    for values in itertools.islice(itertools.product(*(p.values for p in space.parameters)), FAILURE_PROBES):
+        point = dict(zip(names, values))
+        for restriction, failure in space.restriction_failures(point).items():
+            if restriction not in why:
+                at = " ".join(f"{k}={v}" for k, v in point.items())
+                why[restriction] = f"restriction '{restriction}' cannot be evaluated at {at}: {failure}"
+    return "; ".join([text, *why.values()])
+
+
 def default_template(workload: str, target: str) -> str:
     """The workload's template for the target's backend.
 
@@ -222,7 +242,7 @@ class GoalForm(forms.Form):
             else:
                 size = space_size(space)
                 if size["valid"] == 0:
-                    self.add_error("restrictions", f"the restrictions exclude every one of the {size['cartesian']} points")
+                    self.add_error("restrictions", empty_space_message(space, size))
                 data["space"] = space.to_dict()
         return data
 

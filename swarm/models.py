@@ -340,8 +340,35 @@ class Candidate(models.Model):
         }
 
 
+#: Whole-run metrics also kept as columns of :class:`Evidence` (NULL when missing or not finite),
+#: so that summaries filter and sort by them in the database instead of parsing ``metrics``.
+STORED_METRICS = ("latency_ms", "max_rel_error", "gbps")
+
+
+def stored_metric(metrics: dict[str, Any], name: str) -> float | None:
+    """``metrics[name]`` as a float when it is a finite number, else None."""
+    v = metrics.get(name) if isinstance(metrics, dict) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+class EvidenceManager(models.Manager):
+    """Fills the :data:`STORED_METRICS` columns on ``bulk_create`` too (it bypasses ``save``)."""
+
+    def bulk_create(self, objs, *args: Any, **kwargs: Any):
+        objs = list(objs)
+        for e in objs:
+            e.fill_stored_metrics()
+        return super().bulk_create(objs, *args, **kwargs)
+
+
 class Evidence(models.Model):
-    """Everything measured about a candidate (see ``kernels.Evidence``). Never modified."""
+    """Everything measured about a candidate (see ``kernels.Evidence``). Never modified.
+
+    ``latency_ms`` (ms), ``max_rel_error`` and ``gbps`` (GB/s) repeat ``metrics`` as columns
+    (:data:`STORED_METRICS`), filled when the row is created.
+    """
 
     candidate = models.OneToOneField(Candidate, related_name="evidence", on_delete=models.CASCADE)
     status = models.CharField(max_length=16, choices=CandidateStatus.choices)
@@ -353,10 +380,21 @@ class Evidence(models.Model):
     static = models.JSONField(default=dict, blank=True, help_text="Static resources (CUDA: registers, spills, occupancy).")
     duration_s = models.FloatField(default=0.0)
     created_at = models.DateTimeField(default=timezone.now)
+    latency_ms = models.FloatField(null=True, blank=True, help_text="metrics['latency_ms'] (ms), for queries.")
+    max_rel_error = models.FloatField(null=True, blank=True, help_text="metrics['max_rel_error'], for queries.")
+    gbps = models.FloatField(null=True, blank=True, help_text="metrics['gbps'] (GB/s), for queries.")
+
+    objects = EvidenceManager()
+
+    def fill_stored_metrics(self) -> None:
+        """Copy the :data:`STORED_METRICS` of ``metrics`` into their columns."""
+        for name in STORED_METRICS:
+            setattr(self, name, stored_metric(self.metrics, name))
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         if self.pk is not None:
             raise RuntimeError(f"evidence {self.pk} is final and cannot be modified")
+        self.fill_stored_metrics()
         super().save(*args, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from swarm.models import (
 )
 from swarm.noise_floors import floor_for, tied_with_best
 from swarm.pareto import pareto_front
+from swarm.results import results
 
 log = logging.getLogger(__name__)
 
@@ -855,17 +856,26 @@ def best(run: Run, candidates: list[Candidate]) -> Candidate | None:
     return min(front, key=lambda c: sign * c.evidence.metrics[primary["metric"]])
 
 
+def _with_ties(res: dict[str, Any], tied: set[int]) -> dict[str, Any]:
+    """``res`` of :func:`swarm.results.results` with ``tied_with_best`` on its best and frontier."""
+    if res.get("best"):
+        res["best"] = {**res["best"], "tied_with_best": res["best"]["id"] in tied}
+    res["frontier"] = [{**c, "tied_with_best": c["id"] in tied} for c in res.get("frontier") or []]
+    return res
+
+
 def run_summary(run: Run) -> dict[str, Any]:
     """Result of a run: progress, best candidate, Pareto frontier (each with ``tied_with_best``:
     its latency within the noise floor of the best's), ``noise_floor``, ``tied_with_best``
     (candidate ids), agents (the ``factory run`` JSON).
 
-    ``started_at`` and ``finished_at`` are ISO 8601 (``finished_at`` None while it runs);
-    ``wall_s`` is the run's own time in seconds, from its creation to its end (None while it runs).
+    The frontier and best come from stored columns (:func:`swarm.results.results`); when no
+    candidate meets the constraints, ``note`` says so and ``closest`` ranks the ``ok``
+    candidates by total violation. ``started_at`` and ``finished_at`` are ISO 8601
+    (``finished_at`` None while it runs); ``wall_s`` is the run's own time in seconds, from its
+    creation to its end (None while it runs).
     """
     run.refresh_from_db()
-    cands = list(run.candidates.select_related("evidence").exclude(status__in=PENDING_STATUSES))
-    top = best(run, cands)
     ties = tied_with_best(run)
     tied = set(ties["tied_with_best"])
     summary = run_state(run)
@@ -875,8 +885,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         target=run.goal.target,
         shape_set=run.goal.shape_set,
         seed=run.seed,
-        best={**top.to_dict(), "tied_with_best": top.pk in tied} if top else None,
-        frontier=[{**c.to_dict(), "tied_with_best": c.pk in tied} for c in frontier(run, cands)],
+        **_with_ties(results(run, ok=summary["status_counts"].get(CandidateStatus.OK, 0)), tied),
         noise_floor=ties["noise_floor"],
         tied_with_best=ties["tied_with_best"],
         agents=[a.to_dict() for a in run.agents.all()],

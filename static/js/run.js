@@ -473,11 +473,24 @@
         el("td", { class: "num" }, fmt(a.score)), el("td", { class: "num" }, fmt(a.boost)))));
   }
 
+  function closestRows() { // no feasible candidate: the ok rows of least total violation (violation.js)
+    const ranked = [];
+    for (let r = 0; r < C.n; r++) if (statusOf(r) === "ok") ranked.push([window.totalViolation(meta.constraints, (k) => metric(k, r)), r]);
+    ranked.sort((a, b) => a[0] - b[0] || C.id[a[1]] - C.id[b[1]]);
+    return ranked.slice(0, TOP);
+  }
   function renderTop() {
     const m = primary().metric;
     const others = meta.objectives.slice(1).map((o) => o.metric);
+    const closest = !top.length && okCount && meta.constraints.length ? closestRows() : null;
+    const notice = $("no-feasible");
+    notice.hidden = !closest;
+    if (closest) notice.textContent = `No feasible candidate: none of the ${okCount} ok candidates meets the constraints (` +
+      meta.constraints.map((c) => `${c.metric} ${c.op} ${c.value}`).join("; ") + "). The table lists the closest, by total violation.";
+    const violations = new Map((closest || []).map(([v, r]) => [r, v]));
+    const rows = closest ? closest.map(([, r]) => r) : top;
     const head = $("best-table").tHead.rows[0];
-    head.replaceChildren(...["", "#", "Gen", "Agent", "Parameters", m, ...others, "GB/s", "Tie"].map((h) => el("th", {}, h)));
+    head.replaceChildren(...["", "#", "Gen", "Agent", "Parameters", m, ...others, "GB/s", ...(closest ? ["Violation"] : ["Tie"])].map((h) => el("th", {}, h)));
     const floor = meta.ties && meta.ties.noise_floor ? meta.ties.noise_floor.floor : null;
     const tieNote = $("tie-note");
     if (tieNote && floor !== null) {
@@ -486,7 +499,7 @@
         (bestLatency !== null ? ` (${fmt(bestLatency)} ms)` : "") + ": the difference cannot be told apart there.";
     }
     const tied = (r) => { const v = metric("latency_ms", r); return floor !== null && bestLatency !== null && typeof v === "number" && v <= bestLatency * (1 + floor); };
-    $("best-table").tBodies[0].replaceChildren(...top.map((r) => {
+    $("best-table").tBodies[0].replaceChildren(...rows.map((r) => {
       const id = C.id[r];
       const box = el("input", { type: "checkbox", title: "compare", "data-id": id });
       box.checked = compareSet.has(id);
@@ -495,7 +508,8 @@
         el("td", {}, C.gen[r]), el("td", {}, C.agents[C.agent[r]]), el("td", {}, el("code", {}, paramsText(r))),
         el("td", { class: "num" }, fmt(metric(m, r))), ...others.map((o) => el("td", { class: "num" }, fmt(metric(o, r)))),
         el("td", { class: "num" }, fmt(metric("gbps", r))),
-        el("td", { class: "tie" }, metric("latency_ms", r) === bestLatency ? "best" : tied(r) ? "tied with best" : ""));
+        closest ? el("td", { class: "num" }, fmt(violations.get(r)))
+          : el("td", { class: "tie" }, metric("latency_ms", r) === bestLatency ? "best" : tied(r) ? "tied with best" : ""));
     }));
   }
 

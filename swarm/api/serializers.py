@@ -9,7 +9,7 @@ from typing import Any
 from rest_framework import serializers
 
 import kernels
-from swarm.forms import default_template, space_size
+from swarm.forms import default_template, empty_space_message, space_size
 from swarm.models import Candidate, Direction, Goal, Run, target_backend
 
 METRIC_DIRECTIONS = ("minimize", "maximize")
@@ -100,8 +100,9 @@ class GoalSerializer(serializers.ModelSerializer):
                 "'domain' belongs to replay goals (made by manage.py factory import-cache); leave it out")
         if domain:
             self.instance.ensure_dataset()  # the domain's points come from the recorded file
-        if space_size(space)["valid"] == 0:
-            raise serializers.ValidationError("the restrictions exclude every point of the space")
+        size = space_size(space)
+        if size["valid"] == 0:
+            raise serializers.ValidationError(empty_space_message(space, size))
         return space.to_dict()
 
     def validate(self, attrs: dict) -> dict:

@@ -16,7 +16,8 @@ import kernels
 from kernels.space import format_defines
 from swarm import baselines, orchestrator
 from swarm.dispatch import dispatch
-from swarm.forms import GoalForm, RunForm, default_template, format_parameters, parse_parameters, space_size
+from swarm.forms import (GoalForm, RunForm, default_template, empty_space_message, format_parameters, parse_parameters,
+                         space_size)
 from swarm.models import AuditEvent, Goal, Run, target_backend
 from swarm.views._common import best_candidate, highlighted, source_css
 
@@ -127,7 +128,7 @@ def goal_check_space(request: HttpRequest) -> JsonResponse:
         return JsonResponse({"ok": False, "errors": {field: str(exc)}})
     size = space_size(space)
     if size["valid"] == 0:
-        errors["restrictions"] = f"the restrictions exclude every one of the {size['cartesian']} points"
+        errors["restrictions"] = empty_space_message(space, size)
     source = request.POST.get("source", "")
     backend = "cpu"
     try:

@@ -36,3 +36,22 @@ def test_stored_goals_and_runs_load_after_the_migration(db):
     point = {p.name: p.values[0] for p in space.parameters}
     assert space.satisfies_restrictions(point) == bool(point[names[0]] % 2)
     assert isinstance(space, DesignSpace)
+
+
+stored_metrics_migration = importlib.import_module("swarm.migrations.0009_evidence_stored_metrics")
+
+
+def test_existing_evidence_gets_its_stored_metric_columns(db):
+    from swarm.models import Candidate, Evidence
+
+    goal = synthetic_goal()
+    run = goal.runs.create(budget=2, seed=0, space=goal.space)
+    rows = []
+    for i, metrics in enumerate([{"latency_ms": 0.5, "max_rel_error": 1e-6, "gbps": 12}, {"latency_ms": "n/a"}]):
+        c = Candidate.objects.create(goal=goal, run=run, generation=1, agent="random", content_hash=f"h{i}",
+                                     params={}, source="", status="ok")
+        rows.append(Evidence.objects.create(candidate=c, status="ok", metrics=metrics))
+    Evidence.objects.update(latency_ms=None, max_rel_error=None, gbps=None)  # as stored before the columns
+    stored_metrics_migration.fill(apps, None)
+    assert list(Evidence.objects.order_by("id").values_list("latency_ms", "max_rel_error", "gbps")) == [
+        (0.5, 1e-6, 12.0), (None, None, None)]
