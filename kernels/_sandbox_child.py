@@ -665,7 +665,33 @@ def _prepare_turns(req: dict):
     plans = [[evictor.plan([*s.inputs.values(), *s.outputs.values()], fill=s.output_bodies()) for s in sets]
              for _, sets in items] if evictor else []
     fills = bool(plans) and all(getattr(pl, "fills", False) for row in plans for pl in row)
+    generated = [[{k: array_digest(buf[io_.guard : io_.guard + io_.in_sizes[k]]) for k, buf in io_.inputs.items()}
+                  for io_ in sets] for _, sets in items]
     traceback.format_exc()
+
+    def broken() -> list[str]:
+        """What the calls did to the buffers: sentinels changed around any input or output,
+        inputs whose contents differ from what was generated (after the last salt is undone)."""
+        out = []
+        for (item, sets), rot, digests in zip(items, rotations, generated):
+            rot.unsalt()
+            label = f"timed shape {item['id']}"
+            seen_outputs = False
+            for j, io_ in enumerate(sets):
+                g = io_.guard
+                buffers = [("input", k, buf, io_.in_sizes[k]) for k, buf in io_.inputs.items()]
+                if not seen_outputs:  # the sets share their output buffers
+                    buffers += [("output", k, buf, io_.sizes[k]) for k, buf in io_.outputs.items()]
+                    seen_outputs = True
+                for kind, k, buf, n in buffers:
+                    bits = buf.view(np.uint32)
+                    hit = int(np.count_nonzero(bits[:g] != GUARD_BITS)) + int(np.count_nonzero(bits[g + n :] != GUARD_BITS))
+                    if hit:
+                        out.append(f"wrote {hit} sentinel elements around {kind} '{k}' of {label}")
+                for k, buf in io_.inputs.items():
+                    if array_digest(buf[g : g + io_.in_sizes[k]]) != digests[j][k]:
+                        out.append(f"modified input '{k}' of {label} (set {j})")
+        return out
 
     def run(channel: int) -> dict:
         lib = ctypes.CDLL(req["library"])  # candidate constructors run here, before any turn
@@ -697,6 +723,7 @@ def _prepare_turns(req: dict):
             if rot.made:
                 rot.check_written()  # the last call of each item
         unwritten = [rot.unwritten for rot in rotations]
-        return {"ok": True, "mode": "turns", "samples_ns": samples, "unwritten": unwritten, "flush": flush_method}
+        return {"ok": True, "mode": "turns", "samples_ns": samples, "unwritten": unwritten, "broken": broken(),
+                "flush": flush_method}
 
     return run

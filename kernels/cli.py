@@ -150,14 +150,14 @@ def _check_backend(backend: str) -> None:
         raise _UsageError(f"unknown backend '{backend}' (known: {', '.join(sorted(BACKENDS))})")
 
 
-def _source(workload: str, backend: str, path: str | None) -> str:
+def _source(workload: str, backend: str, path: str | None, option: str = "--source") -> str:
     if path:
         try:
             return Path(path).read_text(encoding="utf-8")
         except OSError as exc:
-            raise _UsageError(f"cannot read --source {path}: {exc}") from None
+            raise _UsageError(f"cannot read {option} {path}: {exc}") from None
         except UnicodeDecodeError as exc:
-            raise _UsageError(f"--source {path} is not UTF-8 text (a kernel source is expected): {exc}") from None
+            raise _UsageError(f"{option} {path} is not UTF-8 text (a kernel source is expected): {exc}") from None
     if backend == "replay":
         return ""
     from kernels.templates import load_template  # noqa: PLC0415
@@ -431,8 +431,16 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from kernels.paired import ComparisonFailed, Kernel, compare_paired  # noqa: PLC0415
 
     shape_set = _shape_set(args.workload, args.shape)
-    kernels_ = {side: Kernel(_source(args.workload, "cpu", path), _json_object(params, f"--params-{side.lower()}"))
+    from kernels.space import SpaceError, format_defines  # noqa: PLC0415
+
+    kernels_ = {side: Kernel(_source(args.workload, "cpu", path, f"--{side.lower()}"),
+                             _json_object(params, f"--params-{side.lower()}"))
                 for side, path, params in (("A", args.a, args.params_a), ("B", args.b, args.params_b))}
+    for side, k in kernels_.items():
+        try:
+            format_defines(k.params)
+        except (SpaceError, AttributeError, TypeError, ValueError) as exc:
+            raise _UsageError(f"--params-{side.lower()}: {exc}") from None
     settings = _pair_settings(args)
     if args.noise_floor is not None and not (math.isfinite(args.noise_floor) and 0 <= args.noise_floor < 1):
         raise _UsageError(f"--noise-floor must be a fraction in [0, 1), got {args.noise_floor}")
@@ -467,7 +475,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     elif failed:
         print(f"not compared: {out['error']}")
     else:
-        print(f"{out['verdict']}: {out['why']}")
+        print(out["why"])
+        for note in out.get("notes") or []:
+            print(f"  note: {note}")
         for label, s in out["shapes"].items():
             print(f"  {label}: A {s['median_a_ms']:.4g} ms, B {s['median_b_ms']:.4g} ms, ratio {s['ratio']:.4f} "
                   f"(CI {s['ci'][0]:.4f}-{s['ci'][1]:.4f})")

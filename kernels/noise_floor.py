@@ -12,13 +12,14 @@ A paired comparison calls one kernel faster only when its whole interval lies ou
 The floor depends on the host (CPU, compiler, load, frequency policy) and on the kind of
 kernel (a 5 us call is noisier than a 10 ms one), so it is kept per target fingerprint
 (:func:`fingerprint_key`: the backend's fingerprint, which names the CPU model, core count
-and compiler) and per (workload, shape set). :class:`FileFloorStore` keeps floors as JSON in
+and compiler), per (workload, shape set) and per measurement protocol (:func:`floor_key`). :class:`FileFloorStore` keeps floors as JSON in
 ``KERNELS_CACHE_DIR/noise-floor.json``; the web application keeps them in its database
 through the same two methods (:class:`FloorStore`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
@@ -55,9 +56,12 @@ def fingerprint_key(fingerprint: dict) -> str:
     return hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def floor_key(target: str, fingerprint: dict, workload: str, shape_set: str) -> str:
-    """``"<target>@<fingerprint digest>/<workload>/<shape set>"``: what one floor is kept under."""
-    return f"{target}@{fingerprint_key(fingerprint)}/{workload}/{shape_set}"
+def floor_key(target: str, fingerprint: dict, workload: str, shape_set: str, protocol: str = "") -> str:
+    """``"<target>@<fingerprint digest>/<workload>/<shape set>[#<protocol>]"``: what one floor
+    is kept under. ``protocol`` names the measurement settings (calls per round, round length,
+    flush): a floor measured with few, short rounds is far looser than one measured with the
+    defaults, and must not stand in for it."""
+    return f"{target}@{fingerprint_key(fingerprint)}/{workload}/{shape_set}" + (f"#{protocol}" if protocol else "")
 
 
 class FloorStore(Protocol):
@@ -101,10 +105,12 @@ class FileFloorStore:
         Raises:
             OSError: the file cannot be written.
         """
-        with self._lock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # One writer at a time, threads and processes alike: the file is read, updated, replaced.
+        with self._lock, open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
             data = self._read()
             data[key] = {**entry, "measured_at": entry.get("measured_at", time.time())}
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".noise-floor-", dir=self.path.parent)
             try:
                 with os.fdopen(fd, "w") as f:

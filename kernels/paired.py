@@ -34,6 +34,7 @@ import dataclasses
 import hashlib
 import json
 import secrets
+import signal
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -128,6 +129,11 @@ class PairSettings:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def protocol(self) -> str:
+        """The settings a noise floor depends on, as a key part: ``"w3-c15-400-150ms-evict"``."""
+        return f"w{self.warmup_calls}-c{self.min_calls}-{self.max_calls}-{self.round_ms:g}ms-{self.flush}"
+
 
 @dataclass(frozen=True)
 class PairedComparison:
@@ -136,6 +142,8 @@ class PairedComparison:
     Attributes:
         verdict: ``"a_faster"``, ``"b_faster"`` or ``"tie"`` (:func:`kernels.verdict.judge_rounds`);
             always ``"tie"`` when the two libraries are byte-identical.
+        notes: what a person should know beside the verdict (e.g. a side whose mean call is
+            more than :data:`STALL_RATIO` times its median: some of its calls stall).
         measured_verdict: what the rounds alone said (differs from ``verdict`` only for
             identical libraries whose measurement left the floor band: the host's noise).
         ratio: geometric mean over rounds of ``time(B) / time(A)`` (> 1: A is faster).
@@ -145,8 +153,10 @@ class PairedComparison:
             came from (``"given"``, ``"stored"``, ``"measured"``); floor: the stored entry.
         rounds, round_ratios, rounds_needed, why: see :class:`kernels.verdict.RoundVerdict`.
         median_a_ms, median_b_ms: median over rounds of each side's summed per-shape medians (ms).
-        shapes: per shape label ``{"ratio", "ci", "median_a_ms", "median_b_ms",
-            "round_ratios"}`` (the same statistic per shape; judged against the same floor).
+        shapes: per shape label ``{"ratio", "ci", "verdict", "median_a_ms", "median_b_ms",
+            "mean_a_ms", "mean_b_ms", "round_ratios"}`` (the same statistic per shape, judged
+            against the same floor; the means, medians over rounds of each round's mean call,
+            show stalls that the medians do not).
         calls: timed calls per side and shape in each round.
         identical: both libraries have the same bytes (an A/A comparison in effect).
         fingerprint: backend fingerprint, shape set, settings, seed, OpenMP environment.
@@ -172,6 +182,7 @@ class PairedComparison:
     duration_s: float
     floor: dict | None = None
     measured_verdict: str | None = None
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -201,6 +212,7 @@ class _Side:
         self.logdir = private_tempdir("log")
         self.child: PendingChild | None = None
         self.turns = 0
+        self.walls: dict[int, list[float]] = {}
         req = {**request, "library": str(self.workdir / "candidate.so")}
         try:
             place(policy, self.workdir, "candidate.so", library)
@@ -212,11 +224,37 @@ class _Side:
             raise
 
     def turn(self, k: int, timeout_s: float) -> None:
+        """One call of item ``k``; its wall clock, command to acknowledgement, is kept in
+        :attr:`walls` (the parent's own measure of the turn: flush, call and channel)."""
         try:
-            self.child.turn(k, _FIRST_TURN_S + timeout_s if self.turns == 0 else timeout_s)
+            wall = self.child.turn(k, _FIRST_TURN_S + timeout_s if self.turns == 0 else timeout_s)
         except TurnFailed as exc:
-            raise ComparisonFailed(self.name, f"{exc}{self._tail()}") from exc
+            raise ComparisonFailed(self.name, f"{exc}{self._exit()}{self._tail()}") from exc
+        self.walls.setdefault(k, []).append(wall * 1e3)
         self.turns += 1
+
+    def _exit(self) -> str:
+        """How the child ended, once its turn failed: its exit signal or status and the error
+        it reported (collected within a few seconds; a child still running is killed)."""
+        try:
+            run = self.child.end(5.0)
+        except (OSError, RuntimeError):
+            return ""
+        out = []
+        if run.returncode is not None and run.returncode < 0:
+            try:
+                out.append(f"killed by {signal.Signals(-run.returncode).name}")
+            except ValueError:
+                out.append(f"killed by signal {-run.returncode}")
+        elif run.returncode:
+            out.append(f"exit status {run.returncode}")
+        try:
+            error = json.loads(run.result.decode() or "{}").get("error") if run.authentic else None
+        except (UnicodeDecodeError, ValueError, AttributeError):
+            error = None
+        if error:
+            out.append(f"it reported: {error}")
+        return f" ({'; '.join(out)})" if out else ""
 
     def _tail(self) -> str:
         try:
@@ -354,8 +392,56 @@ def _round(wl: Workload, shapes: list[dict], libraries: dict[str, Path], request
         if bad:
             raise ComparisonFailed(name, "left sampled output elements unwritten (NaN) in "
                                    + ", ".join(f"{u} calls at {label}" for label, u in bad) + ": it skips work")
+        broken = result.get("broken")
+        if not isinstance(broken, list):
+            raise ComparisonFailed(name, "the child's report does not say whether its buffers stayed intact")
+        if broken:
+            raise ComparisonFailed(name, "broke a rule of its buffers: " + "; ".join(map(str, broken[:4])))
         out[name] = [[x / 1e6 for x in s[settings.warmup_calls:]] for s in samples]
-    return {"samples_ms": out, "calls": counts, "flush": results["A"].get("flush")}
+    walls = {name: [side.walls.get(k, [])[settings.warmup_calls:] for k in range(len(shapes))]
+             for name, side in sides.items()}
+    return {"samples_ms": out, "walls_ms": walls, "calls": counts, "flush": results["A"].get("flush")}
+
+
+#: A side whose mean call exceeds its median this many times gets a note: some calls stall.
+STALL_RATIO = 1.5
+#: The parent's clock must see at least this share of a claimed 2x-or-more difference (see :func:`_check_clock`).
+CLOCK_SHARE = 0.25
+
+
+def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise_floor: float) -> None:
+    """Cross-check the children's reported call times with the parent's clock: a plausibility
+    check against gross forgery, not a second measurement.
+
+    A turn, as the parent times it (command to acknowledgement), holds the flush, the call,
+    the channel and the child's wake-up; all but the call cost both sides about alike, though
+    with the scheduler's noise (on a loaded host a wake-up can cost more than a short call).
+    So: a side must not report calls longer than its turns took; and a side that claims to
+    be at least twice as fast (its calls shorter by ``d`` ms, ``d`` over half of the other
+    side's time) must also take turns shorter by at least :data:`CLOCK_SHARE` of ``d``, over
+    the rounds' medians. Else its reports are not its calls' times: the candidate shares the
+    child's address space and can rewrite them. Smaller claimed differences are not checked
+    (the turns' noise can exceed them); checked for verdicts other than a tie.
+
+    Raises:
+        ComparisonFailed: naming the side whose reports disagree with the parent's clock.
+    """
+    rep = {side: [sum(m) for m in med[side]] for side in ("A", "B")}
+    wall = {side: [sum(statistics.median(w) if w else 0.0 for w in rnd["walls_ms"][side]) for rnd in per_round]
+            for side in ("A", "B")}
+    for side in ("A", "B"):
+        if statistics.median(r - w for r, w in zip(rep[side], wall[side])) > 0.05 * statistics.median(wall[side]):
+            raise ComparisonFailed(side, f"reports calls ({statistics.median(rep[side]):.4g} ms) longer than its turns "
+                                   f"took by the parent's clock ({statistics.median(wall[side]):.4g} ms)")
+    claimed = statistics.median(a - b for a, b in zip(rep["A"], rep["B"]))  # > 0: B claims to be faster
+    seen = statistics.median(a - b for a, b in zip(wall["A"], wall["B"]))
+    slower = max(statistics.median(rep["A"]), statistics.median(rep["B"]))
+    if abs(claimed) > 0.5 * slower and (seen * claimed <= 0 or abs(seen) < CLOCK_SHARE * abs(claimed)):
+        side = "B" if claimed > 0 else "A"
+        raise ComparisonFailed(side, (
+            f"its reported call times disagree with the parent's clock: it claims calls {abs(claimed):.4g} ms shorter "
+            f"than the other side's, its turns were {seen if side == 'B' else -seen:.4g} ms shorter; the candidate "
+            "can rewrite what its child reports, so these figures are refused"))
 
 
 def compare_paired(
@@ -410,7 +496,7 @@ def compare_paired(
     floor_entry, floor_source = None, "given"
     if noise_floor is None:
         store = floor_store or FileFloorStore()
-        key = floor_key(target, fingerprint, wl.name, shape_set)
+        key = floor_key(target, fingerprint, wl.name, shape_set, settings.protocol)
         floor_entry = store.get(key)
         floor_source = "stored"
         if floor_entry is None:
@@ -430,19 +516,30 @@ def compare_paired(
     med = {side: [[statistics.median(x) for x in rnd["samples_ms"][side]] for rnd in per_round] for side in ("A", "B")}
     totals = [sum(mb) / sum(ma) for ma, mb in zip(med["A"], med["B"])]
     verdict = judge_rounds(totals, noise_floor)
+    if verdict.verdict != "tie":  # a claim that one side is faster must hold on the parent's clock too
+        _check_clock(per_round, med, noise_floor)
     measured = verdict.verdict
     if identical and measured != "tie":
         # The same machine code cannot be faster than itself: what was measured is noise.
         verdict = dataclasses.replace(verdict, verdict="tie", why=(
             f"tie: the two libraries are byte-identical (measured: {verdict.why})"))
-    per_shape = {}
+    per_shape: dict[str, dict] = {}
+    notes: list[str] = []
     for k, label in enumerate(labels):
         ratios = [mb[k] / ma[k] for ma, mb in zip(med["A"], med["B"])]
         v = judge_rounds(ratios, noise_floor)
+        means = {side: statistics.median(statistics.fmean(rnd["samples_ms"][side][k]) for rnd in per_round)
+                 for side in ("A", "B")}
         per_shape[label] = {"ratio": v.ratio, "ci": list(v.ci), "verdict": v.verdict,
                             "median_a_ms": statistics.median(m[k] for m in med["A"]),
                             "median_b_ms": statistics.median(m[k] for m in med["B"]),
+                            "mean_a_ms": means["A"], "mean_b_ms": means["B"],
                             "round_ratios": list(v.round_ratios)}
+        for side in ("A", "B"):
+            typical = per_shape[label][f"median_{side.lower()}_ms"]
+            if typical > 0 and means[side] > STALL_RATIO * typical:
+                notes.append(f"{side}'s mean call at {label} is {means[side] / typical:.1f}x its median: some of "
+                             "its calls stall (the verdict is on medians)")
     return PairedComparison(
         verdict=verdict.verdict, measured_verdict=measured, ratio=verdict.ratio, ci=verdict.ci, p_value=verdict.p_value,
         noise_floor=noise_floor, floor_source=floor_source, rounds=verdict.rounds,
@@ -452,7 +549,7 @@ def compare_paired(
         shapes=per_shape, calls=[dict(zip(labels, rnd["calls"])) for rnd in per_round], identical=identical,
         fingerprint={**fingerprint, "target": target, "shape_set": shape_set, "settings": settings.to_dict(),
                      "seed": base_seed, "omp": env, "flush": per_round[0]["flush"] if per_round else None},
-        duration_s=time.monotonic() - started, floor=floor_entry,
+        duration_s=time.monotonic() - started, floor=floor_entry, notes=notes,
     )
 
 
@@ -499,7 +596,7 @@ def measure_noise_floor(
     library = ctx.compile(kernel, "A")
     entry = _measure(ctx.wl, ctx.shapes, library, ctx.request, ctx.settings, ctx.policy, ctx.env, ctx.seed)
     target, fingerprint, wl = ctx.target, ctx.fingerprint, ctx.wl
-    key = floor_key(target, fingerprint, wl.name, shape_set)
+    key = floor_key(target, fingerprint, wl.name, shape_set, ctx.settings.protocol)
     entry.update(target=target, fingerprint=fingerprint, workload=wl.name, shape_set=shape_set)
     (floor_store or FileFloorStore()).put(key, entry)
     return {**entry, "key": key}

@@ -157,8 +157,8 @@ def judge_rounds(
     elif verdict == "b_faster":
         why = f"B is faster: {1 / ratio:.3f}x, {span}, the interval below the noise floor band {band}"
     elif needed is None:
-        why = (f"tie: {span} lies within the noise floor {noise_floor:.2%} of this host ({band}); "
-               "no number of rounds resolves a difference this small here")
+        why = (f"tie: {span}; the measured difference lies within the noise floor {noise_floor:.2%} of this host "
+               f"({band}): if that is the true difference, no number of rounds resolves it here")
     else:
         why = (f"tie: {span} reaches into the noise floor band {band}; about {needed} rounds would resolve it "
                "if the difference holds")

@@ -710,7 +710,7 @@ class NoiseFloor(models.Model):
     """The noise floor of a target for (workload, shape set) on one host fingerprint: the
     smallest time ratio a paired comparison there resolves (``kernels.noise_floor``).
 
-    ``key`` is ``kernels.noise_floor.floor_key(target, fingerprint, workload, shape_set)``;
+    ``key`` is ``kernels.noise_floor.floor_key(target, fingerprint, workload, shape_set, protocol)``;
     ``floor`` a fraction (0.02 = 2%); ``entry`` the whole stored entry (A/A round ratios,
     rounds, settings). Written by the target's workers (:mod:`swarm.noise_floors`), read by the
     web host.

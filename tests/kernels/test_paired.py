@@ -8,6 +8,7 @@ differences the tests plant are differences of work, not of noise.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -83,13 +84,14 @@ def test_equivalent_kernels_of_different_bytes_come_out_tied(store):
 
 
 def test_a_kernel_doing_half_again_the_work_is_found_slower(store):
+    more = dataclasses.replace(QUICK, rounds=10)  # the same protocol (and floor), more rounds
     r = compare_paired("rmsnorm", kernel(), kernel(EXTRA_PERMILLE=500), shape_set="llama3-8b", shapes=SHAPE,
-                       settings=QUICK, floor_store=store)
+                       settings=more, floor_store=store)
     assert r.verdict == r.measured_verdict == "a_faster", r.why
     assert 1.3 < r.ratio < 1.7 and r.ci[0] > 1 + r.noise_floor
     assert not r.identical
     swapped = compare_paired("rmsnorm", kernel(EXTRA_PERMILLE=500), kernel(), shape_set="llama3-8b", shapes=SHAPE,
-                             settings=QUICK, floor_store=store)
+                             settings=more, floor_store=store)
     assert swapped.verdict == "b_faster", swapped.why
 
 
@@ -124,12 +126,63 @@ def test_a_hanging_side_fails_within_its_turn_timeout(store):
     assert time.monotonic() - start < 30
 
 
-def test_a_crashing_side_is_named(store):
+def test_a_crashing_side_is_named_with_its_signal(store):
     crash = kernel(prelude="static int calls; if (calls++ == 2) *(volatile int *)0 = 1;")
     with pytest.raises(ComparisonFailed) as err:
         compare_paired("rmsnorm", kernel(), crash, shape_set="llama3-8b", shapes=SHAPE, settings=QUICK,
                        noise_floor=0.02, floor_store=store)
-    assert err.value.side == "B"
+    assert err.value.side == "B" and "SIGSEGV" in err.value.reason, err.value.reason
+
+
+# Rewrites every timing sample its child has taken, through the interpreter it shares the
+# process with: what a candidate written to forge its figures can do.
+FORGE = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+static void forge(void) {
+    int (*ensure)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "PyGILState_Ensure");
+    void (*release)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "PyGILState_Release");
+    int (*run)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "PyRun_SimpleString");
+    if (!ensure || !release || !run) return;
+    int g = ensure();
+    run("import sys\nf = sys._getframe()\nwhile f is not None:\n"
+        "    s = f.f_locals.get('samples')\n"
+        "    if isinstance(s, list) and s and isinstance(s[0], list):\n"
+        "        for l in s:\n            for i in range(len(l)): l[i] = 1000\n"
+        "    f = f.f_back\n");
+    release(g);
+}
+"""
+
+
+def test_a_side_that_rewrites_its_reported_times_is_refused(store):
+    forger = kernel(prelude="forge();", includes=FORGE)
+    with pytest.raises(ComparisonFailed) as err:
+        compare_paired("rmsnorm", kernel(), forger, shape_set="llama3-8b", shapes=SHAPE, settings=QUICK,
+                       noise_floor=0.02, floor_store=store)
+    assert err.value.side == "B" and "parent's clock" in err.value.reason, err.value.reason
+
+
+@pytest.mark.parametrize("prelude, expected", [
+    ("y[(size_t)rows * hidden] = 1.0f;", "sentinel elements around output 'y'"),
+    ("((float *)x)[0] += 1.0f;", "modified input 'x'"),
+])
+def test_a_side_that_breaks_its_buffers_fails_without_validation(store, prelude, expected):
+    bad = Kernel(SCALAR.replace("PRELUDE", "").replace("    /* the same rows again", f"    {prelude}\n    /* the same rows again"))
+    with pytest.raises(ComparisonFailed) as err:
+        compare_paired("rmsnorm", kernel(), bad, shape_set="llama3-8b", shapes=SHAPE, settings=QUICK,
+                       noise_floor=0.02, floor_store=store)
+    assert err.value.side == "B" and expected in err.value.reason, err.value.reason
+
+
+def test_a_side_whose_calls_stall_now_and_then_gets_a_note(store):
+    stall = kernel(prelude="static int calls; if (++calls % 3 == 0) { struct timespec t = {0, 2000000}; "
+                           "nanosleep(&t, 0); }", includes="#include <time.h>\n")
+    r = compare_paired("rmsnorm", kernel(), stall, shape_set="llama3-8b", shapes=SHAPE, settings=QUICK,
+                       noise_floor=0.02, floor_store=store)
+    assert any(n.startswith("B's mean call") and "stall" in n for n in r.notes), r.notes
+    label = SHAPE[0]
+    assert r.shapes[label]["mean_b_ms"] > 1.5 * r.shapes[label]["median_b_ms"]
 
 
 def test_a_side_cannot_signal_the_other_child(store):
@@ -197,7 +250,17 @@ def test_the_noise_floor_is_measured_by_a_over_a_and_kept(store):
     assert entry["rounds"] >= 12 and len(entry["aa_ratios"]) == entry["rounds"]
     assert 0.005 <= entry["floor"] < 1
     assert store.get(entry["key"])["floor"] == entry["floor"]
-    assert entry["key"].startswith("cpu-test@") and entry["key"].endswith("/rmsnorm/llama3-8b")
+    assert entry["key"].startswith("cpu-test@") and entry["key"].endswith(f"/rmsnorm/llama3-8b#{QUICK.protocol}")
+
+
+def test_a_floor_measured_with_other_settings_is_not_reused(store):
+    """A floor from few, short rounds is looser than the defaults': it is kept apart."""
+    first = compare_paired("rmsnorm", kernel(), kernel(), shape_set="llama3-8b", shapes=SHAPE, settings=QUICK,
+                           floor_store=store)
+    other = PairSettings(rounds=4, warmup_calls=2, min_calls=12, max_calls=60, round_ms=50.0)
+    second = compare_paired("rmsnorm", kernel(), kernel(), shape_set="llama3-8b", shapes=SHAPE, settings=other,
+                            floor_store=store)
+    assert first.floor_source == second.floor_source == "measured"
 
 
 # -- command line ------------------------------------------------------------------------------
