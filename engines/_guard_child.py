@@ -81,7 +81,11 @@ def prepare(req: dict):
     from engines._validate import validation_run  # noqa: PLC0415
     from engines.registry import make_engine  # noqa: PLC0415
 
+    environment = dict(os.environ)  # the sandbox's: what the candidate must see, nothing more
     _imports()
+    # threadpoolctl sets KMP_DUPLICATE_LIB_OK on import: the candidate gets the evaluator's environment.
+    for name in set(os.environ) - set(environment):
+        del os.environ[name]
     phase = req["phase"]
     if phase not in ("validate", "turns"):
         raise KeyError(f"engine check phase must be 'validate' or 'turns', not {phase!r}")
