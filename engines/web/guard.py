@@ -65,14 +65,17 @@ def affected_engines(workload: str, target: str):
 
 
 def check_kernel_promotion(candidate, *, runner: Callable[[dict], dict] | None = None,
-                           settings=None) -> GuardResult:
+                           settings=None, floor_store=None) -> GuardResult:
     """Re-validate and re-benchmark every production engine that would run ``candidate``.
 
     Args:
         candidate: a ``swarm.Candidate`` (its goal gives workload, target and shape set).
         runner: runs one engine check request (default
-            :func:`engines._isolated.check_engine_isolated` with the database's noise floors).
+            :func:`engines._isolated.check_engine_isolated`).
         settings: :class:`engines._isolated.GuardSettings` of the default runner.
+        floor_store: where the default runner keeps noise floors (the promotion flow passes
+            the database's, ``swarm.noise_floors.DbFloorStore``); default
+            :class:`kernels.noise_floor.FileFloorStore`.
 
     Returns:
         :class:`GuardResult` (also stored as a ``GuardCheck``).
@@ -89,7 +92,7 @@ def check_kernel_promotion(candidate, *, runner: Callable[[dict], dict] | None =
         check = GuardCheck.objects.create(candidate=candidate, workload=workload, target=target, ok=True,
                                           reason=reason, evidence=evidence)
         return GuardResult(True, reason, evidence, check)
-    run = runner or _default_runner(settings)
+    run = runner or _default_runner(settings, floor_store)
     production = DbRegistry().entries(target)
     reasons, ok = [], True
     for eng in engines:
@@ -112,11 +115,10 @@ def check_kernel_promotion(candidate, *, runner: Callable[[dict], dict] | None =
     return GuardResult(ok, reason, evidence, check)
 
 
-def _default_runner(settings):
+def _default_runner(settings, floor_store):
     from engines._isolated import check_engine_isolated  # noqa: PLC0415
-    from swarm.noise_floors import DbFloorStore  # noqa: PLC0415
 
-    return lambda req: check_engine_isolated(req, settings=settings, floor_store=DbFloorStore())
+    return lambda req: check_engine_isolated(req, settings=settings, floor_store=floor_store)
 
 
 def _figs(val: dict, keys) -> str:
