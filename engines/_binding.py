@@ -51,6 +51,10 @@ class KernelSpec:
         content_hash: the candidate's content hash, if any.
         shape_set: the shape set it was promoted for.
         evidence: a summary of its evidence (metrics, status), shown on engine pages.
+        validated_shapes: further shapes it was validated and benchmarked at (by a passed
+            promotion guard check of an engine); see :mod:`engines._coverage`.
+        library: path of its compiled shared library, loaded as it is (the promotion
+            guard's sandbox child, which cannot run the compiler); empty: compile ``source``.
     """
 
     workload: str
@@ -61,23 +65,33 @@ class KernelSpec:
     content_hash: str = ""
     shape_set: str = ""
     evidence: Mapping[str, Any] = field(default_factory=dict)
+    validated_shapes: tuple[Mapping[str, int], ...] = ()
+    library: str = ""
 
     def describe(self) -> dict[str, Any]:
         return {"origin": self.origin, "workload": self.workload, "params": dict(self.params),
                 "candidate": self.candidate, "hash": self.content_hash, "shape_set": self.shape_set,
-                "evidence": dict(self.evidence)}
+                "evidence": dict(self.evidence), "validated_shapes": [dict(s) for s in self.validated_shapes]}
 
 
 class ProductionRegistry(Protocol):
-    """Where production kernels come from (the swarm's Promotion table, a JSON export, ...)."""
+    """Where production kernels come from (the swarm's Promotion table, a JSON export, ...).
+
+    ``specs`` lists every production kernel of a workload in order of preference; the
+    binding takes the first covered at the operator's shape (:func:`engines._coverage.choose`).
+    A registry with only ``lookup`` has its one kernel checked the same way.
+    """
 
     def lookup(self, workload: str, target: str, shape: Mapping[str, int]) -> KernelSpec | None:
-        """The production kernel for ``workload`` on ``target`` best matching ``shape``, or None."""
+        """The production kernel for ``workload`` on ``target`` covered at ``shape``, or None."""
 
 
 class NoProduction:
     """A registry with nothing in production: every ``production`` choice falls back to the
     baseline."""
+
+    def specs(self, workload: str, target: str) -> list[KernelSpec]:
+        return []
 
     def lookup(self, workload: str, target: str, shape: Mapping[str, int]) -> KernelSpec | None:
         return None
@@ -87,28 +101,42 @@ class StaticRegistry:
     """Production kernels given as a mapping ``workload -> KernelSpec`` or a list of
     ``/api/production/`` JSON objects (``workload``, ``target``, ``source``, ``params``, ...).
 
-    ``overrides`` (``workload -> KernelSpec``) win over the production entries: the promotion
-    guard uses them to put a candidate in place of the production kernel.
+    Several entries of one workload (promotions for different shape sets) are kept in order,
+    the last given first; a JSON entry may carry ``validated_shapes`` and ``library`` (see
+    :class:`KernelSpec`). ``overrides`` (``workload -> KernelSpec``) win over the production
+    entries: the promotion guard uses them to put a candidate in place of the production kernel.
     """
 
     def __init__(self, entries: Mapping[str, KernelSpec] | list[dict] | None = None, target: str | None = None,
                  overrides: Mapping[str, KernelSpec] | None = None) -> None:
-        self._by_workload: dict[str, KernelSpec] = {}
+        self._by_workload: dict[str, list[KernelSpec]] = {}
         if isinstance(entries, Mapping):
-            self._by_workload.update(entries)
+            for w, spec in entries.items():
+                self._by_workload[w] = [spec]
         for e in entries if isinstance(entries, list) else []:
             if target and e.get("target") not in (None, target):
                 continue
-            self._by_workload[e["workload"]] = KernelSpec(
-                workload=e["workload"], source=e["source"], params=e.get("params") or {}, origin="production",
-                candidate=e.get("candidate"), content_hash=e.get("hash", ""), shape_set=e.get("shape_set", ""),
-                evidence={"status": (e.get("evidence") or {}).get("status"),
-                          "metrics": (e.get("evidence") or {}).get("metrics", {})},
-            )
-        self._by_workload.update(overrides or {})
+            self._by_workload.setdefault(e["workload"], []).insert(0, spec_from_entry(e))
+        for w, spec in (overrides or {}).items():
+            self._by_workload[w] = [spec]
+
+    def specs(self, workload: str, target: str) -> list[KernelSpec]:
+        return list(self._by_workload.get(workload, ()))
 
     def lookup(self, workload: str, target: str, shape: Mapping[str, int]) -> KernelSpec | None:
-        return self._by_workload.get(workload)
+        from engines._coverage import choose  # noqa: PLC0415
+
+        return choose(self.specs(workload, target), shape)[0]
+
+
+def spec_from_entry(e: Mapping[str, Any]) -> KernelSpec:
+    """A production :class:`KernelSpec` from an ``/api/production/``-like JSON object."""
+    ev = e.get("evidence") or {}
+    return KernelSpec(workload=e["workload"], source=e["source"], params=e.get("params") or {}, origin="production",
+                      candidate=e.get("candidate"), content_hash=e.get("hash", ""), shape_set=e.get("shape_set", ""),
+                      evidence={"status": ev.get("status"), "metrics": ev.get("metrics", {})},
+                      validated_shapes=tuple(dict(s) for s in e.get("validated_shapes") or ()),
+                      library=e.get("library", ""))
 
 
 def template_spec(workload: str) -> KernelSpec:
@@ -182,8 +210,11 @@ def c_kernel(spec: KernelSpec, *, kind: str | None = None, note: str = "") -> Bo
     from kernels.workloads import get_workload  # noqa: PLC0415
 
     wl = get_workload(spec.workload)
-    artifact = get_backend("cpu").compile(spec.source, format_defines(dict(spec.params)))
-    path = str(artifact.path)
+    if spec.library:
+        path, how = spec.library, "loaded from its library"
+    else:
+        artifact = get_backend("cpu").compile(spec.source, format_defines(dict(spec.params)))
+        path, how = str(artifact.path), f"compiled {'from cache' if artifact.cached else 'now'}"
     with _LIBS_LOCK:
         lib = _LIBS.get(path)
         if lib is None:
@@ -215,7 +246,31 @@ def c_kernel(spec: KernelSpec, *, kind: str | None = None, note: str = "") -> Bo
                 argv.append(float(attrs[name]))
         cfn(*argv)
 
-    return BoundKernel(spec.workload, kind or spec.origin, call, spec, note or f"C kernel ({spec.origin}), compiled {'from cache' if artifact.cached else 'now'}")
+    return BoundKernel(spec.workload, kind or spec.origin, call, spec, note or f"C kernel ({spec.origin}), {how}")
+
+
+def production_spec(registry: ProductionRegistry, workload: str, target: str,
+                    shape: Mapping[str, int]) -> tuple[KernelSpec | None, str]:
+    """The production kernel of ``workload`` covered at the operator shape ``shape``
+    (:mod:`engines._coverage`) and why; ``(None, why)`` when there is none, ``why`` saying
+    what the production kernels were promoted for."""
+    from engines._coverage import choose, covers  # noqa: PLC0415
+
+    specs = getattr(registry, "specs", None)
+    if specs is not None:
+        found = specs(workload, target)
+        if not found:
+            return None, f"no production kernel for {workload} on {target}"
+        spec, why = choose(found, shape)
+    else:
+        spec = registry.lookup(workload, target, shape)
+        if spec is None:
+            return None, f"no production kernel for {workload} on {target}"
+        ok, why = covers(spec, shape)
+        spec = spec if ok else None
+    if spec is None:
+        return None, f"no production kernel of {workload} on {target} covers this operator ({why})"
+    return spec, why
 
 
 def bind(workload: str, choice: int, *, target: str = "cpu-x86_64", shape: Mapping[str, int] | None = None,
@@ -225,7 +280,8 @@ def bind(workload: str, choice: int, *, target: str = "cpu-x86_64", shape: Mappi
     Args:
         choice: :data:`BASELINE`, :data:`TEMPLATE` (falls back to the baseline when the
             workload has no CPU template) or :data:`PRODUCTION` (the registry's kernel for
-            ``(workload, target, shape)``; the baseline when there is none).
+            ``(workload, target)`` covered at ``shape``, :func:`production_spec`; the
+            baseline when there is none, its note saying why).
 
     Raises:
         ValueError: unknown choice.
@@ -239,8 +295,8 @@ def bind(workload: str, choice: int, *, target: str = "cpu-x86_64", shape: Mappi
             return baseline_kernel(workload, "no CPU template: NumPy baseline")
         return c_kernel(spec, kind="template")
     if choice == PRODUCTION:
-        spec = (registry or NoProduction()).lookup(workload, target, shape or {})
+        spec, why = production_spec(registry or NoProduction(), workload, target, shape or {})
         if spec is None:
-            return baseline_kernel(workload, f"no production kernel for {workload} on {target}: NumPy baseline")
-        return c_kernel(spec, kind=spec.origin)
+            return baseline_kernel(workload, f"{why}: NumPy baseline")
+        return c_kernel(spec, kind=spec.origin, note=f"C kernel ({spec.origin}), {why}")
     raise ValueError(f"kernel choice must be 0 (baseline), 1 (template) or 2 (production), not {choice!r}")

@@ -1,103 +1,366 @@
-"""Re-validate and re-benchmark a production engine with a candidate kernel in a child process.
+"""Re-validate and re-benchmark a production engine with a candidate kernel, in sandbox children.
 
 The promotion guard (:mod:`engines.web.guard`) calls :func:`check_engine_isolated` for every
 production engine that uses the workload of a kernel about to be promoted. The candidate has
 passed the sandboxed evaluation but is not production yet, so (see the trust decision in
-:mod:`engines._binding`) it is only loaded in this child, with a wall-clock timeout, never
-in the web or worker process.
+:mod:`engines._binding`) it is loaded only in sandbox children confined exactly as the
+evaluator's (:func:`kernels.sandbox.start_child`: sandbox user, network namespace, Landlock,
+seccomp, resource limits, disk quota, empty environment), never in the web or worker process.
+The children run :mod:`engines._guard_child` (request mode ``"engine-check"``).
 
-The child builds the engine twice: the *incumbent* with the current production kernels and
-the *challenger* with the candidate in place of the production kernel of its workload;
-validates the challenger end to end (and the incumbent, for reference); and times both on
-the engine's scenarios interleaved call by call. It prints one JSON object.
+This process compiles every library (the production kernels and the candidate; the
+children cannot run the compiler) and then runs
 
-Request (stdin JSON): ``{"engine", "config", "plan", "target", "production": [entries of
-/api/production/], "candidate": {"workload", "source", "params", "candidate", "hash"},
-"reps", "scenarios"?}``.
+1. **validation**: one child per side, the *challenger* (the engine with the candidate in
+   place of the production kernel of its workload) and the *incumbent* (the engine as it
+   runs today), each validating end to end and operator by operator at the engine's shapes
+   (:func:`engines._validate.validate`);
+2. **speed**, only when the challenger validated: the paired, interleaved protocol of
+   :mod:`kernels.paired`, on engines: per *round* a fresh pair of turn-taking children
+   (incumbent A, challenger B) take turns call by call in the order A B B A ... (the side that
+   starts alternates between rounds), the idle child's process group stopped. The items are
+   the engine's end-to-end scenarios and one kernel call of the candidate's workload at each
+   of its engine shapes (per operator). A round's ratio per item is ``median(B) / median(A)``;
+   each item's verdict comes from the rounds' ratios (:func:`kernels.verdict.judge_rounds`)
+   against the item's noise floor: given, stored (``floor_store`` under
+   :func:`kernels.noise_floor.floor_key` with workload ``engine:<engine>`` and shape set
+   ``<config>:<workload>``), or measured by A/A rounds of the incumbent against itself and
+   stored (:func:`kernels.noise_floor.floor_from_ratios`, per item).
+
+Request: ``{"engine", "config", "plan", "target", "production": [entries of
+/api/production/], "candidate": {"workload", "source", "params", "candidate", "hash",
+"shape_set"?}, "scenarios"?}``.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import traceback
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
+RUNNER = "engines._guard_child"
+_PREPARE_S = 300.0  # the first turn also waits for the child's weights, shapes and inputs
 
-def check_engine(req: dict[str, Any]) -> dict[str, Any]:
-    """Run in the child: see the module docstring. Returns the JSON-able result."""
-    from engines._binding import KernelSpec, StaticRegistry  # noqa: PLC0415
-    from engines._timing import SCENARIOS, time_plans  # noqa: PLC0415
-    from engines._validate import validate  # noqa: PLC0415
-    from engines.registry import make_engine  # noqa: PLC0415
 
-    cand = req["candidate"]
-    spec = KernelSpec(workload=cand["workload"], source=cand["source"], params=cand.get("params") or {},
-                      origin="candidate", candidate=cand.get("candidate"), content_hash=cand.get("hash", ""))
+@dataclass(frozen=True)
+class GuardSettings:
+    """How the engine check measures speed (see :class:`kernels.paired.PairSettings`).
+
+    Attributes:
+        rounds: fresh pairs of children, at least 2; floor_rounds: A/A rounds behind a
+            measured floor.
+        warmup_calls: untimed turns per side and item at the start of a round.
+        min_calls, max_calls: timed turns per side and item in a round.
+        round_ms: wall clock (ms) of timed turns per item in a round, both sides together.
+        turn_timeout_s: seconds one call may take before its side is failed.
+        noise_floor: the floor (a fraction) every item is judged against; None: stored or
+            measured.
+        validate_timeout_s: wall-clock limit of a validation child.
+
+    Raises:
+        ValueError: a value out of range.
+    """
+
+    rounds: int = 6
+    floor_rounds: int = 12
+    warmup_calls: int = 2
+    min_calls: int = 8
+    max_calls: int = 200
+    round_ms: float = 200.0
+    turn_timeout_s: float = 60.0
+    noise_floor: float | None = None
+    validate_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        for name, lo in (("rounds", 2), ("floor_rounds", 2), ("warmup_calls", 1), ("min_calls", 1), ("max_calls", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValueError(f"GuardSettings: {name} must be an integer >= {lo}, not {v!r}")
+        if self.min_calls > self.max_calls:
+            raise ValueError(f"GuardSettings: min_calls {self.min_calls} exceeds max_calls {self.max_calls}")
+        for name in ("round_ms", "turn_timeout_s", "validate_timeout_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"GuardSettings: {name} must be a positive number, not {v!r}")
+        if self.noise_floor is not None and not self.noise_floor >= 0:
+            raise ValueError(f"GuardSettings: noise_floor must be a fraction >= 0, not {self.noise_floor!r}")
+
+
+class CheckFailed(Exception):
+    """A child of the engine check failed (crashed, hung, broke its quota, forged its report)."""
+
+
+class _Libraries:
+    """The compiled libraries of the production entries and the candidate (compile cache)."""
+
+    def __init__(self, req: dict) -> None:
+        from kernels.backends import get_backend  # noqa: PLC0415
+        from kernels.backends.cpu import CompileError  # noqa: PLC0415
+        from kernels.space import SpaceError, format_defines  # noqa: PLC0415
+
+        be = get_backend("cpu")
+        self.paths: dict[str, Path] = {}
+        self.fingerprint = be.fingerprint()
+        for j, e in enumerate(req.get("production") or []):
+            try:
+                self.paths[f"production-{j}.so"] = Path(be.compile(e["source"], format_defines(e.get("params") or {})).path)
+            except (CompileError, SpaceError) as exc:
+                raise CheckFailed(f"production kernel of {e['workload']} (candidate {e.get('candidate')}) does not "
+                                  f"compile: {exc}") from exc
+        cand = req["candidate"]
+        try:
+            self.paths["candidate.so"] = Path(be.compile(cand["source"], format_defines(cand.get("params") or {})).path)
+        except (CompileError, SpaceError, AttributeError, TypeError) as exc:
+            raise CheckFailed(f"the candidate does not compile: {exc}") from exc
+
+    def request(self, req: dict, workdir: Path, side: str, phase: str, **extra) -> dict:
+        prod = [{**e, "library": str(workdir / f"production-{j}.so")} for j, e in enumerate(req.get("production") or [])]
+        cand = {**req["candidate"], "library": str(workdir / "candidate.so")}
+        return {"mode": "engine-check", "runner": RUNNER, "phase": phase, "side": side, "engine": req["engine"],
+                "config": req.get("config") or None, "plan": req.get("plan") or {}, "target": req.get("target", "cpu-x86_64"),
+                "production": prod, "candidate": cand, **extra}
+
+
+class _Child:
+    """One sandbox child of the check: its private directory (the libraries copied in), logs."""
+
+    def __init__(self, libs: _Libraries, request: dict, side: str, phase: str, policy, timeout_s: float, *,
+                 turns: bool = False, **extra) -> None:
+        from kernels.sandbox import hand_over, make_workdir, private_tempdir, start_child  # noqa: PLC0415
+        from kernels.timing import omp_environment  # noqa: PLC0415
+
+        self.side = side
+        self.workdir = make_workdir(policy, libs.paths, hand_over_dir=False)
+        self.logdir = private_tempdir("log")
+        self.child = None
+        self.turns = 0
+        try:
+            req = libs.request(request, self.workdir, side, phase, **extra)
+            self.child = start_child(req, self.workdir, self.logdir, timeout_s, policy=policy,
+                                     env=omp_environment("timing"), turns=turns)
+            hand_over(policy, self.workdir, 0o700)
+            self.child.begin()
+        except BaseException:
+            self.close()
+            raise
+
+    def turn(self, k: int, timeout_s: float) -> None:
+        from kernels.sandbox import TurnFailed  # noqa: PLC0415
+
+        try:
+            self.child.turn(k, _PREPARE_S + timeout_s if self.turns == 0 else timeout_s)
+        except TurnFailed as exc:
+            raise CheckFailed(f"the {self.side} engine child failed a turn: {exc}{self._tail()}") from exc
+        self.turns += 1
+
+    def _tail(self) -> str:
+        try:
+            err = (self.logdir / "stderr").read_text(errors="replace")[-1500:].strip()
+        except OSError:
+            err = ""
+        return f"; its stderr: {err}" if err else ""
+
+    def finish(self, timeout_s: float) -> dict:
+        """The child's result (with ``sandbox``, its confinement report).
+
+        Raises:
+            CheckFailed: it crashed, timed out, broke its quota, forged its report or failed.
+        """
+        run = self.child.end(timeout_s)
+        if run.disk:
+            raise CheckFailed(f"the {self.side} engine child {run.disk}")
+        if run.timed_out:
+            raise CheckFailed(f"the {self.side} engine child did not finish within {timeout_s:g} s")
+        if not run.authentic:
+            raise CheckFailed(f"the {self.side} engine child's report was not its own (something else wrote to the pipe)")
+        try:
+            result = json.loads(run.result.decode() or "{}")
+        except (UnicodeDecodeError, ValueError):
+            result = {}
+        if run.returncode != 0 or not result.get("ok"):
+            why = result.get("error") or (f"exit status {run.returncode}" if run.returncode else "no report")
+            raise CheckFailed(f"the {self.side} engine child failed: {why}" + (f"; stderr: {run.stderr[-1500:]}"
+                                                                               if run.stderr else ""))
+        result["sandbox"] = run.sandbox
+        return result
+
+    def close(self) -> None:
+        from kernels.sandbox import remove_tree  # noqa: PLC0415
+
+        if self.child is not None:
+            self.child.cancel()
+        for d in (self.workdir, self.logdir):
+            remove_tree(d)
+
+
+def _validate(libs: _Libraries, req: dict, side: str, policy, settings: GuardSettings, reference) -> dict:
+    child = _Child(libs, req, side, "validate", policy, settings.validate_timeout_s,
+                   **({"reference": reference} if reference is not None else {}))
+    try:
+        return child.finish(settings.validate_timeout_s)
+    finally:
+        child.close()
+
+
+def _round(libs: _Libraries, req: dict, items: list[dict], sides: dict[str, str], policy, settings: GuardSettings,
+           a_first: bool) -> tuple[dict[str, list[list[float]]], list[int]]:
+    """One round: a fresh pair of turn-taking children (``sides``: ``{"A": side, "B": side}``);
+    per side and item the timed calls (ms), and the timed turns per item."""
+    budget_s = _PREPARE_S + settings.turn_timeout_s * 4 * settings.max_calls * len(items)
+    children: dict[str, _Child] = {}
+    try:
+        for name in ("A", "B") if a_first else ("B", "A"):
+            children[name] = _Child(libs, req, sides[name], "turns", policy, budget_s, turns=True, items=items)
+        first, second = (children["A"], children["B"]) if a_first else (children["B"], children["A"])
+        counts = []
+        for k in range(len(items)):
+            for i in range(settings.warmup_calls):
+                for c in ((first, second) if i % 2 == 0 else (second, first)):
+                    c.turn(k, settings.turn_timeout_s)
+            pairs, start = 0, time.monotonic()
+            while pairs < settings.max_calls and (
+                    pairs < settings.min_calls or (time.monotonic() - start) * 1e3 < settings.round_ms):
+                for c in ((first, second) if (settings.warmup_calls + pairs) % 2 == 0 else (second, first)):
+                    c.turn(k, settings.turn_timeout_s)
+                pairs += 1
+            counts.append(pairs)
+        results = {name: c.finish(60.0) for name, c in children.items()}
+    finally:
+        for c in children.values():
+            c.close()
+    out = {}
+    for name, res in results.items():
+        samples = res.get("samples_ns")
+        if (not isinstance(samples, list) or len(samples) != len(items)
+                or any(not isinstance(s, list) or len(s) != settings.warmup_calls + n for s, n in zip(samples, counts))):
+            raise CheckFailed(f"the {sides[name]} engine child's report does not hold the calls it was asked for")
+        out[name] = [[x / 1e6 for x in s[settings.warmup_calls:]] for s in samples]
+    return out, counts
+
+
+def _labels(items: list[dict]) -> list[str]:
+    from kernels.workloads import shape_label  # noqa: PLC0415
+
+    return [it["scenario"] if it["kind"] == "scenario" else f"{it['workload']} {shape_label(it['shape'])}" for it in items]
+
+
+def _ratios(rounds: list[dict[str, list[list[float]]]], n: int) -> list[list[float]]:
+    """Per item, each round's ``median(B) / median(A)``."""
+    return [[statistics.median(r["B"][k]) / statistics.median(r["A"][k]) for r in rounds] for k in range(n)]
+
+
+def _floors(libs: _Libraries, req: dict, items: list[dict], policy, settings: GuardSettings,
+            floor_store) -> tuple[list[float], str, dict | None]:
+    """Per item the noise floor, where it came from, and the stored entry."""
+    from kernels.noise_floor import FileFloorStore, floor_from_ratios, floor_key  # noqa: PLC0415
+
+    if settings.noise_floor is not None:
+        return [settings.noise_floor] * len(items), "given", None
+    labels = _labels(items)
+    store = floor_store or FileFloorStore()
     target = req.get("target", "cpu-x86_64")
-    incumbent_reg = StaticRegistry(req.get("production") or [], target=target)
-    challenger_reg = StaticRegistry(req.get("production") or [], target=target, overrides={cand["workload"]: spec})
-    inc = make_engine(req["engine"], config=req.get("config") or None, registry=incumbent_reg, target=target)
-    cha = make_engine(req["engine"], config=req.get("config") or None, registry=challenger_reg, target=target)
-    plan = inc.plan(req.get("plan") or {})
-    out: dict[str, Any] = {"engine": req["engine"], "config": req.get("config"), "plan": plan.to_dict()}
-    out["challenger_validation"] = validate(req["engine"], engine=cha, plan=plan.to_dict())
-    out["incumbent_validation"] = validate(req["engine"], engine=inc, plan=plan.to_dict())
-    if out["challenger_validation"]["status"] != "ok":
-        out["timing"] = None
-        return out
-    scenarios = tuple(req.get("scenarios") or SCENARIOS[req["engine"]][:2])
-    reps = int(req.get("reps", 15))
-    samples = {}
-    for s in scenarios:  # interleave engine instances call by call, scenario by scenario
-        from engines._timing import make_scenario  # noqa: PLC0415
-        import time  # noqa: PLC0415
+    key = floor_key(target, libs.fingerprint, f"engine:{req['engine']}",
+                    f"{req.get('config') or 'default'}:{req['candidate']['workload']}")
+    entry = store.get(key)
+    if entry is not None and all(lab in (entry.get("items") or {}) for lab in labels):
+        return [float(entry["items"][lab]) for lab in labels], "stored", entry
+    rounds = [_round(libs, req, items, {"A": "incumbent", "B": "incumbent"}, policy, settings, r % 2 == 0)[0]
+              for r in range(settings.floor_rounds)]
+    per_item = {lab: floor_from_ratios(rs) for lab, rs in zip(labels, _ratios(rounds, len(items)))}
+    entry = {"floor": max(per_item.values()), "items": per_item, "aa_ratios": _ratios(rounds, len(items)),
+             "rounds": settings.floor_rounds, "measured_at": time.time(), "target": target,
+             "fingerprint": libs.fingerprint, "workload": f"engine:{req['engine']}",
+             "shape_set": f"{req.get('config') or 'default'}:{req['candidate']['workload']}"}
+    try:
+        store.put(key, entry)
+    except (OSError, ValueError):
+        pass  # the verdicts stand; the next check measures again
+    return [per_item[lab] for lab in labels], "measured", entry
 
-        fi, fc = make_scenario(inc, plan, s), make_scenario(cha, plan, s)
-        for f in (fi, fc, fi, fc):
-            f()
-        si, sc = [], []
-        for _ in range(reps):
-            for f, acc in ((fi, si), (fc, sc)):
-                t0 = time.perf_counter()
-                f()
-                acc.append(1e3 * (time.perf_counter() - t0))
-        samples[s] = {"incumbent": si, "challenger": sc}
-    out["timing"] = samples
+
+def check_engine_isolated(req: dict[str, Any], *, settings: GuardSettings | None = None, policy=None,
+                          floor_store=None, reference=None) -> dict[str, Any]:
+    """Validate and time ``req``'s engine with and without the candidate (see the module).
+
+    Args:
+        req: the request (module docstring).
+        settings: :class:`GuardSettings`; default ``GuardSettings()``.
+        policy: the sandbox's :class:`kernels.sandbox.SandboxPolicy`; default from the
+            environment, as the evaluator's.
+        floor_store: where noise floors are kept (:class:`kernels.noise_floor.FloorStore`).
+        reference: the encoder's reference embeddings (``minilm``; default computed here by
+            :func:`engines.minilm.reference_embeddings`, a child process).
+
+    Returns:
+        ``{"engine", "config", "challenger_validation", "incumbent_validation", "shapes"
+        (model axes of the candidate workload's operator calls), "timing": {"items": {label:
+        {"kind", "verdict", "ratio", "ci", "p_value", "noise_floor", "round_ratios",
+        "median_incumbent_ms", "median_challenger_ms", "why"}}, "floor_source", "rounds",
+        "calls"} or None, "sandbox"}``, or ``{"error": ...}`` when a child crashed, timed out
+        or failed, or a library does not compile (the guard blocks either way).
+    """
+    from kernels.sandbox import SandboxError, SandboxPolicy  # noqa: PLC0415
+    from kernels.verdict import judge_rounds  # noqa: PLC0415
+
+    settings = settings or GuardSettings()
+    policy = policy or SandboxPolicy.from_env()
+    started = time.monotonic()
+    try:
+        libs = _Libraries(req)
+        if req["engine"] == "minilm" and reference is None:
+            from engines.minilm import SENTENCES, reference_embeddings  # noqa: PLC0415
+
+            reference = reference_embeddings(SENTENCES)
+        ref = None if reference is None else [list(map(float, row)) for row in reference]
+        out: dict[str, Any] = {"engine": req["engine"], "config": req.get("config")}
+        cha = _validate(libs, req, "challenger", policy, settings, ref)
+        out["sandbox"] = cha.get("sandbox")
+        out["challenger_validation"] = cha["validation"]
+        out["shapes"] = cha.get("model_shapes") or []
+        out["incumbent_validation"] = _validate(libs, req, "incumbent", policy, settings, ref)["validation"]
+        if out["challenger_validation"].get("status") != "ok":
+            out["timing"] = None
+            return out
+        from engines._timing import SCENARIOS  # noqa: PLC0415
+
+        workload = req["candidate"]["workload"]
+        items = [{"kind": "scenario", "scenario": s} for s in (req.get("scenarios") or SCENARIOS[req["engine"]][:2])]
+        items += [{"kind": "operator", "workload": workload, "shape": s} for s in _timed_shapes(cha.get("shapes") or [])]
+        floors, floor_source, floor_entry = _floors(libs, req, items, policy, settings, floor_store)
+        rounds, calls = [], []
+        for r in range(settings.rounds):
+            samples, counts = _round(libs, req, items, {"A": "incumbent", "B": "challenger"}, policy, settings, r % 2 == 0)
+            rounds.append(samples)
+            calls.append(counts)
+    except (CheckFailed, SandboxError) as exc:
+        return {"error": str(exc)}
+    labels = _labels(items)
+    judged = {}
+    for k, (label, ratios) in enumerate(zip(labels, _ratios(rounds, len(items)))):
+        v = judge_rounds(ratios, floors[k])
+        judged[label] = {"kind": items[k]["kind"], "verdict": v.verdict, "ratio": v.ratio, "ci": list(v.ci),
+                         "p_value": v.p_value, "noise_floor": v.noise_floor, "round_ratios": list(v.round_ratios),
+                         "median_incumbent_ms": statistics.median(statistics.median(r["A"][k]) for r in rounds),
+                         "median_challenger_ms": statistics.median(statistics.median(r["B"][k]) for r in rounds),
+                         "why": v.why}
+    out["timing"] = {"items": judged, "floor_source": floor_source, "floor": floor_entry, "rounds": settings.rounds,
+                     "calls": [dict(zip(labels, c)) for c in calls], "settings": asdict(settings),
+                     "duration_s": time.monotonic() - started}
     return out
 
 
-def check_engine_isolated(req: dict[str, Any], *, timeout_s: float = 600.0) -> dict[str, Any]:
-    """:func:`check_engine` in a child process (``python -m engines._isolated``).
+def _timed_shapes(shapes: list[dict]) -> list[dict]:
+    """The operator shapes timed per operator: the validation's distinct call shapes, at most
+    one per model axes and load (the decode attention's growing cache gives one each step)."""
+    from engines._coverage import model_axes  # noqa: PLC0415
 
-    Returns:
-        The child's result, or ``{"error": ...}`` when it crashed, timed out or printed no
-        JSON (a crashing candidate counts as a failed validation for the guard).
-    """
-    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
-    try:
-        proc = subprocess.run([sys.executable, "-m", "engines._isolated"], input=json.dumps(req), capture_output=True,
-                              text=True, timeout=timeout_s, env=env)
-    except subprocess.TimeoutExpired:
-        return {"error": f"the engine check did not finish within {timeout_s:g} s"}
-    if proc.returncode != 0:
-        return {"error": f"the engine check exited with code {proc.returncode}: {proc.stderr[-3000:]}"}
-    try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {"error": f"the engine check printed no result: {proc.stderr[-3000:]}"}
-
-
-def main() -> None:
-    req = json.loads(sys.stdin.read())
-    try:
-        result = check_engine(req)
-    except Exception as exc:  # noqa: BLE001 - reported to the parent as an error
-        result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
-    sys.stdout.write("\n" + json.dumps(result, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")
-
-
-if __name__ == "__main__":
-    main()
+    out, seen = [], []
+    for s in shapes:
+        key = (tuple(model_axes(s).items()), tuple((k, v) for k, v in s.items() if k not in model_axes(s) and k != "kv_len"))
+        if key not in seen:
+            seen.append(key)
+            out.append(s)
+    return out

@@ -554,6 +554,8 @@ def _prepare(req: dict):
     must be imported or opened in this phase, before the lockdown.
     """
     backend = req.get("backend", "cpu")
+    if req.get("mode") == "engine-check":
+        return _prepare_runner(req)
     if backend == "cpu" and req.get("mode") == "turns":
         return _prepare_turns(req)
     if backend == "cpu":
@@ -563,6 +565,26 @@ def _prepare(req: dict):
 
         return prepare(req)
     raise ValueError(f"the sandbox child has no runner for backend {backend!r}")
+
+
+def _prepare_runner(req: dict):
+    """Trusted phase of a child whose runner lives outside this package (the promotion
+    guard's engine check, ``req["runner"]``: a module path such as ``engines._guard_child``,
+    imported here by name so that this package imports nothing above it). The runner's
+    ``prepare(req)`` imports what it needs and builds its inputs before the lockdown and
+    returns the candidate phase: a callable of no argument, or of the channel's descriptor
+    for a turn-taking child (``req["turns"]``).
+
+    Raises:
+        ValueError: ``runner`` is not a dotted module name.
+        ImportError: the module cannot be imported.
+    """
+    import importlib  # noqa: PLC0415
+
+    name = req.get("runner")
+    if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
+        raise ValueError(f"the engine-check request names no runner module (got {name!r})")
+    return importlib.import_module(name).prepare(req)
 
 
 def _write(fd: int, data: bytes) -> None:
@@ -603,7 +625,7 @@ def serve(req: dict, result_fd: int, go_fd: int | None = None) -> None:
         _write(result_fd, b"{}\n" + _signed(key, {"ok": False, "error": f"prepare: {type(exc).__name__}: {exc}",
                                                   "traceback": traceback.format_exc()[-4000:]}))
         return
-    turns = req.get("mode") == "turns"
+    turns = bool(req.get("turns")) or req.get("mode") == "turns"
     if go_fd is not None:
         go = os.read(go_fd, 1)
         if not turns:

@@ -953,7 +953,8 @@ def start_child(
         own_bytes, own_entries: what the child's trusted code saves in ``workdir`` at most,
             allowed besides the policy's disk quota (:class:`DiskWatch`).
         turns: the child takes turns (:meth:`PendingChild.turn`): its go channel is a socket
-            pair it keeps, and the request says ``"mode": "turns"``.
+            pair it keeps, and the request says ``"turns": true`` (and ``"mode": "turns"``
+            unless it names another mode, such as the engine check's ``"engine-check"``).
 
     Raises:
         SandboxError: the fork server failed.
@@ -977,7 +978,8 @@ def start_child(
     if turns:  # both ways: commands to the child, its acknowledgements back
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         go_r, go_w = child_end.detach(), parent_end.detach()
-        request["mode"] = "turns"
+        request["turns"] = True
+        request.setdefault("mode", "turns")
     else:
         go_r, go_w = os.pipe()
     os.set_inheritable(go_w, False)

@@ -246,7 +246,9 @@ def _engine_guard(candidate: Candidate):
 
     if is_engine_workload(candidate.goal.workload):
         return None
-    return guard_promotion(candidate)
+    from swarm.noise_floors import DbFloorStore  # noqa: PLC0415
+
+    return guard_promotion(candidate, floor_store=DbFloorStore())
 
 
 def _decide(req: PromotionRequest, state: str, reason: str, evidence: dict) -> PromotionRequest:

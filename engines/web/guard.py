@@ -3,17 +3,22 @@
 :func:`check_kernel_promotion` is called by the promotion flow (``swarm.promotion``) before a
 candidate kernel becomes production for (workload, target, shape set). For every active
 :class:`~engines.web.models.ProductionEngine` on that target whose plan runs the workload on
-its production kernel, it re-validates the engine end to end with the candidate in place of
-the production kernel and re-benchmarks it against the engine as it runs today, in a child
-process (:mod:`engines._isolated`; the candidate is not trusted in-process yet). The
-promotion is blocked when
+its production kernel, it re-validates the engine with the candidate in place of the
+production kernel and re-benchmarks it against the engine as it runs today, in sandbox
+children confined as the evaluator's (:mod:`engines._isolated`; the candidate is not trusted
+in-process yet). The promotion is blocked when
 
-* the engine's output is wrong with the candidate (the end-to-end validation fails, or the
-  child crashes or times out), or
-* the engine is slower beyond noise: the incumbent engine is significantly faster on a
-  scenario (one-sided Mann-Whitney U at level :data:`ALPHA`, bootstrap interval of the
-  speedup entirely above :data:`NOISE` = 1.05, i.e. more than 5% slower with confidence;
-  :func:`kernels.stats.compare`).
+* the engine's output is wrong with the candidate: the end-to-end validation fails, an
+  operator's output at the engine's shapes is off its float64 reference beyond its
+  workload's tolerance (:mod:`engines._operator_check`), or a child crashes, hangs or fails;
+* the engine is slower beyond noise: in the paired, interleaved rounds of incumbent and
+  challenger children, an end-to-end scenario or a call of the candidate's workload at one
+  of its engine shapes has its whole interval of ``time(challenger) / time(incumbent)``
+  above the noise floor band (verdict ``a_faster`` of :func:`kernels.verdict.judge_rounds`).
+
+A passed check records the shapes it validated and benchmarked the candidate at
+(``evidence["engines"][name]["shapes"]``): the engine may then bind the promoted kernel there
+even where its shape set does not cover them (:mod:`engines._coverage`).
 
 The verdict and its evidence are stored as a :class:`~engines.web.models.GuardCheck` and the
 measurements as :class:`~engines.web.models.EngineBenchmark` rows (trigger ``guard``). An
@@ -29,9 +34,6 @@ from typing import Any, Callable
 from django.db import transaction
 from django.utils import timezone
 
-ALPHA = 0.01
-NOISE = 1.05
-TIMING_REPS = 15
 
 
 @dataclass
@@ -63,42 +65,44 @@ def affected_engines(workload: str, target: str):
 
 
 def check_kernel_promotion(candidate, *, runner: Callable[[dict], dict] | None = None,
-                           reps: int = TIMING_REPS) -> GuardResult:
+                           settings=None, floor_store=None) -> GuardResult:
     """Re-validate and re-benchmark every production engine that would run ``candidate``.
 
     Args:
-        candidate: a ``swarm.Candidate`` (its goal gives workload and target).
+        candidate: a ``swarm.Candidate`` (its goal gives workload, target and shape set).
         runner: runs one engine check request (default
-            :func:`engines._isolated.check_engine_isolated`, a child process).
-        reps: timing repetitions per scenario and side.
+            :func:`engines._isolated.check_engine_isolated`).
+        settings: :class:`engines._isolated.GuardSettings` of the default runner.
+        floor_store: where the default runner keeps noise floors (the promotion flow passes
+            the database's, ``swarm.noise_floors.DbFloorStore``); default
+            :class:`kernels.noise_floor.FileFloorStore`.
 
     Returns:
         :class:`GuardResult` (also stored as a ``GuardCheck``).
     """
-    from engines._isolated import check_engine_isolated  # noqa: PLC0415
     from engines.web.models import EngineBenchmark, GuardCheck  # noqa: PLC0415
     from engines.web.registry import DbRegistry  # noqa: PLC0415
 
     goal = candidate.goal
     workload, target = goal.workload, goal.target
     engines = affected_engines(workload, target)
-    evidence: dict[str, Any] = {"workload": workload, "target": target, "candidate": candidate.pk,
-                                "alpha": ALPHA, "noise": NOISE, "engines": {}}
+    evidence: dict[str, Any] = {"workload": workload, "target": target, "candidate": candidate.pk, "engines": {}}
     if not engines:
         reason = f"no production engine runs the production kernel of {workload} on {target}"
         check = GuardCheck.objects.create(candidate=candidate, workload=workload, target=target, ok=True,
                                           reason=reason, evidence=evidence)
         return GuardResult(True, reason, evidence, check)
-    run = runner or check_engine_isolated
+    run = runner or _default_runner(settings, floor_store)
     production = DbRegistry().entries(target)
     reasons, ok = [], True
     for eng in engines:
         req = {"engine": eng.engine, "config": eng.config, "plan": eng.plan, "target": target, "production": production,
                "candidate": {"workload": workload, "source": candidate.source, "params": candidate.params,
-                             "candidate": candidate.pk, "hash": candidate.content_hash}, "reps": reps}
+                             "candidate": candidate.pk, "hash": candidate.content_hash, "shape_set": goal.shape_set}}
         res = run(req)
         verdict, why, comparisons = judge(res)
         evidence["engines"][eng.name] = {"verdict": verdict, "reason": why, "comparisons": comparisons,
+                                         "shapes": res.get("shapes") or [] if verdict == "ok" else [],
                                          "result": _trim(res)}
         if verdict != "ok":
             ok = False
@@ -111,29 +115,45 @@ def check_kernel_promotion(candidate, *, runner: Callable[[dict], dict] | None =
     return GuardResult(ok, reason, evidence, check)
 
 
-def judge(res: dict) -> tuple[str, str, dict]:
-    """``(verdict, why, comparisons)`` of one engine check: ``wrong_result``, ``slower``,
-    ``error`` or ``ok``."""
-    from kernels.stats import compare  # noqa: PLC0415
+def _default_runner(settings, floor_store):
+    from engines._isolated import check_engine_isolated  # noqa: PLC0415
 
+    return lambda req: check_engine_isolated(req, settings=settings, floor_store=floor_store)
+
+
+def _figs(val: dict, keys) -> str:
+    return ", ".join(f"{k}={val[k]:.3g}" for k in keys if isinstance(val.get(k), (int, float)))
+
+
+def judge(res: dict) -> tuple[str, str, dict]:
+    """``(verdict, why, comparisons)`` of one engine check (:func:`engines._isolated.check_engine_isolated`):
+    ``error``, ``wrong_result``, ``slower`` or ``ok``; ``comparisons`` per timed item."""
     if res.get("error"):
         return "error", f"the engine check failed with the candidate: {res['error'][:500]}", {}
     val = res.get("challenger_validation") or {}
     if val.get("status") != "ok":
-        figs = ", ".join(f"{k}={val[k]:.3g}" for k in ("cosine_min", "max_rel_error", "max_abs_error") if k in val)
-        return "wrong_result", f"wrong output with the candidate ({figs}; {val.get('reference', '')})", {}
-    comps, slower = {}, []
-    for scenario, s in (res.get("timing") or {}).items():
-        c = compare(s["incumbent"], s["challenger"], alpha=ALPHA, min_speedup=NOISE)
-        comps[scenario] = c.to_dict()
-        if c.faster:
-            slower.append(f"{scenario} {c.median_b_ms:.3g} ms vs {c.median_a_ms:.3g} ms today "
-                          f"({c.speedup:.2f}x slower, CI {c.ci_low:.2f}-{c.ci_high:.2f}, p = {c.p_value:.2g})")
+        bad = [r for r in val.get("operators") or () if r.get("status") != "ok"]
+        ops = "; ".join(f"{r['workload']} at {_shape(r['shape'])}: max_rel_error {r['max_rel_error']} > {r['tolerance']:g}"
+                        for r in bad[:4])
+        e2e = _figs(val, ("cosine_min", "max_rel_error", "max_abs_error"))
+        return "wrong_result", (f"wrong output with the candidate (end to end {val.get('end_to_end_status', '?')}: {e2e}"
+                                + (f"; operators off their float64 reference: {ops}" if ops else "")
+                                + f"; {val.get('reference', '')})"), {}
+    items = (res.get("timing") or {}).get("items") or {}
+    slower = [f"{label} {c['median_challenger_ms']:.3g} ms vs {c['median_incumbent_ms']:.3g} ms today ({c['why']})"
+              for label, c in items.items() if c.get("verdict") == "a_faster"]
     if slower:
-        return "slower", "slower beyond noise with the candidate: " + "; ".join(slower), comps
-    figs = ", ".join(f"{k}={val[k]:.3g}" for k in ("cosine_min", "max_rel_error") if k in val)
-    speed = ", ".join(f"{k} {1 / v['speedup']:.2f}x" for k, v in comps.items())
-    return "ok", f"validated ({figs}) and not slower beyond noise (challenger/incumbent time: {speed})", comps
+        return "slower", "slower beyond noise with the candidate: " + "; ".join(slower), items
+    worst = (val.get("worst_operator") or {})
+    figs = _figs(val, ("cosine_min", "max_rel_error"))
+    if worst:
+        figs += f", worst operator {worst['workload']} at {_shape(worst['shape'])}: {worst['max_rel_error']:.3g}"
+    speed = ", ".join(f"{k} {v['ratio']:.3f}x ({v['verdict']})" for k, v in items.items())
+    return "ok", f"validated ({figs}) and not slower beyond noise (challenger/incumbent time: {speed})", items
+
+
+def _shape(shape: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in shape.items())
 
 
 def _trim(res: dict) -> dict:
@@ -143,21 +163,19 @@ def _trim(res: dict) -> dict:
 
 
 def _record_benchmarks(eng, res: dict, candidate, model) -> None:
-    import statistics  # noqa: PLC0415
-
     if res.get("error"):
         model.objects.create(engine=eng, trigger="guard", label=f"with candidate {candidate.pk} ({candidate.goal.workload})",
                              status="error", plan=eng.plan, validation={"error": res["error"][:2000]})
         return
+    items = (res.get("timing") or {}).get("items") or {}
     for side in ("incumbent", "challenger"):
         val = res.get(f"{side}_validation") or {}
-        timing = res.get("timing") or {}
-        metrics = {f"{s}_ms": statistics.median(v[side]) for s, v in timing.items()}
+        metrics = {f"{s}_ms": v[f"median_{side}_ms"] for s, v in items.items() if v.get("kind") == "scenario"}
         metrics.update({k: val[k] for k in ("cosine_min", "max_abs_error", "max_rel_error") if k in val})
         label = "as in production" if side == "incumbent" else f"with candidate {candidate.pk} ({candidate.goal.workload})"
         model.objects.create(engine=eng, trigger="guard", label=label, status=val.get("status", "error"),
                              plan=eng.plan, validation=val, metrics=metrics,
-                             samples={s: v[side] for s, v in timing.items()}, kernels=val.get("kernels", {}))
+                             samples={s: v[f"median_{side}_ms"] for s, v in items.items()}, kernels=val.get("kernels", {}))
 
 
 def guard_promotion(candidate, **kw) -> GuardResult:

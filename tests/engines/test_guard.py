@@ -4,12 +4,15 @@ override only with a written reason, which is audited."""
 
 import pytest
 
+from engines._isolated import GuardSettings
 from engines.web import guard
 from engines.web.models import EngineBenchmark, GuardCheck, ProductionEngine
 from kernels import load_template
 from swarm.models import AuditEvent, Candidate, Evidence, Goal, Promotion, Run
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.django_db]
+
+QUICK = GuardSettings(rounds=3, min_calls=3, round_ms=10.0, noise_floor=0.5)
 
 # Correct on the sandbox's small shapes (N <= 64), wrong on wide outputs: only an engine
 # that uses the kernel at its real shapes shows it.
@@ -47,12 +50,14 @@ def llama_engine(db):
 
 def test_a_wrong_kernel_is_blocked_with_the_evidence(owner, llama_engine):
     cand = make_candidate(owner, WRONG_ON_WIDE)
-    res = guard.check_kernel_promotion(cand, reps=3)
+    res = guard.check_kernel_promotion(cand, settings=QUICK)
     assert not res.ok
     assert "blocked" in res.reason and "wrong output" in res.reason and llama_engine.name in res.reason
     ev = res.evidence["engines"][llama_engine.name]
     assert ev["verdict"] == "wrong_result"
     assert ev["result"]["challenger_validation"]["max_rel_error"] > 1e-3
+    bad = [r for r in ev["result"]["challenger_validation"]["operators"] if r["status"] != "ok"]
+    assert bad and all(r["workload"] == "gemm" and r["shape"]["N"] > 512 for r in bad)
     assert ev["result"]["incumbent_validation"]["status"] == "ok"
     check = GuardCheck.objects.get(candidate=cand)
     assert not check.ok and not check.allows_promotion
@@ -61,16 +66,42 @@ def test_a_wrong_kernel_is_blocked_with_the_evidence(owner, llama_engine):
 
 
 def test_a_correct_kernel_passes_and_replaces_nothing_it_should_not(owner, llama_engine):
-    incumbent = make_candidate(owner, load_template("gemm"))
-    Promotion.objects.create(candidate=incumbent, workload="gemm", target="cpu-x86_64", shape_set="test-small")
-    cand = make_candidate(owner, load_template("gemm"), params={"MR": 4})
-    res = guard.check_kernel_promotion(cand, reps=8)
+    incumbent = make_candidate(owner, load_template("rmsnorm"), workload="rmsnorm")
+    Promotion.objects.create(candidate=incumbent, workload="rmsnorm", target="cpu-x86_64", shape_set="test-small")
+    cand = make_candidate(owner, load_template("rmsnorm"), params={"ACC_DOUBLE": 1}, workload="rmsnorm")
+    res = guard.check_kernel_promotion(cand, settings=QUICK)
     assert res.ok, res.reason
     ev = res.evidence["engines"][llama_engine.name]
-    assert ev["verdict"] == "ok" and set(ev["comparisons"]) == {"prefill", "decode"}
-    assert "production" in ev["result"]["incumbent_validation"]["kernels"]["gemm"]
-    assert "candidate" in ev["result"]["challenger_validation"]["kernels"]["gemm"]
+    assert ev["verdict"] == "ok" and {"prefill", "decode"} <= set(ev["comparisons"])
+    assert {"rmsnorm rows=24,hidden=256", "rmsnorm rows=1,hidden=256"} <= set(ev["comparisons"])  # per operator
+    assert "production" in ev["result"]["incumbent_validation"]["kernels"]["rmsnorm"]
+    assert "candidate" in ev["result"]["challenger_validation"]["kernels"]["rmsnorm"]
+    assert ev["shapes"] == [{"hidden": 256}]
     assert guard.promotion_allowed(cand)[0]
+
+
+def test_a_passed_check_lets_the_engine_bind_the_kernel_at_the_shapes_it_checked(owner, llama_engine):
+    from engines.llama import LlamaLayer
+    from engines.web.registry import DbRegistry
+
+    cand = make_candidate(owner, load_template("gemm"))  # its goal's shape set: test-small (N=64, K=128)
+    Promotion.objects.create(candidate=cand, workload="gemm", target="cpu-x86_64", shape_set="test-small")
+    eng = LlamaLayer("small", registry=DbRegistry())
+    rows = [r for r in eng.describe(eng.plan({}), ("decode",))["decode"] if r["workload"] == "gemm"]
+    assert rows and all(r["kernel"]["kind"] == "baseline" for r in rows)
+    assert "test-small" in rows[0]["kernel"]["note"] and "N=384,K=256" in rows[0]["kernel"]["note"]
+    shapes = [{"N": 384, "K": 256}, {"N": 256, "K": 256}, {"N": 1792, "K": 256}, {"N": 256, "K": 896}]
+    GuardCheck.objects.create(candidate=cand, workload="gemm", target="cpu-x86_64", ok=False, reason="blocked",
+                              evidence={"engines": {llama_engine.name: {"shapes": shapes}}})
+    eng = LlamaLayer("small", registry=DbRegistry())
+    assert all(r["kernel"]["kind"] == "baseline" for r in eng.describe(eng.plan({}), ("decode",))["decode"]
+               if r["workload"] == "gemm")  # a blocked check validates nothing
+    GuardCheck.objects.create(candidate=cand, workload="gemm", target="cpu-x86_64", ok=True, reason="passed",
+                              evidence={"engines": {llama_engine.name: {"shapes": shapes}}})
+    eng = LlamaLayer("small", registry=DbRegistry())
+    rows = [r for r in eng.describe(eng.plan({}), ("decode",))["decode"] if r["workload"] == "gemm"]
+    assert all(r["kernel"]["kind"] == "production" and r["kernel"]["candidate"] == cand.pk for r in rows)
+    assert "validated and benchmarked" in rows[0]["kernel"]["note"]
 
 
 def test_engines_that_do_not_run_the_production_kernel_are_not_affected(owner, llama_engine):
@@ -82,19 +113,24 @@ def test_engines_that_do_not_run_the_production_kernel_are_not_affected(owner, l
 
 def test_a_crashing_candidate_is_blocked(owner, llama_engine):
     crash = "void gemm(const float *A, const float *B, float *C, int M, int N, int K) { *(volatile int *)0 = 1; }"
-    res = guard.check_kernel_promotion(make_candidate(owner, crash), reps=2)
+    res = guard.check_kernel_promotion(make_candidate(owner, crash), settings=QUICK)
     assert not res.ok and res.evidence["engines"][llama_engine.name]["verdict"] == "error"
 
 
 def test_a_slowdown_beyond_noise_blocks(owner, llama_engine):
+    from kernels.verdict import judge_rounds
+
     def slow_runner(req):
-        val = {"status": "ok", "max_rel_error": 1e-6, "kernels": {}}
-        return {"challenger_validation": val, "incumbent_validation": val,
-                "timing": {"decode": {"incumbent": [1.0, 1.01, 0.99, 1.02, 1.0, 0.98, 1.01, 1.0],
-                                      "challenger": [1.3, 1.31, 1.29, 1.32, 1.3, 1.28, 1.31, 1.3]}}}
+        val = {"status": "ok", "max_rel_error": 1e-6, "kernels": {}, "operators": []}
+        v = judge_rounds([1.3, 1.31, 1.29, 1.32], 0.02)
+        item = {"kind": "scenario", "verdict": v.verdict, "ratio": v.ratio, "why": v.why,
+                "median_incumbent_ms": 1.0, "median_challenger_ms": 1.3}
+        return {"challenger_validation": val, "incumbent_validation": val, "shapes": [{"N": 1, "K": 1}],
+                "timing": {"items": {"decode": item}}}
 
     res = guard.check_kernel_promotion(make_candidate(owner, load_template("gemm")), runner=slow_runner)
-    assert not res.ok and "slower beyond noise" in res.reason and "1.30x slower" in res.reason
+    assert not res.ok and "slower beyond noise" in res.reason and "1.305x A's time" in res.reason
+    assert res.evidence["engines"]["llama-layer-small/cpu-x86_64"]["shapes"] == []  # not validated: no shapes
 
 
 def test_an_override_needs_an_approver_and_a_written_reason_and_is_audited(owner, outsider, llama_engine):
