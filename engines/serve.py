@@ -16,9 +16,16 @@ at most :attr:`Limits.max_inputs` inputs per request, no empty input, at most th
 at most :attr:`Limits.max_request_tokens` tokens per request, bodies up to
 :attr:`Limits.max_body_bytes` (413 beyond). Unknown ``model`` -> 404 ``model_not_found``.
 
-Batching: concurrent requests are queued; one batcher task takes everything queued (up to
-``max_batch`` inputs, waiting at most ``max_wait_ms`` for more once one is there) and runs
-it through the engine in one pass on a single worker thread, then answers every request.
+Scheduling (:mod:`engines._scheduler`): every request keeps its own queue of inputs; each
+engine pass takes inputs from the waiting requests in round-robin order, bounded by
+``max_batch`` inputs and ``max_batch_tokens`` tokens, and runs on one engine thread. A
+one-sentence request sent while a request of a thousand long inputs is being embedded waits
+for the pass in flight and its own pass, not for the long request. JSON parsing,
+tokenisation and response encoding run in a thread pool (``parse_threads``), never on the
+event loop. Every request has a deadline of ``request_timeout_s``: past it the answer is a
+504 ``deadline_exceeded`` saying how many inputs were embedded, and its remaining inputs are
+dropped. A client that disconnects before its answer has its remaining inputs dropped too
+(``/health`` counts ``expired`` and ``cancelled`` requests).
 """
 
 from __future__ import annotations
@@ -43,14 +50,21 @@ class Limits:
         max_request_tokens: tokens summed over a request's inputs.
         max_body_bytes: request body size (413 beyond).
         max_batch: inputs per engine pass (the batcher's batch size).
+        max_batch_tokens: tokens per engine pass (bounds one pass's time and so how long a
+            request arriving during it waits; >= the model's 256 tokens per input).
         max_wait_ms: how long the batcher waits for more requests once one is queued.
+        request_timeout_s: each request's deadline from the moment it is queued (s).
+        parse_threads: threads for JSON parsing, tokenisation and response encoding.
     """
 
     max_inputs: int = 2048
     max_request_tokens: int = 300_000
     max_body_bytes: int = 8 * 2**20
     max_batch: int = 64
+    max_batch_tokens: int = 4096
     max_wait_ms: float = 2.0
+    request_timeout_s: float = 120.0
+    parse_threads: int = 2
 
 
 class ApiError(Exception):
@@ -63,32 +77,45 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
-class _Job:
-    __slots__ = ("tokens", "future")
-
-    def __init__(self, tokens: list[list[int]], future: asyncio.Future) -> None:
-        self.tokens, self.future = tokens, future
-
-
 class EmbeddingService:
-    """Request validation and the batcher around a :class:`engines.minilm.MiniLM`.
+    """Request validation and the fair scheduler around a :class:`engines.minilm.MiniLM`.
 
     Args:
         engine: the encoder.
         plan: its plan (``BATCH_SIZE`` is set to ``limits.max_batch``).
         model_id: the model name clients send (``all-MiniLM-L6-v2``; the full
             ``sentence-transformers/all-MiniLM-L6-v2`` is accepted too).
+
+    Raises:
+        ValueError: ``limits.max_batch_tokens`` below the model's tokens per input.
     """
 
     def __init__(self, engine, plan=None, *, limits: Limits | None = None, model_id: str = "all-MiniLM-L6-v2") -> None:
+        from tokenizers import Tokenizer  # noqa: PLC0415
+
+        from engines._scheduler import FairScheduler  # noqa: PLC0415
+
         self.engine, self.limits, self.model_id = engine, limits or Limits(), model_id
+        if self.limits.max_batch_tokens < engine.max_seq_length:
+            raise ValueError(f"max_batch_tokens={self.limits.max_batch_tokens} is below the model's "
+                             f"{engine.max_seq_length} tokens per input")
         self.plan = engine.plan({**engine.plan(plan).to_dict(), "BATCH_SIZE": _nearest_batch(engine, self.limits.max_batch)})
         self.aliases = {model_id, "sentence-transformers/all-MiniLM-L6-v2", "minilm"}
         self.created = int(time.time())
-        self._queue: asyncio.Queue[_Job] | None = None
+        # The server's own tokenizer, never truncating (inputs over the limit are rejected, not
+        # cut) and never reconfigured, so parse threads can share it.
+        self.tokenizer = Tokenizer.from_str(engine.tokenizer.to_str())
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
-        self._task: asyncio.Task | None = None
-        self.stats = {"requests": 0, "inputs": 0, "batches": 0, "errors": 0}
+        self.parse_pool = ThreadPoolExecutor(max_workers=max(1, self.limits.parse_threads), thread_name_prefix="parse")
+        self.scheduler = FairScheduler(lambda toks: engine.embed_tokens(toks, self.plan), engine.dim, self._pool,
+                                       max_batch_inputs=self.limits.max_batch, max_batch_tokens=self.limits.max_batch_tokens,
+                                       max_wait_ms=self.limits.max_wait_ms)
+        self.stats = {"requests": 0, "inputs": 0, "errors": 0}
+
+    def health(self) -> dict[str, Any]:
+        return {**self.stats, **self.scheduler.stats, "queued_inputs": self.scheduler.queued_inputs()}
 
     # -- validation -------------------------------------------------------------------------
     def parse(self, body: Any) -> tuple[list[list[int]], str]:
@@ -148,12 +175,7 @@ class EmbeddingService:
             for i, t in enumerate(items):
                 if not t.strip():
                     raise ApiError(400, f"input[{i}] is empty; every input must contain text", param="input")
-            enc = self.engine.tokenizer
-            enc.no_truncation()  # count the real length to reject, not silently truncate
-            try:
-                tokens = [e.ids for e in enc.encode_batch(items)]
-            finally:
-                enc.enable_truncation(self.engine.max_seq_length)
+            tokens = [e.ids for e in self.tokenizer.encode_batch(items)]
         else:
             for i, t in enumerate(items):
                 if not is_ids(t):
@@ -166,49 +188,43 @@ class EmbeddingService:
                            if "at most" in str(exc) else None) from None
         return tokens
 
-    # -- batching ---------------------------------------------------------------------------
+    def parse_raw(self, raw: bytes) -> tuple[list[list[int]], str]:
+        """:meth:`parse` of a raw request body (JSON); runs in :attr:`parse_pool`.
+
+        Raises:
+            ApiError: not JSON, or what :meth:`parse` raises.
+        """
+        try:
+            body = json.loads(raw or b"null")
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
+        return self.parse(body)
+
+    # -- scheduling -------------------------------------------------------------------------
     async def start(self) -> None:
-        self._queue = asyncio.Queue()
-        self._task = asyncio.create_task(self._batcher())
+        await self.scheduler.start()
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
+        await self.scheduler.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self.parse_pool.shutdown(wait=False, cancel_futures=True)
 
     async def embed(self, tokens: list[list[int]]) -> np.ndarray:
-        fut = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Job(tokens, fut))
-        return await fut
+        """Embeddings of ``tokens`` (float32 [n, 384]) through the scheduler.
 
-    async def _batcher(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            jobs = [await self._queue.get()]
-            n = len(jobs[0].tokens)
-            deadline = loop.time() + self.limits.max_wait_ms / 1e3
-            while n < self.limits.max_batch:
-                try:
-                    job = self._queue.get_nowait() if loop.time() >= deadline else await asyncio.wait_for(
-                        self._queue.get(), deadline - loop.time())
-                except (asyncio.QueueEmpty, asyncio.TimeoutError):
-                    break
-                jobs.append(job)
-                n += len(job.tokens)
-            flat = [t for j in jobs for t in j.tokens]
-            try:
-                emb = await loop.run_in_executor(self._pool, self.engine.embed_tokens, flat, self.plan)
-            except Exception as exc:  # noqa: BLE001 - every waiting request gets the error
-                for j in jobs:
-                    if not j.future.done():
-                        j.future.set_exception(exc)
-                continue
-            self.stats["batches"] += 1
-            i = 0
-            for j in jobs:
-                if not j.future.done():
-                    j.future.set_result(emb[i: i + len(j.tokens)])
-                i += len(j.tokens)
+        Raises:
+            ApiError: 504 ``deadline_exceeded`` past ``request_timeout_s``.
+        """
+        req = self.scheduler.submit(tokens, self.limits.request_timeout_s)
+        try:
+            return await _result(req)
+        except asyncio.CancelledError:
+            self.scheduler.cancel(req)
+            raise
+
+    def response_bytes(self, emb: np.ndarray, tokens: list[list[int]], fmt: str) -> bytes:
+        """The JSON response body of :meth:`response`; runs in :attr:`parse_pool`."""
+        return json.dumps(self.response(emb, tokens, fmt)).encode()
 
     def response(self, emb: np.ndarray, tokens: list[list[int]], fmt: str) -> dict[str, Any]:
         data = []
@@ -217,6 +233,15 @@ class EmbeddingService:
             data.append({"object": "embedding", "index": i, "embedding": value})
         n = sum(len(t) for t in tokens)
         return {"object": "list", "data": data, "model": self.model_id, "usage": {"prompt_tokens": n, "total_tokens": n}}
+
+
+async def _result(req) -> np.ndarray:
+    from engines._scheduler import DeadlineExceeded  # noqa: PLC0415
+
+    try:
+        return await req.future
+    except DeadlineExceeded as exc:
+        raise ApiError(504, str(exc), code="deadline_exceeded", type_="timeout") from None
 
 
 def _nearest_batch(engine, n: int) -> int:
@@ -245,13 +270,15 @@ class EmbeddingsApp:
             return
         try:
             status, body = await self._route(scope, receive)
+        except _ClientGone:
+            return  # nobody to answer; its remaining inputs were dropped
         except ApiError as exc:
             self.service.stats["errors"] += 1
             status, body = exc.status, exc.body()
         except Exception as exc:  # noqa: BLE001 - a 500 with a message, never a dropped connection
             self.service.stats["errors"] += 1
             status, body = 500, ApiError(500, f"internal error: {type(exc).__name__}: {exc}", type_="server_error").body()
-        payload = json.dumps(body).encode()
+        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
         await send({"type": "http.response.body", "body": payload})
@@ -260,7 +287,7 @@ class EmbeddingsApp:
         path, method, svc = scope["path"].rstrip("/"), scope["method"], self.service
         model = {"id": svc.model_id, "object": "model", "created": svc.created, "owned_by": "int21-engines"}
         if path == "/health":
-            return 200, {"status": "ok", **svc.stats}
+            return 200, {"status": "ok", **svc.health()}
         if path == "/v1/models":
             return 200, {"object": "list", "data": [model]}
         if path.startswith("/v1/models/"):
@@ -274,15 +301,16 @@ class EmbeddingsApp:
         if method != "POST":
             raise ApiError(405, f"{method} is not allowed on /v1/embeddings; use POST", code="method_not_allowed")
         raw = await self._body(receive)
+        loop = asyncio.get_running_loop()
+        gone = asyncio.ensure_future(_disconnect(receive))
         try:
-            body = json.loads(raw or b"null")
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
-        tokens, fmt = svc.parse(body)
-        emb = await svc.embed(tokens)
+            tokens, fmt = await _unless_gone(loop.run_in_executor(svc.parse_pool, svc.parse_raw, raw), gone)
+            emb = await _unless_gone(asyncio.ensure_future(svc.embed(tokens)), gone)
+        finally:
+            gone.cancel()
         svc.stats["requests"] += 1
         svc.stats["inputs"] += len(tokens)
-        return 200, svc.response(emb, tokens, fmt)
+        return 200, await loop.run_in_executor(svc.parse_pool, svc.response_bytes, emb, tokens, fmt)
 
     async def _body(self, receive) -> bytes:
         chunks, size = [], 0
@@ -297,6 +325,26 @@ class EmbeddingsApp:
             chunks.append(chunk)
             if not msg.get("more_body"):
                 return b"".join(chunks)
+
+
+class _ClientGone(Exception):
+    """The client disconnected before its answer."""
+
+
+async def _disconnect(receive) -> None:
+    """Returns when the client disconnects (ASGI ``http.disconnect`` after the body)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_gone(work: asyncio.Future, gone: asyncio.Future):
+    """``await work``, unless the client disconnects first: then ``work`` is cancelled (a
+    request in the scheduler is dropped) and :class:`_ClientGone` raised."""
+    await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    if work.done():
+        return work.result()
+    work.cancel()
+    raise _ClientGone
 
 
 def make_app(engine=None, plan=None, limits: Limits | None = None) -> EmbeddingsApp:

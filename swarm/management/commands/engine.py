@@ -29,7 +29,9 @@ class Command(BaseCommand):
         s.add_argument("--host", default="127.0.0.1")
         s.add_argument("--port", type=int, default=8100)
         s.add_argument("--plan", default="{}")
-        s.add_argument("--max-batch", type=int, default=64)
+        s.add_argument("--max-batch", type=int, default=64, help="inputs per engine pass")
+        s.add_argument("--max-batch-tokens", type=int, default=4096, help="tokens per engine pass")
+        s.add_argument("--request-timeout-s", type=float, default=120.0, help="each request's deadline (s)")
         v = sub.add_parser("validate", help="end-to-end validation with the production kernels")
         v.add_argument("--engine", required=True)
         v.add_argument("--config")
@@ -102,7 +104,9 @@ class Command(BaseCommand):
         from engines.web.registry import DbRegistry  # noqa: PLC0415
 
         try:
-            app = make_app(MiniLM(registry=DbRegistry()), plan, Limits(max_batch=opts["max_batch"]))
+            app = make_app(MiniLM(registry=DbRegistry()), plan, Limits(max_batch=opts["max_batch"],
+                                                                        max_batch_tokens=opts["max_batch_tokens"],
+                                                                        request_timeout_s=opts["request_timeout_s"]))
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"serving all-MiniLM-L6-v2 on http://{opts['host']}:{opts['port']}/v1/embeddings")
