@@ -62,3 +62,12 @@ def spec_of(promotion) -> KernelSpec:
                       evidence={"status": ev.status if ev else None,
                                 "latency_ms": (ev.metrics or {}).get("latency_ms") if ev else None,
                                 "max_rel_error": (ev.metrics or {}).get("max_rel_error") if ev else None})
+
+
+def registry_for(production_engine):
+    """The registry ``production_engine`` runs with: the database's production kernels plus
+    the kernel choices its last plan tuning measured (:class:`engines.tuning.TunedRegistry`),
+    so its template points are bound and every operator's binding says why."""
+    from engines.tuning import TunedRegistry  # noqa: PLC0415
+
+    return TunedRegistry(DbRegistry(), production_engine.kernel_points or {})

