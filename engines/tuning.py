@@ -38,7 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from engines._binding import BASELINE, PRODUCTION, TEMPLATE, KernelSpec, NoProduction
+from engines._binding import BASELINE, PRODUCTION, TEMPLATE, NoProduction
+from engines._tuned import TunedRegistry
 
 KINDS = {"baseline": BASELINE, "template": TEMPLATE, "production": PRODUCTION}
 #: A light timing protocol for tuning (a demo must finish in minutes on two cores); the
@@ -73,42 +74,6 @@ def new_state(engine: str, config: str | None = None, *, target: str = "cpu-x86_
             "bench": dict(bench or TUNING_BENCH), "plan_reps": int(plan_reps), "phase": "shapes", "shapes": {},
             "shape_set": "", "queue": [], "options": {}, "choices": {}, "plan_queue": [], "plans": [], "plan": None,
             "done_steps": 0, "total_steps": None}
-
-
-class TunedRegistry:
-    """A production registry plus a tuning's kernel choices (``{workload: choice}`` as in a
-    tuning state's ``choices``).
-
-    ``lookup`` is the base registry's; ``template_point`` gives the chosen template point of a
-    workload whose choice is a template point; ``why`` gives the reason of a workload's choice
-    when the plan binds it as chosen (the binding shows it, :func:`engines._binding.bind`).
-    """
-
-    def __init__(self, base=None, choices: Mapping[str, Mapping[str, Any]] | None = None) -> None:
-        self.base = base if base is not None else NoProduction()
-        self.choices = {w: dict(c) for w, c in (choices or {}).items()}
-
-    def lookup(self, workload: str, target: str, shape: Mapping[str, int]) -> KernelSpec | None:
-        return self.base.lookup(workload, target, shape)
-
-    def template_point(self, workload: str, target: str, shape: Mapping[str, int]) -> KernelSpec | None:
-        from kernels.templates import load_template  # noqa: PLC0415
-
-        c = self.choices.get(workload)
-        if not c or c.get("kind") != "template":
-            return None
-        return KernelSpec(workload=workload, source=load_template(workload, "cpu"), params=dict(c.get("params") or {}),
-                          origin="template", shape_set=c.get("shape_set", ""),
-                          evidence={"status": "ok", "latency_ms": c.get("latency_ms")})
-
-    def why(self, workload: str, choice: int) -> str | None:
-        c = self.choices.get(workload)
-        return c.get("why") if c and int(c.get("choice", -1)) == int(choice) else None
-
-    def __getattr__(self, name: str):  # entries(), overrides, ... of the base registry
-        if name == "base":
-            raise AttributeError(name)
-        return getattr(self.base, name)
 
 
 def baseline_latency_ms(workload: str, shape_set: str, bench=None) -> float:

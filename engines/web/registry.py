@@ -66,8 +66,8 @@ def spec_of(promotion) -> KernelSpec:
 
 def registry_for(production_engine):
     """The registry ``production_engine`` runs with: the database's production kernels plus
-    the kernel choices its last plan tuning measured (:class:`engines.tuning.TunedRegistry`),
+    the kernel choices its last plan tuning measured (:class:`engines._tuned.TunedRegistry`),
     so its template points are bound and every operator's binding says why."""
-    from engines.tuning import TunedRegistry  # noqa: PLC0415
+    from engines._tuned import TunedRegistry  # noqa: PLC0415
 
     return TunedRegistry(DbRegistry(), production_engine.kernel_points or {})

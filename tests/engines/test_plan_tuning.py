@@ -204,3 +204,16 @@ def test_queued_tunings_are_recovered_after_a_restart(monkeypatch):
     t.save()
     assert tuning_mod.recover() == 0  # running and recently stepped: its message is in flight
     assert tuning_mod.recover(stale_s=-1) == 1
+
+
+@pytest.mark.django_db
+def test_tuning_steps_go_to_the_queue_the_engines_target_worker_consumes(settings):
+    from engines.web.services import register_engine
+    from engines.web.tuning import queue_for
+    from swarm.dispatch import EMBEDDED_QUEUE
+
+    pe, _ = register_engine("kda-layer", config="small")
+    settings.EMBEDDED = True
+    assert queue_for(pe) == EMBEDDED_QUEUE
+    settings.EMBEDDED = False
+    assert queue_for(pe) == "target.cpu-x86_64"
