@@ -160,6 +160,8 @@ def register_demo_engines(user=None, *, tune: bool = True, budget: dict | None =
     production engines. An engine already registered keeps its tuned plan."""
     import importlib.util  # noqa: PLC0415
 
+    from django.conf import settings  # noqa: PLC0415
+
     from engines.web.models import EnginePlanTuning, ProductionEngine  # noqa: PLC0415
     from engines.web.services import register_engine  # noqa: PLC0415
 
@@ -173,5 +175,7 @@ def register_demo_engines(user=None, *, tune: bool = True, budget: dict | None =
             pe, _ = register_engine(engine, config=config, user=user)
         out.append(pe)
         if tune and not pe.tunings.filter(status=EnginePlanTuning.Status.DONE).exists():
-            start_tuning(pe, **(budget or DEMO_BUDGET))
+            # Embedded mode: this process's in-memory queue dies with it; the server's sweeper
+            # sends queued tunings when it starts.
+            start_tuning(pe, dispatch_now=not settings.EMBEDDED, **(budget or DEMO_BUDGET))
     return out
