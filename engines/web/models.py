@@ -56,11 +56,12 @@ class ProductionEngine(models.Model):
             c = self.kernel_points.get(w)
             if c and int(c.get("choice", -1)) == choice:
                 rows.append({"workload": w, "kind": c["kind"], "params": c.get("params") or {},
-                             "latency_ms": c.get("latency_ms"), "candidate": c.get("candidate"), "why": c["why"]})
+                             "latency_ms": c.get("latency_ms"), "candidate": c.get("candidate"), "why": c["why"],
+                             "measured": True})
             else:
                 rows.append({"workload": w, "kind": CHOICE_NAMES.get(choice, str(choice)), "params": {}, "latency_ms": None,
                              "candidate": None, "why": "plan choice, not measured at the engine's shapes"
-                             + (" (the baseline when nothing is promoted)" if choice == 2 else "")})
+                             + (" (the baseline when nothing is promoted)" if choice == 2 else ""), "measured": False})
         return rows
 
     def latest_tuning(self) -> EnginePlanTuning | None:

@@ -40,9 +40,16 @@ def _kernel_rows(pe: ProductionEngine) -> list[dict]:
     last tuning's shapes, else none)."""
     t = pe.latest_tuning()
     shapes = (t.state.get("shapes") if t else None) or {}
+    from swarm.models import Promotion  # noqa: PLC0415
+
     rows = pe.kernel_rows()
     for r in rows:
         r["operators"] = (shapes.get(r["workload"]) or {}).get("operators", [])
+        if not r["measured"] and r["kind"] == "production" and not Promotion.objects.filter(
+                workload=r["workload"], target=pe.target, active=True).exists():
+            r["kind"] = "baseline"  # what the binding falls back to
+            r["why"] = (f"no production kernel for {r['workload']} on {pe.target}: NumPy baseline "
+                        "(not measured at the engine's shapes yet)")
     return rows
 
 
