@@ -278,21 +278,36 @@ def bind(workload: str, choice: int, *, target: str = "cpu-x86_64", shape: Mappi
     """The kernel for ``workload`` under a plan's ``choice``.
 
     Args:
-        choice: :data:`BASELINE`, :data:`TEMPLATE` (falls back to the baseline when the
-            workload has no CPU template) or :data:`PRODUCTION` (the registry's kernel for
+        choice: :data:`BASELINE`, :data:`TEMPLATE` (the registry's measured template point
+            when it has one, else the template's defaults; the baseline when the workload
+            has no CPU template) or :data:`PRODUCTION` (the registry's kernel for
             ``(workload, target)`` covered at ``shape``, :func:`production_spec`; the
             baseline when there is none, its note saying why).
 
     Raises:
         ValueError: unknown choice.
     """
+    bound = _bind(workload, choice, target, shape or {}, registry or NoProduction())
+    # A registry that measured the choice (engines.tuning.TunedRegistry) says why it was made.
+    why = getattr(registry, "why", None)
+    reason = why(workload, choice) if callable(why) else None
+    if reason:
+        bound.note = f"{reason} ({bound.note})" if bound.note else reason
+    return bound
+
+
+def _bind(workload: str, choice: int, target: str, shape: Mapping[str, int], registry) -> BoundKernel:
     if choice == BASELINE:
         return baseline_kernel(workload)
     if choice == TEMPLATE:
-        try:
-            spec = template_spec(workload)
-        except KeyError:
-            return baseline_kernel(workload, "no CPU template: NumPy baseline")
+        # A registry may hold a measured point of the template (engines.tuning.TunedRegistry).
+        point = getattr(registry, "template_point", None)
+        spec = point(workload, target, shape) if callable(point) else None
+        if spec is None:
+            try:
+                spec = template_spec(workload)
+            except KeyError:
+                return baseline_kernel(workload, "no CPU template: NumPy baseline")
         return c_kernel(spec, kind="template")
     if choice == PRODUCTION:
         spec, why = production_spec(registry or NoProduction(), workload, target, shape or {})

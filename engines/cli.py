@@ -115,4 +115,6 @@ def _print_human(command: str, r: dict) -> None:
         for mode, rows in r["graph"].items():
             print(f"[{mode}]")
             for row in rows:
-                print(f"  {row['name']:<28} {row['workload'] or 'glue':<20} {row['kernel']['kind']}")
+                k = row["kernel"]
+                point = " ".join(f"{p}={v}" for p, v in (k.get("params") or {}).items())
+                print(f"  {row['name']:<28} {row['workload'] or 'glue':<20} {k['kind']:<10} {point + '  ' if point else ''}{k.get('note', '')}")

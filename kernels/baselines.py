@@ -108,10 +108,16 @@ def _evictor() -> timing.Evictor | None:
         return None
 
 
-def _time_shape_set(workload: str, shape_set: str, bench: BenchSettings | None,
-                    make_call: Callable[[dict, int], tuple[Callable[[], object], list[np.ndarray]]]) -> float:
-    """Sum over ``shape_set`` of per-shape median latencies (ms); ``make_call`` returns the
-    call and the arrays it touches (evicted before every timed call, as for candidates)."""
+def time_shape_set(workload: str, shape_set: str, bench: BenchSettings | None,
+                   make_call: Callable[[dict, int], tuple[Callable[[], object], list[np.ndarray]]]) -> float:
+    """Sum over ``shape_set`` of per-shape median latencies (ms), timed with the candidates'
+    protocol (``bench``, default :class:`BenchSettings`); ``make_call(shape, seed)`` returns
+    the call and the arrays it touches (evicted before every timed call, as for candidates).
+    Two input sets per shape alternate, as the candidates' rotation sets do.
+
+    Raises:
+        KeyError: unknown workload or shape set.
+    """
     settings = bench or BenchSettings()
     wl = get_workload(workload)
     shapes = wl.shapes(shape_set)
@@ -159,7 +165,7 @@ def baseline_latency_ms(workload: str, shape_set: str, bench: BenchSettings | No
         fn(inputs, attrs, out)  # allocates preallocated outputs, so they are evicted too
         return (lambda: fn(inputs, attrs, out)), [*inputs.values(), *out.values()]
 
-    return _time_shape_set(workload, shape_set, bench, make_call)
+    return time_shape_set(workload, shape_set, bench, make_call)
 
 
 def copy_latency_ms(workload: str, shape_set: str, bench: BenchSettings | None = None) -> float:
@@ -179,7 +185,7 @@ def copy_latency_ms(workload: str, shape_set: str, bench: BenchSettings | None =
         dst = np.empty_like(src)
         return (lambda: np.copyto(dst, src)), [src, dst]
 
-    return _time_shape_set(workload, shape_set, bench, make_call)
+    return time_shape_set(workload, shape_set, bench, make_call)
 
 
 def numpy_rmsnorm_latency_ms(shape_set: str = "llama3-8b", bench: BenchSettings | None = None) -> float:

@@ -20,6 +20,9 @@ class ProductionEngine(models.Model):
     target = models.CharField(max_length=64, default="cpu-x86_64")
     plan = models.JSONField(default=dict, help_text="plan parameters (FUSE_*, BATCH_SIZE, KERNEL_*)")
     active = models.BooleanField(default=True)
+    kernel_points = models.JSONField(default=dict, blank=True,
+                                     help_text="workload -> the kernel choice a plan tuning measured fastest "
+                                               "(choice, kind, params, latency_ms, shape_set, why)")
     plan_candidate = models.ForeignKey("swarm.Candidate", null=True, blank=True, on_delete=models.SET_NULL,
                                        related_name="+", help_text="engine-goal candidate whose plan this is")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
@@ -40,6 +43,29 @@ class ProductionEngine(models.Model):
     def uses_production(self, workload: str) -> bool:
         """True when the plan runs ``workload`` on its production kernel (choice 2)."""
         return workload in self.workloads() and int(self.plan.get(f"KERNEL_{workload.upper()}", 2)) == 2
+
+    def kernel_rows(self) -> list[dict[str, Any]]:
+        """Per workload: the kernel the plan runs and why (``workload``, ``kind``, ``params``,
+        ``latency_ms``, ``why``). Without a tuning's choice a workload runs what its plan
+        choice binds: the production kernel, else the baseline."""
+        from engines._binding import CHOICE_NAMES  # noqa: PLC0415
+
+        rows = []
+        for w in self.workloads():
+            choice = int(self.plan.get(f"KERNEL_{w.upper()}", 2))
+            c = self.kernel_points.get(w)
+            if c and int(c.get("choice", -1)) == choice:
+                rows.append({"workload": w, "kind": c["kind"], "params": c.get("params") or {},
+                             "latency_ms": c.get("latency_ms"), "candidate": c.get("candidate"), "why": c["why"],
+                             "measured": True})
+            else:
+                rows.append({"workload": w, "kind": CHOICE_NAMES.get(choice, str(choice)), "params": {}, "latency_ms": None,
+                             "candidate": None, "why": "plan choice, not measured at the engine's shapes"
+                             + (" (the baseline when nothing is promoted)" if choice == 2 else ""), "measured": False})
+        return rows
+
+    def latest_tuning(self) -> EnginePlanTuning | None:
+        return self.tunings.order_by("-created_at", "-id").first()
 
     def latest(self) -> EngineBenchmark | None:
         return self.benchmarks.order_by("-created_at", "-id").first()
@@ -62,6 +88,7 @@ class EngineBenchmark(models.Model):
         MANUAL = "manual"
         GUARD = "guard"
         PROMOTION = "promotion"
+        TUNING = "tuning"
 
     engine = models.ForeignKey(ProductionEngine, related_name="benchmarks", on_delete=models.CASCADE)
     trigger = models.CharField(max_length=16, choices=Trigger.choices, default=Trigger.MANUAL)
@@ -117,3 +144,37 @@ class GuardCheck(models.Model):
                 "override_reason": self.override_reason,
                 "overridden_by": self.overridden_by.get_username() if self.overridden_by else None,
                 "created_at": self.created_at.isoformat()}
+
+
+class EnginePlanTuning(models.Model):
+    """One tuning of a production engine's plan (:mod:`engines.tuning`), one measurement per
+    step: per workload the baseline, template points and production kernel at the engine's
+    shapes, then engine-level plans. ``state`` is the tuning state; when it is done the
+    engine's ``plan`` and ``kernel_points`` are what it measured fastest."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    engine = models.ForeignKey(ProductionEngine, related_name="tunings", on_delete=models.CASCADE)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    state = models.JSONField(default=dict)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    @property
+    def progress(self) -> tuple[int, int | None]:
+        """(steps done, steps in all: None until the shapes are known)."""
+        return int(self.state.get("done_steps", 0)), self.state.get("total_steps")
+
+    def to_dict(self) -> dict[str, Any]:
+        done, total = self.progress
+        return {"id": self.pk, "engine": self.engine_id, "status": self.status, "phase": self.state.get("phase"),
+                "done_steps": done, "total_steps": total, "choices": self.state.get("choices", {}),
+                "plan": self.state.get("plan"), "error": self.error, "updated_at": self.updated_at.isoformat()}

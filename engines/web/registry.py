@@ -73,3 +73,12 @@ def spec_of(promotion) -> KernelSpec:
                                 "latency_ms": (ev.metrics or {}).get("latency_ms") if ev else None,
                                 "max_rel_error": (ev.metrics or {}).get("max_rel_error") if ev else None},
                       validated_shapes=tuple(guard_shapes(c.pk, promotion.workload, promotion.target)))
+
+
+def registry_for(production_engine):
+    """The registry ``production_engine`` runs with: the database's production kernels plus
+    the kernel choices its last plan tuning measured (:class:`engines._tuned.TunedRegistry`),
+    so its template points are bound and every operator's binding says why."""
+    from engines._tuned import TunedRegistry  # noqa: PLC0415
+
+    return TunedRegistry(DbRegistry(), production_engine.kernel_points or {})

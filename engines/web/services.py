@@ -1,5 +1,5 @@
-"""Recording engine benchmarks into the history (called by ``manage.py engine bench --record``
-and by whatever schedules re-benchmarks)."""
+"""Registering production engines and recording their benchmarks into the history (called by
+``manage.py engine register|bench --record``, the demo's set-up and plan tunings)."""
 
 from __future__ import annotations
 
@@ -7,22 +7,55 @@ import statistics
 from typing import Any
 
 
+def register_engine(engine: str, *, config: str = "", target: str = "cpu-x86_64", plan: dict | None = None,
+                    name: str | None = None, user=None):
+    """Make ``engine`` a production engine on ``target`` (created, or updated and re-activated).
+
+    Returns:
+        ``(ProductionEngine, created)``.
+
+    Raises:
+        KeyError: unknown engine or config; ValueError: a plan outside the engine's space.
+    """
+    from django.utils import timezone  # noqa: PLC0415
+
+    from engines._plan import Plan  # noqa: PLC0415
+    from engines.registry import CONFIGS, engine_class  # noqa: PLC0415
+    from engines.web.models import ProductionEngine  # noqa: PLC0415
+
+    cls = engine_class(engine)
+    if CONFIGS[engine] and config and config not in CONFIGS[engine]:
+        raise KeyError(f"engine {engine} has no config {config!r} (known: {', '.join(CONFIGS[engine])})")
+    full = Plan.parse(cls.plan_spec, plan or {}).to_dict()
+    label = name or f"{engine}{'-' + config if config else ''}/{target}"
+    defaults = dict(engine=engine, config=config or (CONFIGS[engine][0] if CONFIGS[engine] else ""), target=target,
+                    plan=full, active=True, updated_at=timezone.now())
+    pe, created = ProductionEngine.objects.get_or_create(name=label, defaults={**defaults, "created_by": user})
+    if not created:
+        for k, v in defaults.items():
+            setattr(pe, k, v)
+        pe.save()
+    return pe, created
+
+
 def record_benchmark(production_engine, *, trigger: str = "manual", reps: int = 7, label: str = "",
                      registry=None) -> Any:
     """Validate, time (every scenario) and profile ``production_engine`` in this process with
     the current production kernels; store an :class:`~engines.web.models.EngineBenchmark`.
 
-    Production kernels and templates only run here (trusted, see :mod:`engines._binding`).
+    Production kernels and templates only run here (trusted, see :mod:`engines._binding`);
+    the default registry is :func:`engines.web.registry.registry_for` (the engine's measured
+    template points included).
     """
     from engines._graph import Profile  # noqa: PLC0415
     from engines._timing import SCENARIOS, make_scenario, time_plans  # noqa: PLC0415
     from engines._validate import validate  # noqa: PLC0415
     from engines.registry import make_engine  # noqa: PLC0415
     from engines.web.models import EngineBenchmark  # noqa: PLC0415
-    from engines.web.registry import DbRegistry  # noqa: PLC0415
+    from engines.web.registry import registry_for  # noqa: PLC0415
 
     pe = production_engine
-    eng = make_engine(pe.engine, config=pe.config or None, registry=registry or DbRegistry(), target=pe.target)
+    eng = make_engine(pe.engine, config=pe.config or None, registry=registry or registry_for(pe), target=pe.target)
     plan = eng.plan(pe.plan)
     val = validate(pe.engine, engine=eng, plan=plan.to_dict())
     scenarios = SCENARIOS[pe.engine]

@@ -25,10 +25,32 @@ def _history(pe: ProductionEngine) -> list[dict]:
 @login_required
 def engine_list(request):
     engines = list(ProductionEngine.objects.all())
+    live = False
     for e in engines:
         e.latest_bench = e.latest()
+        e.tuning = e.latest_tuning()
+        e.kernels = _kernel_rows(e)
+        live = live or (e.tuning is not None and e.tuning.status in ("queued", "running"))
     checks = GuardCheck.objects.select_related("candidate", "overridden_by")[:20]
-    return render(request, "engines/engine_list.html", {"engines": engines, "checks": checks})
+    return render(request, "engines/engine_list.html", {"engines": engines, "checks": checks, "tuning_live": live})
+
+
+def _kernel_rows(pe: ProductionEngine) -> list[dict]:
+    """:meth:`ProductionEngine.kernel_rows` with the operators of each workload (from the
+    last tuning's shapes, else none)."""
+    t = pe.latest_tuning()
+    shapes = (t.state.get("shapes") if t else None) or {}
+    from swarm.models import Promotion  # noqa: PLC0415
+
+    rows = pe.kernel_rows()
+    for r in rows:
+        r["operators"] = (shapes.get(r["workload"]) or {}).get("operators", [])
+        if not r["measured"] and r["kind"] == "production" and not Promotion.objects.filter(
+                workload=r["workload"], target=pe.target, active=True).exists():
+            r["kind"] = "baseline"  # what the binding falls back to
+            r["why"] = (f"no production kernel for {r['workload']} on {pe.target}: NumPy baseline "
+                        "(not measured at the engine's shapes yet)")
+    return rows
 
 
 @login_required
@@ -43,11 +65,22 @@ def engine_detail(request, pk: int):
     checks = GuardCheck.objects.filter(workload__in=pe.workloads(), target=pe.target).select_related(
         "candidate", "overridden_by")[:10]
     benches = list(pe.benchmarks.all()[:50])
+    tuning = pe.latest_tuning()
+    options = []
+    if tuning is not None:
+        chosen = tuning.state.get("choices", {})
+        for w, opts in tuning.state.get("options", {}).items():
+            best = chosen.get(w) or {}
+            rows = [{**o, "chosen": bool(best) and o["kind"] == best.get("kind") and o["params"] == best.get("params")}
+                    for o in opts]
+            options.append((w, rows))
     ctx = {
         "pe": pe, "graph": graphed.graph if graphed else {}, "graphed": graphed, "latest": latest,
         "production": [(w, list(rows)) for w, rows in production.items()], "checks": checks, "benches": benches,
         "history": _history(pe), "breakdown": (graphed.breakdown if graphed else {}),
         "can_approve": request.user.has_perm("swarm.approve_promotion"),
+        "kernels": _kernel_rows(pe), "tuning": tuning, "options": options,
+        "tuning_live": tuning is not None and tuning.status in ("queued", "running"),
     }
     return render(request, "engines/engine_detail.html", ctx)
 

@@ -28,7 +28,7 @@ def stack(django_db_setup, django_db_blocker):
 def demo_user(transactional_db):
     from django.core.management import call_command
 
-    call_command("setup_demo", "--username", "engineer", "--password", "pw-engineer")
+    call_command("setup_demo", "--username", "engineer", "--password", "pw-engineer", "--no-engines")
     return "engineer", "pw-engineer"
 
 

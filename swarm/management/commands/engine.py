@@ -2,7 +2,8 @@
 
     manage.py engine serve --engine minilm --port 8100 [--host 127.0.0.1] [--plan JSON]
     manage.py engine validate --engine NAME [--config SIZE] [--json]
-    manage.py engine register --engine NAME [--config SIZE] [--target T] [--plan JSON] [--name NAME]
+    manage.py engine register --engine NAME [--config SIZE] [--target T] [--plan JSON] [--name NAME] [--tune]
+    manage.py engine tune NAME [--template-points N] [--plan-variants N]   (tune its plan in this process)
     manage.py engine bench --record NAME [--reps N]      (store a validation + benchmark in the history)
     manage.py engine guard --candidate ID [--json]       (run the promotion guard for a candidate)
 
@@ -43,6 +44,11 @@ class Command(BaseCommand):
         r.add_argument("--target", default="cpu-x86_64")
         r.add_argument("--plan", default="{}")
         r.add_argument("--name")
+        r.add_argument("--tune", action="store_true", help="queue a plan tuning of the engine on its target's worker")
+        t = sub.add_parser("tune", help="tune a production engine's plan now, in this process (one line per step)")
+        t.add_argument("name", metavar="NAME", help="production engine name, e.g. kda-layer-small/cpu-x86_64")
+        t.add_argument("--template-points", type=int, default=3)
+        t.add_argument("--plan-variants", type=int, default=6)
         b = sub.add_parser("bench", help="validate + benchmark a production engine and record it in its history")
         b.add_argument("--record", required=True, metavar="NAME", help="production engine name, e.g. minilm/cpu-x86_64")
         b.add_argument("--reps", type=int, default=7)
@@ -84,6 +90,8 @@ class Command(BaseCommand):
             b = record_benchmark(pe, reps=opts["reps"])
             self.stdout.write(json.dumps({"benchmark": b.pk, "status": b.status, "metrics": b.metrics}, default=str))
             return None
+        if action == "tune":
+            return self._tune(opts)
         if action == "guard":
             from engines.web.guard import check_kernel_promotion  # noqa: PLC0415
             from swarm.models import Candidate  # noqa: PLC0415
@@ -114,27 +122,38 @@ class Command(BaseCommand):
         serve(app, opts["host"], opts["port"])
 
     def _register(self, opts, plan):
-        from django.utils import timezone  # noqa: PLC0415
+        from engines.web.services import register_engine  # noqa: PLC0415
 
-        from engines.registry import CONFIGS, engine_class  # noqa: PLC0415
-        from engines.web.models import ProductionEngine  # noqa: PLC0415
-
-        name, config = opts["engine"], opts["config"]
         try:
-            cls = engine_class(name)
-        except KeyError as exc:
+            pe, created = register_engine(opts["engine"], config=opts["config"], target=opts["target"], plan=plan,
+                                          name=opts.get("name"))
+        except (KeyError, ValueError) as exc:
             raise CommandError(str(exc).strip("\"'")) from None
-        if CONFIGS[name] and config and config not in CONFIGS[name]:
-            raise CommandError(f"engine {name} has no config {config!r} (known: {', '.join(CONFIGS[name])})")
-        from engines._plan import Plan  # noqa: PLC0415
+        self.stdout.write(f"{'registered' if created else 'updated'} production engine {pe.name} (id {pe.pk})")
+        if opts.get("tune"):
+            from engines.web.tuning import start_tuning  # noqa: PLC0415
 
-        mod = __import__(cls.__module__, fromlist=["PLAN_SPEC"])
+            t = start_tuning(pe)
+            self.stdout.write(f"plan tuning {t.pk} queued (the engines page shows its progress)")
+
+    def _tune(self, opts):
+        from engines.web.models import ProductionEngine  # noqa: PLC0415
+        from engines.web.tuning import run_step, start_tuning  # noqa: PLC0415
+
         try:
-            full = Plan.parse(mod.PLAN_SPEC, plan).to_dict()
+            pe = ProductionEngine.objects.get(name=opts["name"])
+            tuning = start_tuning(pe, dispatch_now=False, template_points=opts["template_points"],
+                                  plan_variants=opts["plan_variants"])
+        except ProductionEngine.DoesNotExist:
+            raise CommandError(f"no production engine {opts['name']!r} (manage.py engine register first)") from None
         except ValueError as exc:
             raise CommandError(str(exc)) from None
-        label = opts.get("name") or f"{name}{'-' + config if config else ''}/{opts['target']}"
-        pe, created = ProductionEngine.objects.update_or_create(
-            name=label, defaults=dict(engine=name, config=config or (CONFIGS[name][0] if CONFIGS[name] else ""),
-                                      target=opts["target"], plan=full, active=True, updated_at=timezone.now()))
-        self.stdout.write(f"{'registered' if created else 'updated'} production engine {pe.name} (id {pe.pk})")
+        while tuning.status not in ("done", "failed"):
+            tuning = run_step(tuning.pk, chain=False) or tuning.__class__.objects.get(pk=tuning.pk)
+            done, total = tuning.progress
+            self.stdout.write(f"step {done}/{total or '?'}: {tuning.state.get('phase')}")
+        if tuning.status == "failed":
+            raise CommandError(f"tuning {tuning.pk} failed: {tuning.error.splitlines()[0]}")
+        pe.refresh_from_db()
+        for row in pe.kernel_rows():
+            self.stdout.write(f"{row['workload']:<18} {row['kind']:<10} {row['why']}")

@@ -1,4 +1,5 @@
-"""``manage.py setup_demo``: the demo user (engineer + approver) and the demo rmsnorm goal."""
+"""``manage.py setup_demo``: the demo user (engineer + approver), the demo rmsnorm goal, and the
+demo's production engines with a plan tuning of each queued (the worker runs it)."""
 
 from __future__ import annotations
 
@@ -27,11 +28,13 @@ def ensure_roles() -> dict[str, Group]:
 
 
 class Command(BaseCommand):
-    help = "Create the roles, a demo user and the demo goal (rmsnorm, hidden 4096, cpu-x86_64)."
+    help = ("Create the roles, a demo user, the demo goal (rmsnorm, hidden 4096, cpu-x86_64) and the demo "
+            "engines, with a plan tuning of each queued.")
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--username", default="demo")
         parser.add_argument("--password", default="demo")
+        parser.add_argument("--no-engines", action="store_true", help="register no engines (no plan tunings)")
 
     def handle(self, *args, **opts) -> None:
         groups = ensure_roles()
@@ -46,3 +49,10 @@ class Command(BaseCommand):
             name="Demo: RMSNorm hidden 4096 (Llama-3-8B) on cpu-x86_64, minimise latency",
         )
         self.stdout.write(f"demo user {user.username!r} ready; demo goal {goal.pk}: {goal.name}")
+        if opts["no_engines"]:
+            return
+        from engines.web.tuning import register_demo_engines  # noqa: PLC0415
+
+        engines = register_demo_engines(user)
+        self.stdout.write("engines registered: " + ", ".join(e.name for e in engines)
+                          + " (their plans are tuned in the background: see /engines/)")
