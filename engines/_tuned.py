@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from engines._binding import KernelSpec, NoProduction
+from engines._coverage import choose
 
 
 class TunedRegistry:
@@ -21,7 +23,22 @@ class TunedRegistry:
         self.base = base if base is not None else NoProduction()
         self.choices = {w: dict(c) for w, c in (choices or {}).items()}
 
+    def specs(self, workload: str, target: str) -> list[KernelSpec]:
+        """The base registry's production kernels of ``workload``; the one this tuning chose is
+        validated and benchmarked at the shapes it was measured at (``validated_shapes``), so
+        it binds there (:mod:`engines._coverage`)."""
+        base = getattr(self.base, "specs", None)
+        found = list(base(workload, target)) if callable(base) else []
+        c = self.choices.get(workload)
+        if not c or c.get("kind") != "production":
+            return found
+        extra = tuple(dict(s) for s in c.get("shapes") or ())
+        return [dataclasses.replace(s, validated_shapes=(*s.validated_shapes, *extra))
+                if s.candidate == c.get("candidate") else s for s in found]
+
     def lookup(self, workload: str, target: str, shape: Mapping[str, int]) -> KernelSpec | None:
+        if callable(getattr(self.base, "specs", None)):
+            return choose(self.specs(workload, target), shape)[0]
         return self.base.lookup(workload, target, shape)
 
     def template_point(self, workload: str, target: str, shape: Mapping[str, int]) -> KernelSpec | None:

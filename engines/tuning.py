@@ -115,9 +115,18 @@ def _option_queue(state: dict, registry) -> list[dict]:
             # {} is the template as written (its own #define defaults), what an unplanned binding runs.
             points = [{}] + space.sample(rng, state["template_points"] - 1)
             queue += [{"workload": w, "kind": "template", "params": dict(p)} for p in points]
-        if registry.lookup(w, state["target"], entry["shapes"][0]) is not None:
+        if _production(registry, w, state["target"], entry["shapes"][0]) is not None:
             queue.append({"workload": w, "kind": "production", "params": {}})
     return queue
+
+
+def _production(registry, workload: str, target: str, shape: Mapping[str, int]):
+    """The registry's preferred production kernel of ``workload``, whatever shape set it was
+    promoted for: measuring it at the engine's shape set is what validates and benchmarks it
+    there (:mod:`engines._coverage`), so the tuning may choose it."""
+    specs = getattr(registry, "specs", None)
+    found = specs(workload, target) if callable(specs) else None
+    return found[0] if found else registry.lookup(workload, target, shape)
 
 
 def _measure(item: dict, state: dict, registry, evaluate: Callable, time_baseline: Callable) -> dict:
@@ -134,7 +143,7 @@ def _measure(item: dict, state: dict, registry, evaluate: Callable, time_baselin
 
         source, params = load_template(w, "cpu"), dict(item["params"])
     else:
-        spec = registry.lookup(w, state["target"], state["shapes"][w]["shapes"][0])
+        spec = _production(registry, w, state["target"], state["shapes"][w]["shapes"][0])
         if spec is None:
             return {**row, "status": "gone", "latency_ms": None, "note": "no production kernel any more"}
         source, params = spec.source, dict(spec.params)
@@ -151,9 +160,11 @@ def _fmt(params: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items()) or "defaults"
 
 
-def choose(workload: str, options: list[dict], shape_set: str) -> dict[str, Any]:
+def choose(workload: str, options: list[dict], shape_set: str,
+           shapes: list[Mapping[str, int]] = ()) -> dict[str, Any]:
     """The fastest option that passed, as a choice ``{choice, kind, params, latency_ms,
-    shape_set, why, candidate}``; the baseline when nothing passed (it always runs)."""
+    shape_set, why, candidate, shapes}`` (``shapes``: those of ``shape_set`` it was measured
+    at); the baseline when nothing passed (it always runs)."""
     passed = [o for o in options if o.get("status") == "ok" and o.get("latency_ms") is not None]
     if not passed:
         return {"choice": BASELINE, "kind": "baseline", "params": {}, "latency_ms": None, "shape_set": shape_set,
@@ -173,7 +184,8 @@ def choose(workload: str, options: list[dict], shape_set: str) -> dict[str, Any]
             "production": f"production kernel #{best.get('candidate')}"}[best["kind"]]
     why = f"{what}: fastest of {len(options)} measured at {shape_set} ({best['latency_ms']:.4g} ms; {vs}{tail}{no_prod})"
     return {"choice": KINDS[best["kind"]], "kind": best["kind"], "params": dict(best["params"]),
-            "latency_ms": best["latency_ms"], "shape_set": shape_set, "why": why, "candidate": best.get("candidate")}
+            "latency_ms": best["latency_ms"], "shape_set": shape_set, "why": why, "candidate": best.get("candidate"),
+            "shapes": [dict(x) for x in shapes]}
 
 
 def _plan_queue(state: dict) -> list[dict]:
@@ -233,7 +245,8 @@ def step(state: dict, *, registry=None, evaluate: Callable | None = None, time_b
             item = state["queue"].pop(0)
             state["options"][item["workload"]].append(_measure(item, state, registry, evaluate, time_baseline))
         if not state["queue"]:
-            state["choices"] = {w: choose(w, opts, state["shape_set"]) for w, opts in state["options"].items()}
+            state["choices"] = {w: choose(w, opts, state["shape_set"], state["shapes"][w]["shapes"])
+                                for w, opts in state["options"].items()}
             state["plan_queue"] = _plan_queue(state)
             state["total_steps"] = state["done_steps"] + 1 + len(state["plan_queue"])
             state["phase"] = "plan"
