@@ -23,7 +23,7 @@ void rmsnorm(const float *x, const float *w, float *y, int rows, int hidden, flo
     }
 }
 """
-GOOD = json.dumps({"source": GOOD_SOURCE, "params": {"UNUSED": 1}, "rationale": "double accumulation, one pass"})
+GOOD = json.dumps({"source": GOOD_SOURCE, "params": {}, "rationale": "double accumulation, one pass"})
 
 
 def view(history):
@@ -38,11 +38,13 @@ def settings_for(server, **extra):
 def test_a_well_formed_answer_becomes_a_proposal_with_source_and_rationale(db):
     with ChatServer([("ok", GOOD)]) as server:
         [p] = make_agent("llm", 1, settings_for(server)).propose(view([]), 1)
-    assert p.error is None and "void rmsnorm(" in p.source and p.params == {"UNUSED": 1}
+    assert p.error is None and "void rmsnorm(" in p.source and p.params == {}
     assert p.rationale == "double accumulation, one pass"
     body = server.requests[0]["body"]
     assert body["model"] == "local-test"
     assert "candidate contract" in body["messages"][1]["content"]
+    assert body["max_tokens"] == 4096 and body["stream"] is True
+    assert body["response_format"]["type"] == "json_schema"
 
 
 def test_a_fenced_code_block_answer_is_accepted(db):
@@ -58,7 +60,7 @@ def test_malformed_answers_are_retried_then_recorded_as_failed(db):
         agent = make_agent("llm", 1, settings_for(server))
         [p] = agent.propose(view([]), 1)
     assert len(server.requests) == 3
-    assert p.error and "attempt 1: malformed" in p.error and "entry point 'rmsnorm'" in p.error
+    assert p.error and "call 1: malformed" in p.error and "entry point 'rmsnorm'" in p.error
     assert p.raw == '{"source": "int main(){}"}'
     assert agent.usage["calls"] == 3 and agent.usage["prompt_tokens"] == 3000
     assert agent.usage["cost_usd"] == pytest.approx(3 * (1000 * 1.0 + 200 * 2.0) / 1e6)
@@ -80,7 +82,7 @@ def test_http_errors_and_slow_answers_are_retried_with_backoff(db):
 
 def test_an_unreachable_endpoint_is_a_failed_proposal_not_a_crash(db):
     [p] = make_agent("llm", 1, {"base_url": "http://127.0.0.1:9/v1", "max_attempts": 2, "backoff_s": 0.01}).propose(view([]), 1)
-    assert p.error and "attempt 2" in p.error
+    assert p.error and "call 2" in p.error
 
 
 @pytest.mark.django_db
