@@ -322,8 +322,8 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
         got = ask(record, short)
         shares[record.name] = shares.get(record.name, 0) + got
         short -= got
-    if lane_records and not any(not p.error for _, p in proposed):
-        _wait_for_lane(run, lane_records, view, number, n, usage, proposed, shares)
+    if lane_records and not _any_new(goal, proposed, fingerprint):
+        _wait_for_lane(run, lane_records, view, number, n, usage, proposed, shares, goal, fingerprint)
     created: list[Candidate] = []
     with transaction.atomic():
         run = _locked_run(run_id, with_goal=False)
@@ -378,9 +378,24 @@ def _lane_proposals(run: Run, lane_records: list[AgentRecord], view: RunView, nu
 LANE_WAIT_ROUNDS = 3
 
 
+def _any_new(goal: Goal, proposed: list[tuple[AgentRecord, Proposal]], fingerprint: dict[str, Any]) -> bool:
+    """Whether a proposal would become a candidate: a parameter point (already checked unseen)
+    or a kernel whose content hash the goal does not have."""
+    digests = set()
+    for _, p in proposed:
+        if p.error:
+            continue
+        if p.source is None:
+            return True
+        digests.add(kernels.candidate_hash(p.source, p.params, fingerprint))
+    return bool(digests - set(Candidate.objects.filter(goal=goal, content_hash__in=digests)
+                              .values_list("content_hash", flat=True)))
+
+
 def _wait_for_lane(run: Run, lane_records: list[AgentRecord], view: RunView, number: int, n: int,
-                   usage: dict[str, Any], proposed: list[tuple[AgentRecord, Proposal]], shares: dict[str, int]) -> None:
-    """No agent proposed anything usable: wait for the lane's running requests and take their
+                   usage: dict[str, Any], proposed: list[tuple[AgentRecord, Proposal]], shares: dict[str, int],
+                   goal: Goal, fingerprint: dict[str, Any]) -> None:
+    """No agent proposed anything new: wait for the lane's running requests and take their
     answers (up to ``n``), so that a lane-only run does not end while its requests run."""
     deadline = llm_lane.request_deadline_s(lane_records)
     for _ in range(LANE_WAIT_ROUNDS):
@@ -393,7 +408,7 @@ def _wait_for_lane(run: Run, lane_records: list[AgentRecord], view: RunView, num
         for rec, p in taken:
             if not p.error:
                 shares[rec.name] = shares.get(rec.name, 0) + 1
-        if any(not p.error for _, p in taken):
+        if _any_new(goal, proposed, fingerprint):
             break
 
 

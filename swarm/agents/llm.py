@@ -183,6 +183,9 @@ class LLMAgent(Agent):
         for i in range(self.setting("max_attempts")):
             if cancel is not None and cancel.is_set():
                 raise Cancelled()
+            if self.tokens_left is not None and self.tokens_left <= 0:
+                errors.append(f"call {i + 1}: not made: the lane's token budget is spent")
+                break
             try:
                 reply = self._call(client, messages, cancel)
             except Cancelled:
