@@ -207,7 +207,7 @@ BROKEN_SOURCE = GOOD_SOURCE.replace("double ss = 0.0;", "double ss = 0.0")  # a 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_compile_error_is_repaired_in_its_conversation_and_the_repair_reaches_ok(small_goal):
+def test_a_compile_error_is_repaired_in_its_conversation_and_the_repair_reaches_ok(small_goal, client, owner):
     broken = json.dumps({"source": BROKEN_SOURCE, "params": {}, "rationale": "first try"})
     fix = "--- a\n+++ b\n@@ -4,1 +4,1 @@\n-        double ss = 0.0\n+        double ss = 0.0;\n"
 
@@ -230,6 +230,12 @@ def test_a_compile_error_is_repaired_in_its_conversation_and_the_repair_reaches_
     msgs = repaired.transcript["messages"]
     assert msgs[2]["content"] == broken and "did not compile" in msgs[3]["content"]  # one conversation
     assert "error" in msgs[3]["content"]  # the compiler's log went back
+    client.force_login(owner)
+    page = client.get(f"/candidates/{repaired.pk}/").content.decode()
+    assert 'id="transcript"' in page and "attempt 2 of 3" in page and f"repair of <a" in page
+    assert "The semicolon was missing." in page and "did not compile" in page
+    run_page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="llm-lanes"' in run_page and "no limit" in run_page
 
 
 @pytest.mark.django_db(transaction=True)
