@@ -266,3 +266,40 @@ def test_the_lanes_budget_ends_the_lane_not_the_run(small_goal):
     assert lane["state"] == "spent" and "token budget spent" in lane["reason"]
     assert run.state == "finished" and Candidate.objects.filter(run=run).count() == 8
     assert len(server.requests) <= 3  # 1200 tokens a call: none started once 2000 were spent
+
+
+@pytest.mark.django_db(transaction=True)
+def test_in_a_mixed_run_the_lanes_kernels_appear_in_its_later_prompts_and_a_repair_reaches_ok(small_goal):
+    fix = "--- a\n+++ b\n@@ -4,1 +4,1 @@\n-        double ss = 0.0\n+        double ss = 0.0;\n"
+    served = []
+
+    def answer(body):
+        last = body["messages"][-1]["content"]
+        served.append(last)
+        if "did not compile" in last:
+            return f"Missing semicolon.\n```diff\n{fix}```"
+        if len(served) == 1:
+            return GOOD
+        # a fresh request: a new (broken) variant, so that each is a new kernel
+        broken = BROKEN_SOURCE.replace("int i = 0;", f"int i = {0};/*v{len(served)}*/", 1)
+        return json.dumps({"source": broken, "params": {}, "rationale": "variant"})
+
+    with ChatServer(answer) as server:
+        run, pending = orchestrator.start_run(
+            small_goal, budget=32, seed=3, batch_size=4,
+            agents=[{"name": "llm", "kind": "llm", "settings": lane_settings(server, max_repairs=1)},
+                    {"name": "random", "kind": "random", "settings": {}}])
+        run = drive(run, pending, limit_s=120)
+        prompts = [r["body"]["messages"][1]["content"] for r in server.requests]
+    llm = list(Candidate.objects.filter(run=run, agent="llm").order_by("id"))
+    good = next(c for c in llm if c.status == "ok" and c.transcript["attempt"] == 1)
+    shown = [p for p in prompts if f"# Your best kernels so far\n- candidate {good.pk} by llm" in p]
+    repaired = [c for c in llm if c.transcript.get("repair_of") and c.status == "ok"]
+    print(f"\nrun {run.pk}: {run.state}, {Candidate.objects.filter(run=run).count()} candidates "
+          f"({len(llm)} by llm: {[c.status for c in llm]}); {len(server.requests)} requests; "
+          f"{len(shown)} later prompts show llm candidate {good.pk}; repaired ok: "
+          f"{[(c.pk, c.transcript['repair_of'], c.evidence.metrics.get('latency_ms')) for c in repaired]}; "
+          f"usage {run.llm_usage['lanes']['llm']}")
+    assert shown and repaired
+    assert list(repaired[0].parents.values_list("id", flat=True)) == [repaired[0].transcript["repair_of"]]
+    assert run.state == "finished" and Candidate.objects.filter(run=run, agent="random").count() > 0
