@@ -39,6 +39,8 @@ class Goal(models.Model):
     space = models.JSONField()
     source = models.TextField(blank=True, help_text="Kernel template; parameters arrive as #define lines.")
     dataset_path = models.CharField(max_length=1000, blank=True, help_text="Recorded data of a replay: target.")
+    llm_context_tokens = models.PositiveIntegerField(
+        default=6000, help_text="Token budget of the evidence an LLM agent's prompt carries (4 characters a token).")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -268,6 +270,43 @@ class ProposalFailure(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
 
+class LaneRequest(models.Model):
+    """One request of an LLM agent's lane (:mod:`swarm.llm_lane`): a fresh proposal, or the
+    repair of a failed candidate in that candidate's conversation.
+
+    It runs on a thread of the process that started it (``holder``) while the run goes on;
+    that thread stores the answer (``result``: proposal dicts, see
+    :func:`swarm.llm_lane.proposal_to_dict`) and the tokens spent (``usage``), and a later
+    generation takes it (``done -> taken``). ``deadline`` bounds the whole request (every
+    attempt); a ``running`` request past it is lost.
+    """
+
+    class State(models.TextChoices):
+        RUNNING = "running"
+        DONE = "done"
+        TAKEN = "taken"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    run = models.ForeignKey(Run, related_name="lane_requests", on_delete=models.CASCADE)
+    agent = models.CharField(max_length=64)
+    generation = models.PositiveIntegerField(help_text="Generation being proposed when it started.")
+    repair_of = models.ForeignKey("Candidate", null=True, blank=True, related_name="repair_requests",
+                                  on_delete=models.SET_NULL)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.RUNNING)
+    holder = models.CharField(max_length=200, blank=True, help_text="host:pid:start of the process running it.")
+    started_at = models.DateTimeField(default=timezone.now)
+    deadline = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(default=list, blank=True)
+    usage = models.JSONField(default=dict, blank=True, help_text="calls, prompt_tokens, completion_tokens, cost_usd")
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["run", "state"])]
+
+
 class CandidateStatus(models.TextChoices):
     QUEUED = "queued"
     RUNNING = "running"
@@ -299,6 +338,9 @@ class Candidate(models.Model):
     status = models.CharField(max_length=16, choices=CandidateStatus.choices, default=CandidateStatus.QUEUED)
     parents = models.ManyToManyField("self", symmetrical=False, related_name="children", blank=True)
     rationale = models.TextField(blank=True, help_text="Why the agent proposed it (LLM agents).")
+    transcript = models.JSONField(
+        default=dict, blank=True,
+        help_text="LLM agents: the conversation (messages), answer, tokens, latency and attempt.")
     reused_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reused_by",
         help_text="Identical kernel (same hash and shapes) whose evidence was reused instead of re-benchmarking.",

@@ -12,6 +12,7 @@ take-over is recorded in the candidate's retry history.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import secrets
@@ -30,7 +31,7 @@ from django.utils import timezone
 import kernels
 from kernels.backends import get_backend
 from kernels.space import format_defines
-from swarm import directions, events, learning, observations, remaining
+from swarm import directions, events, learning, llm_lane, observations, remaining, roofline
 from swarm.agents import AGENTS, DEFAULT_MIX, Observation, Proposal, RunView, make_agent
 from swarm.credit import Arm, allocate, frontier_improvements
 from swarm.history import goal_rows as history_rows
@@ -315,9 +316,11 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
             usage[name] = usage.get(name, 0) + v
         return usable
 
-    short = 0
+    lane_records = [r for r in records if llm_lane.in_lane(r.kind)]
+    # The lane first, so that its new requests run while the other agents propose.
+    short = _lane_proposals(run, lane_records, view, number, shares, usage, proposed) if lane_records else 0
     for record in records:
-        if shares.get(record.name, 0) > 0:
+        if shares.get(record.name, 0) > 0 and record not in lane_records:
             got = ask(record, shares[record.name])
             short += shares[record.name] - got
             shares[record.name] = got  # what it filled
@@ -328,11 +331,13 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
     for record in sorted(records, key=lambda r: -scores.get(r.name, 0.0)):
         if short <= 0:
             break
-        if record.paused or record.boost <= 0 or record.name in fell_short:
+        if record.paused or record.boost <= 0 or record.name in fell_short or record in lane_records:
             continue
         got = ask(record, short)
         shares[record.name] = shares.get(record.name, 0) + got
         short -= got
+    if lane_records and not _any_new(goal, proposed, fingerprint):
+        _wait_for_lane(run, lane_records, view, number, n, usage, proposed, shares, goal, fingerprint)
     created: list[Candidate] = []
     with transaction.atomic():
         run = _locked_run(run_id, with_goal=False)
@@ -377,6 +382,70 @@ def _why_nothing_new(run: Run, records: list[AgentRecord], space, number: int) -
     why = "; ".join(errors[:3]) if errors else "they proposed only points that already have candidates"
     return Run.State.FAILED, Run.EndKind.FAILED, (
         f"no agent proposed a new candidate in generation {number}: {why}"[:2000])
+
+
+def _lane_proposals(run: Run, lane_records: list[AgentRecord], view: RunView, number: int, shares: dict[str, int],
+                    usage: dict[str, Any], proposed: list[tuple[AgentRecord, Proposal]]) -> int:
+    """Take the lane's finished answers into this generation and start its next requests
+    (:func:`swarm.llm_lane.step`). A finished answer always gets a slot, taken from the
+    other agents' shares. Returns the lane's slots left unfilled (for the other agents);
+    ``shares`` becomes what each agent has to fill."""
+    caps = {r.name: max(shares.get(r.name, 0), 1) for r in lane_records}
+    taken = llm_lane.step(run, lane_records, view, number, caps, usage, worker_identity())
+    proposed.extend(taken)
+    short = extra = 0
+    for r in lane_records:
+        got = sum(1 for rec, p in taken if rec is r and not p.error)
+        short += max(shares.get(r.name, 0) - got, 0)
+        extra += max(got - shares.get(r.name, 0), 0)
+        shares[r.name] = got
+    lane_names = {r.name for r in lane_records}
+    while extra > 0:  # answers beyond the lane's share displace the largest other shares
+        others = [k for k, v in shares.items() if k not in lane_names and v > 0]
+        if not others:
+            break
+        shares[max(others, key=lambda k: shares[k])] -= 1
+        extra -= 1
+    return short
+
+
+#: Rounds a generation with nothing else to evaluate waits for the lane (each up to the
+#: longest request deadline of its agents).
+LANE_WAIT_ROUNDS = 3
+
+
+def _any_new(goal: Goal, proposed: list[tuple[AgentRecord, Proposal]], fingerprint: dict[str, Any]) -> bool:
+    """Whether a proposal would become a candidate: a parameter point (already checked unseen)
+    or a kernel whose content hash the goal does not have."""
+    digests = set()
+    for _, p in proposed:
+        if p.error:
+            continue
+        if p.source is None:
+            return True
+        digests.add(kernels.candidate_hash(p.source, p.params, fingerprint))
+    return bool(digests - set(Candidate.objects.filter(goal=goal, content_hash__in=digests)
+                              .values_list("content_hash", flat=True)))
+
+
+def _wait_for_lane(run: Run, lane_records: list[AgentRecord], view: RunView, number: int, n: int,
+                   usage: dict[str, Any], proposed: list[tuple[AgentRecord, Proposal]], shares: dict[str, int],
+                   goal: Goal, fingerprint: dict[str, Any]) -> None:
+    """No agent proposed anything new: wait for the lane's running requests and take their
+    answers (up to ``n``), so that a lane-only run does not end while its requests run."""
+    deadline = llm_lane.request_deadline_s(lane_records)
+    for _ in range(LANE_WAIT_ROUNDS):
+        if not llm_lane.running(run):
+            break
+        llm_lane.wait(run, deadline)
+        taken = llm_lane.step(run, lane_records, view, number, {r.name: n for r in lane_records}, usage,
+                              worker_identity())
+        proposed.extend(taken)
+        for rec, p in taken:
+            if not p.error:
+                shares[rec.name] = shares.get(rec.name, 0) + 1
+        if _any_new(goal, proposed, fingerprint):
+            break
 
 
 def _store(run: Run, goal: Goal, view: RunView, number: int, proposed: list[tuple[AgentRecord, Proposal]],
@@ -435,7 +504,7 @@ def _store(run: Run, goal: Goal, view: RunView, number: int, proposed: list[tupl
         twin = twins.get(digest)
         rows.append((proposal, Candidate(
             goal=goal, run=run, generation=number, agent=record.name, content_hash=digest,
-            params=proposal.params, source=source, rationale=proposal.rationale,
+            params=proposal.params, source=source, rationale=proposal.rationale, transcript=proposal.transcript,
             status=twin.status if twin else CandidateStatus.QUEUED, reused_from=twin,
             evaluated_at=now if twin else None,
         )))
@@ -503,7 +572,10 @@ def run_view(run: Run, generation: int | None = None, *, rows: list | None = Non
         return replace(partial, warm_start=tuple(run.warm_start.get("configs", [])), run=run.identity)
     # Sources and logs only for what an LLM prompt shows: the best few and recent failures.
     recent_failures = [o.candidate for o in history if o.status != "ok"][-3:]
-    detail_ids = {o.candidate for o in partial.ranked()[:3]} | set(recent_failures)
+    # The best kernels of any parameters too (coding agents' own sources), overall and per agent.
+    best_kernels = {o.candidate for o in partial.best_kernels(3)} | {
+        o.candidate for a in {o.agent for o in history} for o in partial.best_kernels(3, agent=a)}
+    detail_ids = {o.candidate for o in partial.ranked()[:3]} | set(recent_failures) | best_kernels
     details = {
         c.pk: c for c in Candidate.objects.filter(pk__in=detail_ids).select_related("evidence").only(
             "id", "source", "params", "evidence__log")
@@ -524,7 +596,27 @@ def run_view(run: Run, generation: int | None = None, *, rows: list | None = Non
         contract=_contract(goal.workload),
         template=goal.source,
         run=run.identity,
+        incumbent=_incumbent(goal, partial),
+        directions=tuple(_direction_line(d) for d in run.directions.filter(state="applied").order_by("applied_at")[:20]),
+        context_tokens=goal.llm_context_tokens,
     )
+
+
+def _incumbent(goal: Goal, view: RunView) -> dict[str, Any]:
+    """The best feasible candidate's roofline position and static resources (RunView.incumbent)."""
+    top = view.best_kernels(1)
+    if not top:
+        return {}
+    ev = Evidence.objects.filter(candidate_id=top[0].candidate).first()
+    if ev is None:
+        return {}
+    return {"candidate": top[0].candidate, "roofline": roofline.points(goal, ev),
+            "ceilings": {k: v for k, v in roofline.ceilings(goal, ev).items() if k in ("gbps", "gflops")},
+            "static": ev.static or {}}
+
+
+def _direction_line(d) -> str:
+    return f"{d.kind} {json.dumps(d.payload, sort_keys=True)} (generation {d.applied_generation})"
 
 
 def _contract(workload: str) -> str:
@@ -645,6 +737,7 @@ def finish(run: Run, state: str, kind: str, reason: str) -> None:
     run.state, run.end_kind, run.end_reason = state, kind, reason
     run.finished_at = timezone.now()
     run.save(update_fields=["state", "end_kind", "end_reason", "finished_at"])
+    llm_lane.cancel(run)  # the lane's requests end with the run
     transaction.on_commit(lambda: events.publish(run.pk, "run", run_state(run)))
 
 

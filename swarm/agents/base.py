@@ -68,9 +68,15 @@ class RunView:
         template: the goal's template source.
         run: identity of the run ("" outside a run): its id and start time, unique even when a
             database reuses ids; agents may key per-process caches on it.
+        incumbent: the best feasible candidate's ``{"candidate", "roofline": [{"label",
+            "intensity" (flop/byte), "gflops", "gbps", "latency_ms"}], "ceilings": {"gbps",
+            "gflops"}, "static": {...}}`` (empty without one).
+        directions: the engineer's applied directions of the run, as one line each.
+        context_tokens: token budget of the evidence in a coding agent's prompt (the goal's).
 
-    ``insights``, ``contract``, ``template`` and the observations' ``source`` and ``log`` are
-    filled only when an agent of the run's mix has :attr:`Agent.reads_context`.
+    ``insights``, ``contract``, ``template``, ``incumbent``, ``directions`` and the
+    observations' ``source`` and ``log`` are filled only when an agent of the run's mix has
+    :attr:`Agent.reads_context`.
     """
 
     workload: str
@@ -86,6 +92,9 @@ class RunView:
     contract: str = ""
     template: str = ""
     run: str = ""
+    incumbent: dict[str, Any] = field(default_factory=dict)
+    directions: tuple[str, ...] = field(default=())
+    context_tokens: int = 6000
 
     def score(self, obs: Observation) -> float:
         """Scalar to minimise for ``obs``: primary objective, penalised when infeasible or failed.
@@ -106,10 +115,21 @@ class RunView:
         return self.score(obs) < INFEASIBLE
 
     def ranked(self) -> list[Observation]:
-        """Evaluated observations in this space, best first (failures last)."""
+        """Evaluated observations that are points of this space, best first (failures last).
+
+        Kernels whose parameters are not exactly the space's (a coding agent's own source with
+        ``{}`` or a subset) are not points of the space: :meth:`best_kernels` ranks them.
+        """
         names = set(self.space.names)
         own = [o for o in self.history if set(o.params) == names]
         return sorted(own, key=self.score)
+
+    def best_kernels(self, k: int, agent: str | None = None) -> list[Observation]:
+        """The ``k`` best ``ok`` observations of any parameters (coding agents' kernels too),
+        best first; only those proposed by ``agent`` when it is given."""
+        ok = [o for o in self.history if o.status == "ok" and (agent is None or o.agent == agent)
+              and self.score(o) != math.inf]
+        return sorted(ok, key=self.score)[:k]
 
 
 @dataclass(frozen=True)
@@ -123,6 +143,9 @@ class Proposal:
         rationale: why the agent expects it to be good.
         error: set when the agent failed to produce a usable proposal (kept as evidence).
         raw: the raw answer behind a failed proposal.
+        transcript: coding agents: the conversation that produced it (``messages``, ``answer``,
+            ``prompt_tokens``, ``completion_tokens``, ``latency_s`` in s, ``attempt``), stored
+            on the candidate.
     """
 
     params: dict[str, Any]
@@ -131,6 +154,7 @@ class Proposal:
     rationale: str = ""
     error: str | None = None
     raw: str = ""
+    transcript: dict[str, Any] = field(default_factory=dict)
 
 
 def at_least(low: float) -> tuple[Callable[[float], bool], str]:
@@ -182,6 +206,11 @@ class Agent(abc.ABC):
     """
 
     kind: str = "agent"
+    #: Name of the agent in its run (the orchestrator sets it; "" outside a run).
+    name: str = ""
+    #: Whether an agent of this kind runs in its own lane (:mod:`swarm.llm_lane`): its requests
+    #: run beside the generations instead of inside them.
+    lane: bool = False
     #: Whether :meth:`propose` reads ``RunView.insights`` and the sources and logs of
     #: observations; the orchestrator fills them only for a mix that has such an agent.
     reads_context: bool = False

@@ -1,38 +1,78 @@
 """LLM coding agent: asks a model behind any OpenAI-compatible endpoint for complete kernels.
 
-The prompt carries the workload's math and candidate contract, the template, the best
-candidates' source with their evidence, recent failures with their logs, and the insights.
-The model answers with a JSON object ``{"source": ..., "params": {...}, "rationale": ...}``
-(a fenced code block plus prose is accepted too). A malformed answer or an endpoint error is
-retried with exponential backoff; what still fails becomes a failed :class:`Proposal` (kept as
+The prompt (:mod:`swarm.agents.llm_prompt`) carries the workload's contract, the template and
+the evidence: the best kernels (own and others', with source, parameters and metrics), the
+incumbent's roofline position and static resources, failure rules, insights and the engineer's
+directions, trimmed to the goal's token budget. The answer (:mod:`swarm.agents.llm_answer`) is
+one JSON object ``{"source" | "diff", "params", "rationale"}``, or one fenced C/CUDA block (or
+a ``diff`` block against the parent kernel) with a fenced JSON object. A malformed answer goes
+back to the same conversation with the reason; an endpoint error is retried with exponential
+backoff; what still fails becomes a failed :class:`Proposal` with the raw answer (kept as
 evidence), never an exception.
+
+Every call sends ``max_tokens`` and streams the answer, so that a per-call deadline and a
+cancellation end it between two chunks (closing the stream closes the connection, which makes
+vLLM, SGLang and llama.cpp stop generating); a server that sends nothing is ended by the read
+timeout (``timeout_s``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import re
+import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
-from swarm.agents.base import Agent, Observation, Proposal, RunView, between
+from swarm.agents.base import Agent, Proposal, RunView, between
+from swarm.agents.llm_answer import ANSWER_SCHEMA, MalformedAnswer, parse_answer
+from swarm.agents.llm_prompt import SYSTEM_PROMPT, build_prompt
 
 log = logging.getLogger(__name__)
 
-SYSTEM_PROMPT = (
-    "You are a GPU/CPU kernel performance engineer. You write complete, correct, fast kernels "
-    "that follow the given candidate contract exactly. Answer with one JSON object and nothing "
-    'else: {"source": "<complete kernel source>", "params": {"NAME": value, ...}, '
-    '"rationale": "<why this should be faster>"}. Parameters in "params" are prepended to the '
-    "source as #define lines."
-)
-
-_FENCE = re.compile(r"```(?:json|c|cpp|cuda|C)?\s*\n(.*?)```", re.S)
+RESPONSE_FORMATS = ("json_schema", "json_object", "none")
 
 
-class MalformedAnswer(ValueError):
-    """The model's answer is not a usable kernel proposal."""
+class Cancelled(Exception):
+    """The lane cancelled the request (the run ended or the lane's budget is spent)."""
+
+
+class DeadlineExceeded(TimeoutError):
+    """A call ran past its per-call deadline (``timeout_s``)."""
+
+
+@dataclass
+class Reply:
+    """One chat-completions answer: text, tokens (estimated at 4 characters a token when the
+    endpoint reports no usage), latency in s and why generation stopped."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    finish_reason: str = ""
+    estimated: bool = False
+
+
+@dataclass(frozen=True)
+class RepairCase:
+    """A failed candidate to repair in its own conversation.
+
+    Attributes:
+        candidate: id of the failed candidate (the repair's parent).
+        source: its complete source as compiled (``#define`` lines included).
+        params: its parameters.
+        status: ``compile_error``, ``wrong_result`` or ``runtime_error``.
+        feedback: what went wrong, for the model (log tail, the failing case).
+        transcript: the candidate's transcript (its ``messages`` are the conversation).
+    """
+
+    candidate: int
+    source: str
+    params: dict[str, Any]
+    status: str
+    feedback: str
+    transcript: dict[str, Any] = field(default_factory=dict)
 
 
 class LLMAgent(Agent):
@@ -42,36 +82,159 @@ class LLMAgent(Agent):
         base_url: endpoint (default ``settings.LLM_BASE_URL``).
         model: model name (default ``settings.LLM_MODEL``).
         api_key: key (default ``settings.LLM_API_KEY``; a placeholder for keyless local servers).
+        response_format: ``json_schema`` (default), ``json_object`` or ``none``; an endpoint that
+            refuses it (HTTP 400/404/422) is asked again without it.
         temperature: sampling temperature (default 0.4).
-        timeout_s: per-request timeout in seconds (default 120).
-        max_attempts: attempts per proposal, malformed answers included (default 3).
-        backoff_s: first retry delay in seconds, doubled each retry (default 1.0).
-        price_prompt_per_mtok, price_completion_per_mtok: USD per million tokens, for the
-            run's cost figure (default 0).
-        best_k: best candidates whose source goes into the prompt (default 3).
+        max_tokens: completion tokens per call (default 4096).
+        timeout_s: per-call deadline in s, also the read timeout (default 120).
+        stream: 1 streams answers (default; deadline and cancellation act between chunks), 0 not.
+        max_attempts: calls per answer, malformed answers and endpoint errors included (default 3).
+        max_repairs: repairs of a failed candidate in its conversation (default 2); each is a
+            candidate whose parent is the failed one.
+        backoff_s: first retry delay in s after an endpoint error, doubled each retry (default 1).
+        price_prompt_per_mtok, price_completion_per_mtok: USD per million tokens (default 0).
+        max_run_tokens: tokens (prompt + completion) the lane may spend per run; 0: no limit.
+        max_run_cost_usd: USD the lane may spend per run; 0: no limit.
+        concurrency: lane requests in flight at once (default 1).
+        best_k: best kernels (own and others', each) whose source goes into the prompt (default 3).
     """
 
     kind = "llm"
     reads_context = True
+    lane = True
     OTHER_SETTINGS = (
         ("base_url", lambda v: isinstance(v, str) and v.startswith(("http://", "https://")), "an http:// or https:// URL"),
         ("model", lambda v: isinstance(v, str), "a model name"),
         ("api_key", lambda v: isinstance(v, str), "a string"),
+        ("response_format", lambda v: v in RESPONSE_FORMATS, "one of " + ", ".join(RESPONSE_FORMATS)),
     )
     NUMERIC_SETTINGS = (  # bounded: a retry loop must end in minutes, a cost stay finite
         ("temperature", 0.4, float, *between(0, 2)),  # the OpenAI API's range
+        ("max_tokens", 4096, int, *between(16, 200_000)),
         ("timeout_s", 120.0, float, (lambda v: 0.0 < v <= 3600.0), "in (0, 3600]"),
+        ("stream", 1, int, *between(0, 1)),
         ("max_attempts", 3, int, *between(1, 20)),
+        ("max_repairs", 2, int, *between(0, 10)),
         ("backoff_s", 1.0, float, *between(0, 60)),
         ("price_prompt_per_mtok", 0.0, float, *between(0, 1e4)),
         ("price_completion_per_mtok", 0.0, float, *between(0, 1e4)),
+        ("max_run_tokens", 0, int, *between(0, 1e10)),
+        ("max_run_cost_usd", 0.0, float, *between(0, 1e6)),
+        ("concurrency", 1, int, *between(1, 8)),
         ("best_k", 3, int, *between(0, 50)),
     )
 
+    #: Completion tokens a call may still spend (the lane sets it from the run's token budget).
+    tokens_left: int | None = None
+
     def propose(self, view: RunView, n: int) -> list[Proposal]:
+        """``n`` fresh conversations, one after the other (the lane runs them on its own threads)."""
+        return [self.converse(view) for _ in range(n)]
+
+    def request_deadline_s(self) -> float:
+        """Upper bound in s of one :meth:`converse` or :meth:`repair`: every attempt at its
+        deadline, the backoff between them, and a read timeout's slack per attempt."""
+        attempts = self.setting("max_attempts")
+        backoff = self.setting("backoff_s") * (2 ** max(attempts - 1, 0) - 1)
+        return attempts * 2 * self.setting("timeout_s") + backoff + 5.0
+
+    def converse(self, view: RunView, cancel: threading.Event | None = None) -> Proposal:
+        """A fresh conversation: the evidence prompt, answered until usable or out of attempts.
+
+        Raises:
+            Cancelled: ``cancel`` was set.
+        """
+        parents = view.best_kernels(1)
+        parent = parents[0] if parents else None
+        prompt = build_prompt(view, self.setting("best_k"), own=self.name)
+        messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}]
+        return self._answer(view, messages, cancel, attempt=1, chain=0,
+                            parent=(parent.candidate, parent.source) if parent and parent.source else None)
+
+    def repair(self, view: RunView, case: RepairCase, cancel: threading.Event | None = None) -> Proposal:
+        """The next attempt of a failed candidate: its conversation plus what went wrong.
+
+        Raises:
+            Cancelled: ``cancel`` was set.
+        """
+        messages = list(case.transcript.get("messages") or [])
+        if not messages:
+            messages = [{"role": "system", "content": SYSTEM_PROMPT},
+                        {"role": "user", "content": build_prompt(view, self.setting("best_k"), own=self.name)},
+                        {"role": "assistant", "content": case.source}]
+        messages.append({"role": "user", "content": case.feedback + "\n\nFix the kernel. A unified diff against "
+                         "it is accepted. Answer in the same format as before."})
+        attempt = int(case.transcript.get("attempt") or 1) + 1
+        chain = int(case.transcript.get("chain") or case.candidate)
+        return self._answer(view, messages, cancel, attempt=attempt, chain=chain, parent=(case.candidate, case.source),
+                            repair_of=case.candidate)
+
+    # --- one answer ------------------------------------------------------------------------
+
+    def _answer(self, view: RunView, messages: list[dict], cancel: threading.Event | None, *, attempt: int,
+                chain: int, parent: tuple[int, str] | None, repair_of: int | None = None) -> Proposal:
+        """Ask until an answer parses (malformed ones are answered in the conversation) or the
+        attempts are spent; returns the proposal, failed or not, with its transcript."""
         client = self._client()
-        prompt = build_prompt(view, self.setting("best_k"))
-        return [self._one(client, prompt, view) for _ in range(n)]
+        calls: list[dict[str, Any]] = []
+        errors: list[str] = []
+        raw = ""
+        delay = self.setting("backoff_s")
+        for i in range(self.setting("max_attempts")):
+            if cancel is not None and cancel.is_set():
+                raise Cancelled()
+            if self.tokens_left is not None and self.tokens_left <= 0:
+                errors.append(f"call {i + 1}: not made: the lane's token budget is spent")
+                break
+            try:
+                reply = self._call(client, messages, cancel)
+            except Cancelled:
+                raise
+            except Exception as exc:  # noqa: BLE001 - endpoint errors of any kind are recorded
+                errors.append(f"call {i + 1}: {type(exc).__name__}: {exc}")
+                calls.append({"error": errors[-1]})
+                if cancel is not None and cancel.wait(delay):
+                    raise Cancelled() from None
+                if cancel is None:
+                    time.sleep(delay)
+                delay *= 2
+                continue
+            raw = reply.text
+            calls.append({"latency_s": round(reply.latency_s, 3), "prompt_tokens": reply.prompt_tokens,
+                          "completion_tokens": reply.completion_tokens, "finish_reason": reply.finish_reason,
+                          "estimated": reply.estimated})
+            messages = [*messages, {"role": "assistant", "content": raw}]
+            try:
+                source, params, rationale = parse_answer(raw, view, parent[1] if parent else None)
+            except MalformedAnswer as exc:
+                if reply.finish_reason == "length":
+                    exc = MalformedAnswer(f"{exc} (the answer was cut at max_tokens)")
+                errors.append(f"call {i + 1}: malformed answer: {exc}")
+                calls[-1]["error"] = errors[-1]
+                messages.append({"role": "user", "content": f"That answer could not be used: {exc}. "
+                                 "Answer again with one JSON object as specified."})
+                continue
+            transcript = self._transcript(messages, raw, rationale, calls, attempt, chain, repair_of)
+            return Proposal(params=params, source=source, rationale=rationale,
+                            parents=(parent[0],) if parent else (), transcript=transcript)
+        transcript = self._transcript(messages, raw, "", calls, attempt, chain, repair_of)
+        return Proposal(params={}, error="; ".join(errors) or "no answer", raw=raw[:20000], transcript=transcript)
+
+    def _transcript(self, messages, raw, rationale, calls, attempt, chain, repair_of) -> dict[str, Any]:
+        done = [c for c in calls if "latency_s" in c]
+        return {
+            "model": self._model(), "messages": messages, "answer": raw[:20000], "rationale": rationale,
+            "prompt_tokens": sum(c["prompt_tokens"] for c in done),
+            "completion_tokens": sum(c["completion_tokens"] for c in done),
+            "latency_s": round(sum(c["latency_s"] for c in done), 3), "calls": calls,
+            "attempt": attempt, "max_attempts": 1 + self.setting("max_repairs"), "chain": chain,
+            "repair_of": repair_of,
+        }
+
+    def _model(self) -> str:
+        from django.conf import settings as django_settings
+
+        return self.settings.get("model") or django_settings.LLM_MODEL
 
     def _client(self):
         from django.conf import settings as django_settings
@@ -84,116 +247,96 @@ class LLMAgent(Agent):
             max_retries=0,  # retries are ours, so malformed answers and errors share one budget
         )
 
-    def _one(self, client, prompt: str, view: RunView) -> Proposal:
-        from django.conf import settings as django_settings
+    def _call(self, client, messages: list[dict], cancel: threading.Event | None) -> Reply:
+        """One chat-completions call within ``timeout_s``.
 
-        attempts = self.setting("max_attempts")
-        delay = self.setting("backoff_s")
-        model = self.settings.get("model") or django_settings.LLM_MODEL
-        errors, raw = [], ""
-        for attempt in range(attempts):
-            if attempt:
-                time.sleep(delay * 2 ** (attempt - 1))
-            try:
-                response = client.chat.completions.create(
-                    model=model,
-                    temperature=self.setting("temperature"),
-                    messages=[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}],
-                )
-                self._count(response)
-                raw = (response.choices[0].message.content or "") if response.choices else ""
-                source, params, rationale = parse_answer(raw, view)
-                return Proposal(params=params, source=source, rationale=rationale,
-                                parents=tuple(o.candidate for o in view.ranked()[:1]))
-            except MalformedAnswer as exc:
-                errors.append(f"attempt {attempt + 1}: malformed answer: {exc}")
-            except Exception as exc:  # noqa: BLE001 - endpoint errors of any kind are recorded
-                errors.append(f"attempt {attempt + 1}: {type(exc).__name__}: {exc}")
-        return Proposal(params={}, error="; ".join(errors), raw=raw[:20000])
+        Raises:
+            Cancelled: ``cancel`` was set while it streamed.
+            DeadlineExceeded: the deadline passed while it streamed.
+            openai.APIError and subclasses: the endpoint's errors.
+        """
+        import openai
 
-    def _count(self, response) -> None:
-        usage = getattr(response, "usage", None)
-        prompt = getattr(usage, "prompt_tokens", 0) or 0
-        completion = getattr(usage, "completion_tokens", 0) or 0
-        cost = (prompt * self.setting("price_prompt_per_mtok")
-                + completion * self.setting("price_completion_per_mtok")) / 1e6
-        for k, v in (("calls", 1), ("prompt_tokens", prompt), ("completion_tokens", completion), ("cost_usd", cost)):
+        max_tokens = self.setting("max_tokens")
+        if self.tokens_left is not None:
+            max_tokens = max(16, min(max_tokens, self.tokens_left))
+        kwargs: dict[str, Any] = dict(model=self._model(), messages=messages, temperature=self.setting("temperature"),
+                                      max_tokens=max_tokens)
+        fmt = self.settings.get("response_format") or "json_schema"
+        if fmt == "json_schema":
+            kwargs["response_format"] = {"type": "json_schema", "json_schema": {"name": "kernel", "schema": ANSWER_SCHEMA}}
+        elif fmt == "json_object":
+            kwargs["response_format"] = {"type": "json_object"}
+        try:
+            reply = self._send(client, kwargs, cancel)
+        except (openai.BadRequestError, openai.NotFoundError, openai.UnprocessableEntityError):
+            if "response_format" not in kwargs:
+                raise
+            kwargs.pop("response_format")  # an endpoint without structured output: ask plainly
+            reply = self._send(client, kwargs, cancel)
+        self._count(reply)
+        return reply
+
+    def _send(self, client, kwargs: dict[str, Any], cancel: threading.Event | None) -> Reply:
+        start = time.monotonic()
+        deadline = start + self.setting("timeout_s")
+        if not self.setting("stream"):
+            response = client.chat.completions.create(**kwargs)
+            text = (response.choices[0].message.content or "") if response.choices else ""
+            finish = (response.choices[0].finish_reason or "") if response.choices else ""
+            return self._reply(kwargs, text, getattr(response, "usage", None), time.monotonic() - start, finish)
+        stream = client.chat.completions.create(**kwargs, stream=True, stream_options={"include_usage": True})
+        parts: list[str] = []
+        usage, finish = None, ""
+        try:
+            for chunk in stream:
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled()
+                if time.monotonic() > deadline:
+                    raise DeadlineExceeded(f"no complete answer within {self.setting('timeout_s'):g} s "
+                                           f"({sum(map(len, parts))} characters received)")
+                if getattr(chunk, "usage", None):
+                    usage = chunk.usage
+                for choice in chunk.choices or ():
+                    if choice.delta is not None and choice.delta.content:
+                        parts.append(choice.delta.content)
+                    if choice.finish_reason:
+                        finish = choice.finish_reason
+        finally:
+            stream.close()  # ends the connection: the server stops generating
+        return self._reply(kwargs, "".join(parts), usage, time.monotonic() - start, finish)
+
+    @staticmethod
+    def _reply(kwargs: dict, text: str, usage, latency_s: float, finish: str) -> Reply:
+        prompt = getattr(usage, "prompt_tokens", None)
+        completion = getattr(usage, "completion_tokens", None)
+        if prompt is None or completion is None:  # no usage reported: 4 characters a token
+            chars = sum(len(m.get("content") or "") for m in kwargs["messages"])
+            return Reply(text, chars // 4, len(text) // 4, latency_s, finish, estimated=True)
+        return Reply(text, int(prompt), int(completion), latency_s, finish)
+
+    def _count(self, reply: Reply) -> None:
+        cost = (reply.prompt_tokens * self.setting("price_prompt_per_mtok")
+                + reply.completion_tokens * self.setting("price_completion_per_mtok")) / 1e6
+        for k, v in (("calls", 1), ("prompt_tokens", reply.prompt_tokens),
+                     ("completion_tokens", reply.completion_tokens), ("cost_usd", cost)):
             self.usage[k] = self.usage.get(k, 0) + v
+        if self.tokens_left is not None:
+            self.tokens_left -= reply.prompt_tokens + reply.completion_tokens
 
 
-def parse_answer(raw: str, view: RunView) -> tuple[str, dict[str, Any], str]:
-    """Extract ``(source, params, rationale)`` from a model answer.
+def budget_left(settings: dict[str, Any], spent: dict[str, float]) -> tuple[int | None, str]:
+    """Tokens left to a lane of an agent with ``settings`` after ``spent`` (its usage), and why
+    it is spent ("" while it is not). None: no token limit.
 
     Raises:
-        MalformedAnswer: no JSON object or code block, no source, or a source that does not
-            define the workload's entry point; params that are not a flat dict of numbers.
+        ValueError: settings the agent refuses.
     """
-    text = raw.strip()
-    obj = _json_object(text)
-    if obj is not None:
-        source = obj.get("source")
-        params = obj.get("params") or {}
-        rationale = str(obj.get("rationale") or "")
-    else:
-        fences = _FENCE.findall(text)
-        if not fences:
-            raise MalformedAnswer("neither a JSON object nor a fenced code block")
-        source, params = fences[0], {}
-        rationale = _FENCE.sub("", text).strip()
-    if not isinstance(source, str) or not source.strip():
-        raise MalformedAnswer("empty or missing 'source'")
-    if not isinstance(params, dict) or not all(
-        isinstance(k, str) and re.fullmatch(r"[A-Za-z_]\w*", k) and isinstance(v, (int, float)) and not isinstance(v, bool)
-        for k, v in params.items()
-    ):
-        raise MalformedAnswer("'params' must map C identifiers to numbers")
-    entry = view.workload.split(":")[-1]
-    if not re.search(rf"\b{re.escape(entry)}\s*\(", source):
-        raise MalformedAnswer(f"the source does not define the entry point '{entry}'")
-    return source, params, rationale[:4000]
-
-
-def _json_object(text: str) -> dict | None:
-    candidates = [text] + _FENCE.findall(text)
-    for c in candidates:
-        c = c.strip()
-        if c.startswith("{"):
-            try:
-                obj = json.loads(c)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(obj, dict):
-                return obj
-    return None
-
-
-def build_prompt(view: RunView, best_k: int = 3) -> str:
-    """The user prompt: contract, template, best candidates with evidence, failures, insights."""
-    parts = [
-        f"# Goal\nWorkload `{view.workload}` on target `{view.target}`. Objectives: "
-        + ", ".join(f"{o['direction']} {o['metric']}" for o in view.objectives)
-        + ". Constraints: "
-        + (", ".join(f"{c['metric']} {c['op']} {c['value']}" for c in view.constraints) or "none")
-        + ".",
-        f"# Workload math and candidate contract\n{view.contract}",
-        f"# Template (parameters arrive as #define lines)\n```c\n{view.template}\n```",
-    ]
-    best = [o for o in view.ranked() if o.status == "ok"][:best_k]
-    if best:
-        parts.append("# Best candidates so far")
-        for o in best:
-            parts.append(_describe(o) + (f"\n```c\n{o.source}\n```" if o.source else ""))
-    failures = [o for o in reversed(view.history) if o.status != "ok"][:3]
-    if failures:
-        parts.append("# Recent failures")
-        for o in failures:
-            parts.append(_describe(o) + f"\nlog:\n```\n{o.log[-1500:]}\n```")
-    if view.insights:
-        parts.append("# Insights from earlier evaluations\n" + "\n".join(f"- {i['kind']}: {json.dumps(i['data'])}" for i in view.insights[:12]))
-    parts.append("Write a new complete kernel that should beat the best candidate. Answer with the JSON object only.")
-    return "\n\n".join(parts)
-
-
-def _describe(o: Observation) -> str:
-    metrics = ", ".join(f"{k}={v:.4g}" for k, v in o.metrics.items() if isinstance(v, (int, float)) and "[" not in k)
-    return f"- candidate {o.candidate} ({o.status}), params {o.params}: {metrics}"
+    agent = LLMAgent(0, **settings)
+    tokens = spent.get("prompt_tokens", 0) + spent.get("completion_tokens", 0)
+    max_tokens, max_cost = agent.setting("max_run_tokens"), agent.setting("max_run_cost_usd")
+    if max_tokens and tokens >= max_tokens:
+        return 0, f"token budget spent: {int(tokens)} of {max_tokens} tokens"
+    if max_cost and spent.get("cost_usd", 0) >= max_cost:
+        return 0, f"cost budget spent: {spent.get('cost_usd', 0):.4f} of {max_cost:g} USD"
+    return (int(max_tokens - tokens) if max_tokens else None), ""

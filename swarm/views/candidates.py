@@ -60,6 +60,8 @@ def candidate_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "metrics": [(k, _fmt(v)) for k, v in (evidence.metrics.items() if evidence else [])],
         "first_calls": _first_calls(evidence.metrics if evidence else {}),
         "first_call_note": first_call_note(evidence.metrics) if evidence else "",
+        "transcript": candidate.transcript or None,
+        "transcript_calls": (candidate.transcript or {}).get("calls") or [],
     })
 
 

@@ -35,8 +35,25 @@ def _page(request: HttpRequest, run: Run, *, form: DirectionForm | None = None, 
     return render(request, "swarm/run_detail.html", {
         "run": run, "goal": goal, "page_config": page_config, "form": form or DirectionForm(),
         "direction_error": error, "direction_kinds": Direction.Kind.choices,
-        "can_steer": page_config["canSteer"],
+        "can_steer": page_config["canSteer"], "llm_lanes": _lanes(run),
     }, status=status)
+
+
+def _lanes(run: Run) -> list[dict]:
+    """The run's LLM lanes: ``{name, calls, prompt_tokens, completion_tokens, cost_usd,
+    max_run_tokens, max_run_cost_usd (0: no limit), state, reason}``."""
+    lanes = (run.llm_usage or {}).get("lanes") or {}
+    out = []
+    for a in run.agents.all():
+        if a.kind != "llm":
+            continue
+        lane = lanes.get(a.name) or {}
+        out.append({"name": a.name, **{k: lane.get(k, 0) for k in ("calls", "prompt_tokens", "completion_tokens")},
+                    "cost_usd": round(float(lane.get("cost_usd", 0)), 6),
+                    "max_run_tokens": (a.settings or {}).get("max_run_tokens", 0),
+                    "max_run_cost_usd": (a.settings or {}).get("max_run_cost_usd", 0),
+                    "state": lane.get("state", "open"), "reason": lane.get("reason", "")})
+    return out
 
 
 @login_required

@@ -1,12 +1,13 @@
 """The LLM coding agent against a real local chat-completions server."""
 
 import json
+import time
 
 import pytest
 
 from swarm import orchestrator
 from swarm.agents import make_agent
-from swarm.models import Candidate, ProposalFailure
+from swarm.models import Candidate, LaneRequest, ProposalFailure
 from dataclasses import replace
 
 from tests.contracts.agent_contract import view as synthetic_view
@@ -23,7 +24,7 @@ void rmsnorm(const float *x, const float *w, float *y, int rows, int hidden, flo
     }
 }
 """
-GOOD = json.dumps({"source": GOOD_SOURCE, "params": {"UNUSED": 1}, "rationale": "double accumulation, one pass"})
+GOOD = json.dumps({"source": GOOD_SOURCE, "params": {}, "rationale": "double accumulation, one pass"})
 
 
 def view(history):
@@ -38,11 +39,13 @@ def settings_for(server, **extra):
 def test_a_well_formed_answer_becomes_a_proposal_with_source_and_rationale(db):
     with ChatServer([("ok", GOOD)]) as server:
         [p] = make_agent("llm", 1, settings_for(server)).propose(view([]), 1)
-    assert p.error is None and "void rmsnorm(" in p.source and p.params == {"UNUSED": 1}
+    assert p.error is None and "void rmsnorm(" in p.source and p.params == {}
     assert p.rationale == "double accumulation, one pass"
     body = server.requests[0]["body"]
     assert body["model"] == "local-test"
     assert "candidate contract" in body["messages"][1]["content"]
+    assert body["max_tokens"] == 4096 and body["stream"] is True
+    assert body["response_format"]["type"] == "json_schema"
 
 
 def test_a_fenced_code_block_answer_is_accepted(db):
@@ -58,7 +61,7 @@ def test_malformed_answers_are_retried_then_recorded_as_failed(db):
         agent = make_agent("llm", 1, settings_for(server))
         [p] = agent.propose(view([]), 1)
     assert len(server.requests) == 3
-    assert p.error and "attempt 1: malformed" in p.error and "entry point 'rmsnorm'" in p.error
+    assert p.error and "call 1: malformed" in p.error and "entry point 'rmsnorm'" in p.error
     assert p.raw == '{"source": "int main(){}"}'
     assert agent.usage["calls"] == 3 and agent.usage["prompt_tokens"] == 3000
     assert agent.usage["cost_usd"] == pytest.approx(3 * (1000 * 1.0 + 200 * 2.0) / 1e6)
@@ -80,25 +83,223 @@ def test_http_errors_and_slow_answers_are_retried_with_backoff(db):
 
 def test_an_unreachable_endpoint_is_a_failed_proposal_not_a_crash(db):
     [p] = make_agent("llm", 1, {"base_url": "http://127.0.0.1:9/v1", "max_attempts": 2, "backoff_s": 0.01}).propose(view([]), 1)
-    assert p.error and "attempt 2" in p.error
+    assert p.error and "call 2" in p.error
 
 
-@pytest.mark.django_db
+def test_a_json_fence_holding_invalid_json_is_refused_not_compiled_as_c(db):
+    answer = '```json\n{"source": "void rmsnorm() {", "params": {}, oops}\n```'
+    with ChatServer([("ok", answer)]) as server:
+        [p] = make_agent("llm", 1, settings_for(server, max_attempts=1)).propose(view([]), 1)
+    assert p.source is None and "not valid JSON" in p.error and p.raw == answer
+
+
+def test_unknown_parameters_are_a_recorded_failure_and_go_back_to_the_conversation(db):
+    bad = json.dumps({"source": GOOD_SOURCE, "params": {"UNUSED": 1}, "rationale": "r"})
+    good = json.dumps({"source": GOOD_SOURCE, "params": {"BX": 64}, "rationale": "r"})
+    with ChatServer([("ok", bad), ("ok", good)]) as server:
+        [p] = make_agent("llm", 1, settings_for(server)).propose(view([]), 1)
+    assert p.error is None and p.params == {"BX": 64}
+    second = server.requests[1]["body"]["messages"]
+    assert second[-2]["content"] == bad and "UNUSED" in second[-1]["content"]  # the same conversation
+    with ChatServer([("ok", bad)]) as server:
+        [p] = make_agent("llm", 1, settings_for(server, max_attempts=1)).propose(view([]), 1)
+    assert "UNUSED" in p.error and "not parameters of the design space" in p.error
+
+
+def test_a_code_block_with_a_json_block_and_a_diff_against_the_parent_are_accepted():
+    from swarm.agents.llm_answer import MalformedAnswer, parse_answer
+
+    v = view([])
+    src, params, why = parse_answer(f"```c\n{GOOD_SOURCE}```\n```json\n{{\"params\": {{\"BX\": 32}}, \"rationale\": \"r\"}}\n```", v)
+    assert "void rmsnorm(" in src and params == {"BX": 32} and why == "r"
+    diff = "--- a\n+++ b\n@@ -4,1 +4,1 @@\n-        double ss = 0.0;\n+        double ss = 0.0; /* sum of squares */\n"
+    src, _, _ = parse_answer(f"```diff\n{diff}```", v, GOOD_SOURCE)
+    assert "/* sum of squares */" in src and src.count("void rmsnorm(") == 1
+    stale = diff.replace("double ss = 0.0;\n+", "float ss = 0.0;\n+")
+    with pytest.raises(MalformedAnswer, match="does not apply"):
+        parse_answer(f"```diff\n{stale}```", v, GOOD_SOURCE)
+    with pytest.raises(MalformedAnswer, match="2 code blocks"):
+        parse_answer(f"```c\n{GOOD_SOURCE}```\n```c\n{GOOD_SOURCE}```", v)
+
+
+def test_a_rambling_answer_is_cut_at_the_deadline_and_the_connection_closed(db):
+    with ChatServer([("ramble", 30.0)]) as server:
+        t0 = time.monotonic()
+        [p] = make_agent("llm", 1, settings_for(server, timeout_s=1.0, max_attempts=1)).propose(view([]), 1)
+        elapsed = time.monotonic() - t0
+        time.sleep(0.3)
+    assert elapsed < 5 and "DeadlineExceeded" in p.error
+    assert server.disconnects == 1  # the server saw the client go and stopped generating
+
+
+def test_a_hung_endpoint_ends_at_the_read_timeout(db):
+    with ChatServer([("hang", 10.0)]) as server:
+        t0 = time.monotonic()
+        [p] = make_agent("llm", 1, settings_for(server, timeout_s=0.5, max_attempts=1)).propose(view([]), 1)
+    assert time.monotonic() - t0 < 5 and "Timeout" in p.error
+
+
+def test_an_endpoint_without_response_format_is_asked_again_without_it(db):
+    with ChatServer([("status", 400), ("ok", GOOD)]) as server:
+        [p] = make_agent("llm", 1, settings_for(server, max_attempts=1)).propose(view([]), 1)
+    assert p.error is None
+    assert "response_format" in server.requests[0]["body"] and "response_format" not in server.requests[1]["body"]
+
+
+def test_the_prompt_shows_coding_agents_kernels_and_is_trimmed_to_the_token_budget():
+    from swarm.agents.base import Observation
+    from swarm.agents.llm_prompt import build_prompt
+
+    mine = Observation(7, {}, "ok", {"latency_ms": 0.5}, True, "llm", source=GOOD_SOURCE)
+    other = Observation(8, {"BX": 16, "BY": 1, "TILE": 1, "UNROLL": 0}, "ok", {"latency_ms": 0.9}, True, "forest",
+                        source="void rmsnorm(/*other*/)")
+    v = replace(view([mine, other]), contract="C" * 100, directions=("narrow {\"BX\": [16]} (generation 2)",))
+    assert v.ranked() == [other]  # not a point of the space ...
+    prompt = build_prompt(v, 3, own="llm")
+    assert "# Your best kernels so far\n- candidate 7" in prompt and "double ss" in prompt  # ... yet shown
+    assert "candidate 8 by forest" in prompt and "narrow" in prompt
+    tight = build_prompt(replace(v, context_tokens=300), 3, own="llm")
+    assert len(tight) < len(prompt) and "trimmed to 300 tokens" in tight
+
+
+def lane_settings(server, **extra):
+    return settings_for(server, timeout_s=2.0, max_attempts=2, **extra)
+
+
+def drive(run, pending, limit_s=60.0):
+    """Evaluate and advance like ``factory run`` until the run ends."""
+    t0 = time.monotonic()
+    while pending:
+        assert time.monotonic() - t0 < limit_s, "the run did not finish in time"
+        orchestrator.evaluate_batch([c.pk for c in pending])
+        pending = orchestrator.advance(run.pk)
+    run.refresh_from_db()
+    return run
+
+
+@pytest.mark.django_db(transaction=True)
 def test_in_a_run_llm_kernels_are_evaluated_and_failures_and_usage_recorded(small_goal):
     with ChatServer([("ok", GOOD), ("ok", "garbage"), ("ok", "garbage"), ("ok", "garbage")]) as server:
         run, pending = orchestrator.start_run(
             small_goal, budget=2, seed=1, batch_size=2,
-            agents=[{"name": "llm", "kind": "llm", "settings": settings_for(server)}],
+            agents=[{"name": "llm", "kind": "llm", "settings": settings_for(server, max_repairs=0)}],
         )
         prompt = server.requests[0]["body"]["messages"][1]["content"]
-    assert "void rmsnorm(const float *x" in prompt  # the contract
-    assert len(pending) == 1
-    c = orchestrator.evaluate_candidate(pending[0].pk)
-    assert c.status == "ok", c.evidence.log
-    assert c.rationale and "void rmsnorm(" in c.source
-    failure = ProposalFailure.objects.get(run=run)
-    assert failure.agent == "llm" and "malformed" in failure.error and failure.raw == "garbage"
+        assert "void rmsnorm(const float *x" in prompt  # the contract
+        assert len(pending) == 1
+        c = orchestrator.evaluate_candidate(pending[0].pk)
+        assert c.status == "ok", c.evidence.log
+        assert c.rationale and "void rmsnorm(" in c.source
+        assert c.transcript["messages"][-1]["content"] == GOOD and c.transcript["attempt"] == 1
+        assert c.transcript["prompt_tokens"] == 1000 and c.transcript["latency_s"] >= 0
+        drive(run, orchestrator.advance(run.pk))
+    failures = list(ProposalFailure.objects.filter(run=run).order_by("id"))
+    assert failures[0].agent == "llm" and "malformed" in failures[0].error and failures[0].raw == "garbage"
+    assert all("HTTP" in f.error or "500" in f.error for f in failures[1:])  # the script's end: errors
     run.refresh_from_db()
     assert run.llm_usage["calls"] == 4 and run.llm_usage["completion_tokens"] == 800
-    assert run.agents.get().failed_proposals == 1
+    assert run.llm_usage["lanes"]["llm"]["calls"] == 4
+    assert run.agents.get().failed_proposals == len(failures)
     assert Candidate.objects.filter(run=run).count() == 1
+
+
+BROKEN_SOURCE = GOOD_SOURCE.replace("double ss = 0.0;", "double ss = 0.0")  # a compile error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_compile_error_is_repaired_in_its_conversation_and_the_repair_reaches_ok(small_goal, client, owner):
+    broken = json.dumps({"source": BROKEN_SOURCE, "params": {}, "rationale": "first try"})
+    fix = "--- a\n+++ b\n@@ -4,1 +4,1 @@\n-        double ss = 0.0\n+        double ss = 0.0;\n"
+
+    def answer(body):
+        last = body["messages"][-1]["content"]
+        if "did not compile" in last:
+            return f"The semicolon was missing.\n```diff\n{fix}```"
+        return broken
+
+    with ChatServer(answer) as server:
+        run, pending = orchestrator.start_run(
+            small_goal, budget=3, seed=1, batch_size=1,
+            agents=[{"name": "llm", "kind": "llm", "settings": lane_settings(server)}])
+        run = drive(run, pending)
+    first, repaired = Candidate.objects.filter(run=run).order_by("id")[:2]
+    assert first.status == "compile_error"
+    assert repaired.status == "ok", repaired.evidence.log
+    assert list(repaired.parents.values_list("id", flat=True)) == [first.pk]
+    assert repaired.transcript["attempt"] == 2 and repaired.transcript["repair_of"] == first.pk
+    msgs = repaired.transcript["messages"]
+    assert msgs[2]["content"] == broken and "did not compile" in msgs[3]["content"]  # one conversation
+    assert "error" in msgs[3]["content"]  # the compiler's log went back
+    client.force_login(owner)
+    page = client.get(f"/candidates/{repaired.pk}/").content.decode()
+    assert 'id="transcript"' in page and "attempt 2 of 3" in page and f"repair of <a" in page
+    assert "The semicolon was missing." in page and "did not compile" in page
+    run_page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="llm-lanes"' in run_page and "no limit" in run_page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_hung_llm_lane_does_not_hold_up_the_classical_agents(small_goal):
+    with ChatServer([("hang", 30.0)] * 4) as server:
+        t0 = time.monotonic()
+        run, pending = orchestrator.start_run(
+            small_goal, budget=8, seed=1, batch_size=4,
+            agents=[{"name": "llm", "kind": "llm", "settings": settings_for(server, timeout_s=20.0, max_attempts=1)},
+                    {"name": "random", "kind": "random", "settings": {}}])
+        run = drive(run, pending)
+        elapsed = time.monotonic() - t0
+    assert run.state == "finished"
+    assert Candidate.objects.filter(run=run, agent="random").exclude(status__in=["queued", "running"]).count() == 8
+    assert elapsed < 20  # never waited for the hung request's 20 s deadline
+    assert LaneRequest.objects.filter(run=run, state="cancelled").count() == 1  # ended with the run
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_lanes_budget_ends_the_lane_not_the_run(small_goal):
+    with ChatServer([("ok", GOOD)] + [("ok", "garbage")] * 10) as server:
+        run, pending = orchestrator.start_run(
+            small_goal, budget=8, seed=2, batch_size=2,
+            agents=[{"name": "llm", "kind": "llm", "settings": settings_for(server, max_run_tokens=2000)},
+                    {"name": "random", "kind": "random", "settings": {}}])
+        run = drive(run, pending)
+    lane = run.llm_usage["lanes"]["llm"]
+    assert lane["state"] == "spent" and "token budget spent" in lane["reason"]
+    assert run.state == "finished" and Candidate.objects.filter(run=run).count() == 8
+    assert len(server.requests) <= 3  # 1200 tokens a call: none started once 2000 were spent
+
+
+@pytest.mark.django_db(transaction=True)
+def test_in_a_mixed_run_the_lanes_kernels_appear_in_its_later_prompts_and_a_repair_reaches_ok(small_goal):
+    fix = "--- a\n+++ b\n@@ -4,1 +4,1 @@\n-        double ss = 0.0\n+        double ss = 0.0;\n"
+    served = []
+
+    def answer(body):
+        last = body["messages"][-1]["content"]
+        served.append(last)
+        if "did not compile" in last:
+            return f"Missing semicolon.\n```diff\n{fix}```"
+        if len(served) == 1:
+            return GOOD
+        # a fresh request: a new (broken) variant, so that each is a new kernel
+        broken = BROKEN_SOURCE.replace("int i = 0;", f"int i = {0};/*v{len(served)}*/", 1)
+        return json.dumps({"source": broken, "params": {}, "rationale": "variant"})
+
+    with ChatServer(answer) as server:
+        run, pending = orchestrator.start_run(
+            small_goal, budget=32, seed=3, batch_size=4,
+            agents=[{"name": "llm", "kind": "llm", "settings": lane_settings(server, max_repairs=1)},
+                    {"name": "random", "kind": "random", "settings": {}}])
+        run = drive(run, pending, limit_s=120)
+        prompts = [r["body"]["messages"][1]["content"] for r in server.requests]
+    llm = list(Candidate.objects.filter(run=run, agent="llm").order_by("id"))
+    good = next(c for c in llm if c.status == "ok" and c.transcript["attempt"] == 1)
+    shown = [p for p in prompts if f"# Your best kernels so far\n- candidate {good.pk} by llm" in p]
+    repaired = [c for c in llm if c.transcript.get("repair_of") and c.status == "ok"]
+    print(f"\nrun {run.pk}: {run.state}, {Candidate.objects.filter(run=run).count()} candidates "
+          f"({len(llm)} by llm: {[c.status for c in llm]}); {len(server.requests)} requests; "
+          f"{len(shown)} later prompts show llm candidate {good.pk}; repaired ok: "
+          f"{[(c.pk, c.transcript['repair_of'], c.evidence.metrics.get('latency_ms')) for c in repaired]}; "
+          f"usage {run.llm_usage['lanes']['llm']}")
+    assert shown and repaired
+    assert list(repaired[0].parents.values_list("id", flat=True)) == [repaired[0].transcript["repair_of"]]
+    assert run.state == "finished" and Candidate.objects.filter(run=run, agent="random").count() > 0
