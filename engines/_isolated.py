@@ -34,12 +34,14 @@ Request: ``{"engine", "config", "plan", "target", "production": [entries of
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from kernels.sandbox_side import SandboxSide, SideFailed
+from kernels.timing import omp_environment
 
 RUNNER = "engines._guard_child"
 _PREPARE_S = 300.0  # the first turn also waits for the child's weights, shapes and inputs
@@ -125,43 +127,28 @@ class _Libraries:
 
 
 class _Child:
-    """One sandbox child of the check: its private directory (the libraries copied in), logs."""
+    """One sandbox child of the check (:class:`kernels.sandbox_side.SandboxSide`): its private
+    directory with the libraries copied in, its logs; failures named by the engine side."""
 
     def __init__(self, libs: _Libraries, request: dict, side: str, phase: str, policy, timeout_s: float, *,
                  turns: bool = False, **extra) -> None:
-        from kernels.sandbox import hand_over, make_workdir, private_tempdir, start_child  # noqa: PLC0415
-        from kernels.timing import omp_environment  # noqa: PLC0415
-
         self.side = side
-        self.workdir = make_workdir(policy, libs.paths, hand_over_dir=False)
-        self.logdir = private_tempdir("log")
-        self.child = None
-        self.turns = 0
-        try:
-            req = libs.request(request, self.workdir, side, phase, **extra)
-            self.child = start_child(req, self.workdir, self.logdir, timeout_s, policy=policy,
-                                     env=omp_environment("timing"), turns=turns)
-            hand_over(policy, self.workdir, 0o700)
-            self.child.begin()
-        except BaseException:
-            self.close()
-            raise
+
+        def request_for(workdir: Path) -> dict:
+            return libs.request(request, workdir, side, phase, **extra)
+
+        self.sandbox = SandboxSide(libs.paths, request_for, policy, omp_environment("timing"), timeout_s, turns=turns,
+                                   first_turn_s=_PREPARE_S, tail_chars=1500)
+
+    @property
+    def walls(self) -> dict[int, list[float]]:
+        return self.sandbox.walls
 
     def turn(self, k: int, timeout_s: float) -> None:
-        from kernels.sandbox import TurnFailed  # noqa: PLC0415
-
         try:
-            self.child.turn(k, _PREPARE_S + timeout_s if self.turns == 0 else timeout_s)
-        except TurnFailed as exc:
-            raise CheckFailed(f"the {self.side} engine child failed a turn: {exc}{self._tail()}") from exc
-        self.turns += 1
-
-    def _tail(self) -> str:
-        try:
-            err = (self.logdir / "stderr").read_text(errors="replace")[-1500:].strip()
-        except OSError:
-            err = ""
-        return f"; its stderr: {err}" if err else ""
+            self.sandbox.turn(k, timeout_s)
+        except SideFailed as exc:
+            raise CheckFailed(f"the {self.side} engine child failed a turn: {exc.reason}") from exc
 
     def finish(self, timeout_s: float) -> dict:
         """The child's result (with ``sandbox``, its confinement report).
@@ -169,31 +156,13 @@ class _Child:
         Raises:
             CheckFailed: it crashed, timed out, broke its quota, forged its report or failed.
         """
-        run = self.child.end(timeout_s)
-        if run.disk:
-            raise CheckFailed(f"the {self.side} engine child {run.disk}")
-        if run.timed_out:
-            raise CheckFailed(f"the {self.side} engine child did not finish within {timeout_s:g} s")
-        if not run.authentic:
-            raise CheckFailed(f"the {self.side} engine child's report was not its own (something else wrote to the pipe)")
         try:
-            result = json.loads(run.result.decode() or "{}")
-        except (UnicodeDecodeError, ValueError):
-            result = {}
-        if run.returncode != 0 or not result.get("ok"):
-            why = result.get("error") or (f"exit status {run.returncode}" if run.returncode else "no report")
-            raise CheckFailed(f"the {self.side} engine child failed: {why}" + (f"; stderr: {run.stderr[-1500:]}"
-                                                                               if run.stderr else ""))
-        result["sandbox"] = run.sandbox
-        return result
+            return self.sandbox.finish(timeout_s)
+        except SideFailed as exc:
+            raise CheckFailed(f"the {self.side} engine child: {exc.reason}") from exc
 
     def close(self) -> None:
-        from kernels.sandbox import remove_tree  # noqa: PLC0415
-
-        if self.child is not None:
-            self.child.cancel()
-        for d in (self.workdir, self.logdir):
-            remove_tree(d)
+        self.sandbox.close()
 
 
 def _validate(libs: _Libraries, req: dict, side: str, policy, settings: GuardSettings, reference) -> dict:

@@ -34,7 +34,6 @@ import dataclasses
 import hashlib
 import json
 import secrets
-import signal
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -46,10 +45,8 @@ import numpy as np
 from kernels.backends import get_backend
 from kernels.guard_pages import GuardLayout
 from kernels.noise_floor import FileFloorStore, FloorStore, floor_from_ratios, floor_key
-from kernels.sandbox import (
-    ChildRun, PendingChild, SandboxPolicy, TurnFailed, hand_over, make_workdir, place, private_tempdir, remove_tree,
-    start_child,
-)
+from kernels.sandbox import SandboxPolicy
+from kernels.sandbox_side import SandboxSide, SideFailed
 from kernels.space import SpaceError, format_defines
 from kernels.timing import FLUSH_MODES, evict_library, omp_environment
 from kernels.verdict import judge_rounds
@@ -202,95 +199,30 @@ def _shapes(wl: Workload, shape_set: str, labels: list[str] | None) -> list[dict
     return [known[x] for x in labels]
 
 
-class _Side:
-    """One kernel's child in one round: its directories and its :class:`PendingChild`."""
+class _Side(SandboxSide):
+    """One kernel's child in one round (:class:`kernels.sandbox_side.SandboxSide`), its
+    failures named by the side (``"A"`` or ``"B"``)."""
 
     def __init__(self, name: str, library: Path, request: dict, policy: SandboxPolicy, env: dict,
                  timeout_s: float) -> None:
         self.name = name
-        self.workdir = make_workdir(policy, {}, hand_over_dir=False)
-        self.logdir = private_tempdir("log")
-        self.child: PendingChild | None = None
-        self.turns = 0
-        self.walls: dict[int, list[float]] = {}
-        req = {**request, "library": str(self.workdir / "candidate.so")}
-        try:
-            place(policy, self.workdir, "candidate.so", library)
-            self.child = start_child(req, self.workdir, self.logdir, timeout_s, policy=policy, env=env, turns=True)
-            hand_over(policy, self.workdir, 0o700)  # every file is in: now the child's
-            self.child.begin()
-        except BaseException:
-            self.close()
-            raise
+
+        def request_for(workdir: Path) -> dict:
+            return {**request, "library": str(workdir / "candidate.so")}
+
+        super().__init__({"candidate.so": library}, request_for, policy, env, timeout_s, first_turn_s=_FIRST_TURN_S)
 
     def turn(self, k: int, timeout_s: float) -> None:
-        """One call of item ``k``; its wall clock, command to acknowledgement, is kept in
-        :attr:`walls` (the parent's own measure of the turn: flush, call and channel)."""
         try:
-            wall = self.child.turn(k, _FIRST_TURN_S + timeout_s if self.turns == 0 else timeout_s)
-        except TurnFailed as exc:
-            raise ComparisonFailed(self.name, f"{exc}{self._exit()}{self._tail()}") from exc
-        self.walls.setdefault(k, []).append(wall * 1e3)
-        self.turns += 1
-
-    def _exit(self) -> str:
-        """How the child ended, once its turn failed: its exit signal or status and the error
-        it reported (collected within a few seconds; a child still running is killed)."""
-        try:
-            run = self.child.end(5.0)
-        except (OSError, RuntimeError):
-            return ""
-        out = []
-        if run.returncode is not None and run.returncode < 0:
-            try:
-                out.append(f"killed by {signal.Signals(-run.returncode).name}")
-            except ValueError:
-                out.append(f"killed by signal {-run.returncode}")
-        elif run.returncode:
-            out.append(f"exit status {run.returncode}")
-        try:
-            error = json.loads(run.result.decode() or "{}").get("error") if run.authentic else None
-        except (UnicodeDecodeError, ValueError, AttributeError):
-            error = None
-        if error:
-            out.append(f"it reported: {error}")
-        return f" ({'; '.join(out)})" if out else ""
-
-    def _tail(self) -> str:
-        try:
-            err = (self.logdir / "stderr").read_text(errors="replace")[-600:].strip()
-        except OSError:
-            err = ""
-        return f"; its stderr: {err}" if err else ""
+            super().turn(k, timeout_s)
+        except SideFailed as exc:
+            raise ComparisonFailed(self.name, exc.reason) from exc
 
     def finish(self, timeout_s: float) -> dict:
-        """The child's result, once it exited.
-
-        Raises:
-            ComparisonFailed: it crashed, timed out, forged or garbled its report, or failed.
-        """
-        run: ChildRun = self.child.end(timeout_s)
-        if run.disk:
-            raise ComparisonFailed(self.name, f"the child {run.disk}")
-        if run.timed_out:
-            raise ComparisonFailed(self.name, f"the child did not exit within {timeout_s:g} s of its last turn")
-        if not run.authentic:
-            raise ComparisonFailed(self.name, "its report was not the child's own (something else wrote to the pipe)")
         try:
-            result = json.loads(run.result.decode() or "{}")
-        except (UnicodeDecodeError, ValueError):
-            result = {}
-        if run.returncode != 0 or not result.get("ok"):
-            why = result.get("error") or (f"exit status {run.returncode}" if run.returncode else "no report")
-            raise ComparisonFailed(self.name, f"the child failed: {why}" + (f"; stderr: {run.stderr[-600:]}"
-                                                                             if run.stderr else ""))
-        return result
-
-    def close(self) -> None:
-        if self.child is not None:
-            self.child.cancel()
-        for d in (self.workdir, self.logdir):
-            remove_tree(d)
+            return super().finish(timeout_s)
+        except SideFailed as exc:
+            raise ComparisonFailed(self.name, exc.reason) from exc
 
 
 class _Setup:
