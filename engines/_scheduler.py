@@ -79,7 +79,7 @@ class FairScheduler:
     """
 
     def __init__(self, run_batch: RunBatch, dim: int, executor: Executor, *, max_batch_inputs: int = 64,
-                 max_batch_tokens: int = 4096, max_wait_ms: float = 2.0) -> None:
+                 max_batch_tokens: int = 1024, max_wait_ms: float = 2.0) -> None:
         if max_batch_inputs < 1 or max_batch_tokens < 1:
             raise ValueError(f"max_batch_inputs={max_batch_inputs}, max_batch_tokens={max_batch_tokens}: both must be >= 1")
         self.run_batch, self.dim, self.executor = run_batch, dim, executor

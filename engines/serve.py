@@ -33,7 +33,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 import time
+import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -51,7 +53,9 @@ class Limits:
         max_body_bytes: request body size (413 beyond).
         max_batch: inputs per engine pass (the batcher's batch size).
         max_batch_tokens: tokens per engine pass (bounds one pass's time and so how long a
-            request arriving during it waits; >= the model's 256 tokens per input).
+            request arriving during it waits; >= the model's 256 tokens per input; the
+            default, four full-length inputs, keeps a pass well under a second on a
+            2-core CPU, so a short request never waits long behind a large one).
         max_wait_ms: how long the batcher waits for more requests once one is queued.
         request_timeout_s: each request's deadline from the moment it is queued (s).
         parse_threads: threads for JSON parsing, tokenisation and response encoding.
@@ -61,10 +65,29 @@ class Limits:
     max_request_tokens: int = 300_000
     max_body_bytes: int = 8 * 2**20
     max_batch: int = 64
-    max_batch_tokens: int = 4096
+    max_batch_tokens: int = 1024
     max_wait_ms: float = 2.0
     request_timeout_s: float = 120.0
     parse_threads: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("max_inputs", "max_request_tokens", "max_body_bytes", "max_batch", "max_batch_tokens",
+                     "parse_threads"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"Limits: {name} must be a positive integer, not {v!r}")
+        for name in ("max_wait_ms", "request_timeout_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 \
+                    or (name == "request_timeout_s" and v == 0):
+                raise ValueError(f"Limits: {name} must be a finite number of {'ms' if 'ms' in name else 's'} "
+                                 f"{'> 0' if name == 'request_timeout_s' else '>= 0'}, not {v!r}")
+
+
+def _has_text(t: str) -> bool:
+    """Whether ``t`` holds a visible character: not only white space, control characters
+    (Unicode category Cc) or invisible format characters (Cf, e.g. U+200B)."""
+    return any(not c.isspace() and unicodedata.category(c) not in ("Cc", "Cf") for c in t)
 
 
 class ApiError(Exception):
@@ -173,8 +196,13 @@ class EmbeddingService:
             raise ApiError(400, "input mixes strings and token arrays; send one kind per request", param="input")
         if texts:
             for i, t in enumerate(items):
-                if not t.strip():
+                if not _has_text(t):
                     raise ApiError(400, f"input[{i}] is empty; every input must contain text", param="input")
+                try:
+                    t.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise ApiError(400, f"input[{i}] is not valid Unicode text: {exc.reason} at character "
+                                        f"{exc.start}", param="input") from None
             tokens = [e.ids for e in self.tokenizer.encode_batch(items)]
         else:
             for i, t in enumerate(items):
@@ -198,6 +226,8 @@ class EmbeddingService:
             body = json.loads(raw or b"null")
         except (ValueError, UnicodeDecodeError) as exc:
             raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise ApiError(400, "the request body is nested too deeply to be a request") from None
         return self.parse(body)
 
     # -- scheduling -------------------------------------------------------------------------

@@ -83,6 +83,8 @@ def test_float_and_base64_encodings_and_token_inputs(client, minilm):
     ({"input": [[101, 999999, 102]]}, "outside the vocabulary"),
     ({"input": "hi", "dimensions": 128}, "cannot shorten"),
     ({"input": "hi", "encoding_format": "int8"}, "encoding_format"),
+    ({"input": "\x00"}, "input[0] is empty"),  # a control character only
+    ({"input": "\u200b \u2060"}, "input[0] is empty"),  # invisible format characters only
 ])
 def test_bad_requests_get_a_400_that_says_what_is_wrong(client, kwargs, message):
     with pytest.raises(openai.BadRequestError) as exc:
@@ -99,6 +101,28 @@ def test_an_unknown_model_is_a_404_and_bad_json_a_400(client, server):
     with pytest.raises(urllib.error.HTTPError) as exc:
         urllib.request.urlopen(req, timeout=10)
     assert exc.value.code == 400 and "not valid JSON" in json.loads(exc.value.read())["error"]["message"]
+
+
+@pytest.mark.parametrize("body, message", [
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    (b'{"model": "all-MiniLM-L6-v2", "input": "abc \\ud800 def"}', "not valid Unicode text"),  # a lone surrogate
+])
+def test_raw_bodies_no_client_would_send_get_a_400(server, body, message):
+    req = urllib.request.Request(f"http://127.0.0.1:{server['port']}/v1/embeddings", data=body,
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        urllib.request.urlopen(req, timeout=30)
+    assert exc.value.code == 400 and message in json.loads(exc.value.read())["error"]["message"]
+
+
+@pytest.mark.parametrize("field, value", [("request_timeout_s", 0), ("request_timeout_s", -1.0),
+                                          ("request_timeout_s", float("nan")), ("max_batch", 0),
+                                          ("max_batch_tokens", True), ("max_wait_ms", -2.0)])
+def test_limits_that_make_no_server_are_refused(field, value):
+    from engines.serve import Limits
+
+    with pytest.raises(ValueError, match=field):
+        Limits(**{field: value})
 
 
 def test_concurrent_requests_are_batched_together(client, server):

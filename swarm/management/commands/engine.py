@@ -31,7 +31,7 @@ class Command(BaseCommand):
         s.add_argument("--port", type=int, default=8100)
         s.add_argument("--plan", default="{}")
         s.add_argument("--max-batch", type=int, default=64, help="inputs per engine pass")
-        s.add_argument("--max-batch-tokens", type=int, default=4096, help="tokens per engine pass")
+        s.add_argument("--max-batch-tokens", type=int, default=1024, help="tokens per engine pass")
         s.add_argument("--request-timeout-s", type=float, default=120.0, help="each request's deadline (s)")
         v = sub.add_parser("validate", help="end-to-end validation with the production kernels")
         v.add_argument("--engine", required=True)
