@@ -100,9 +100,10 @@ class FreshScenario:
       ``hidden``, float32; seeds ``seed`` .. ``seed + sets - 1``), each with its own KV cache /
       state prefilled for ``decode``; before each call two different values of one row of
       the call's tokens are swapped (:class:`engines._fresh.Rotation`), undone after;
-    * ``minilm``: before each call two different words of every sentence are swapped (a
-      generator seeded by ``seed``): new token ids at the same token counts, so the same
-      padded shapes and the same work.
+    * ``minilm``: before each call the scenario's sentences are a window of the corpus
+      (``bench_corpus``, cyclic) from a drawn start, two different words of every sentence
+      swapped (a generator seeded by ``seed``): new token ids per call; both sides of a
+      paired comparison draw the same windows and swaps at the same call number.
 
     Raises:
         KeyError: unknown scenario for the engine.
@@ -125,8 +126,9 @@ class FreshScenario:
             texts = bench_corpus()
             n = {"batch-1": 1, "batch-32": 32}.get(scenario, len(texts))
             self.plan = engine.plan({**plan.to_dict(), "BATCH_SIZE": n}) if scenario != "throughput" else plan
-            self.words = [t.split(" ") for t in texts[:n]]
-            self.texts = [" ".join(w) for w in self.words]
+            self.n = n
+            self.words = [t.split(" ") for t in texts]
+            self.texts = texts[:n]
             return
         from engines.llama import residual_stream  # noqa: PLC0415
 
@@ -147,7 +149,9 @@ class FreshScenario:
 
     def before(self) -> None:
         if self.engine.name == "minilm":
-            self.texts = [" ".join(_swap_two(words, self.rng)) for words in self.words]
+            start = int(self.rng.integers(len(self.words)))
+            window = (self.words[(start + i) % len(self.words)] for i in range(self.n))
+            self.texts = [" ".join(_swap_two(words, self.rng)) for words in window]
             return
         self.rotation.before()
         if self.scenario == "decode":
