@@ -19,9 +19,12 @@ compiler), then
   the result holds ``validation`` and ``shapes`` (the candidate workload's call shapes);
 * ``"phase": "turns"`` (a turn-taking child, :meth:`kernels.sandbox.PendingChild.turn`):
   each command byte ``k`` runs item ``k`` once and is timed alone (``perf_counter_ns``):
-  an end-to-end scenario (:func:`engines._timing.make_scenario`) or one kernel call of an
-  operator of the candidate's workload at one of its engine shapes. The result holds every
-  call's time per item (``samples_ns``).
+  an end-to-end scenario (:class:`engines._timing.FreshScenario`) or one kernel call of an
+  operator of the candidate's workload at one of its engine shapes. Every call sees input
+  contents no earlier call saw (:mod:`engines._fresh`: :data:`FRESH_SETS` input sets
+  rotated, two values of a row of every input swapped before the call, undone after, both
+  untimed), so a kernel that caches its outputs by its inputs gains nothing. The result
+  holds every call's time per item (``samples_ns``).
 
 Request: ``{"mode": "engine-check", "runner", "phase", "side": "incumbent" | "challenger",
 "engine", "config", "plan", "target", "production": [entries with "library"],
@@ -38,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+FRESH_SETS = 3  # input sets each timed item rotates between (engines._fresh)
+
 
 def _imports() -> None:
     """Everything the candidate phase imports, loaded now (the lockdown hides the project)."""
@@ -47,6 +52,7 @@ def _imports() -> None:
 
     import engines._baselines  # noqa: F401, PLC0415
     import engines._coverage  # noqa: F401, PLC0415
+    import engines._fresh  # noqa: F401, PLC0415
     import engines._operator_check  # noqa: F401, PLC0415
     import engines._reference  # noqa: F401, PLC0415
     import engines._timing  # noqa: F401, PLC0415
@@ -102,6 +108,7 @@ def prepare(req: dict):
         reference = np.asarray(req["reference"], np.float64) if req.get("reference") is not None else None
         shapes = [s for (mode, name), ss in calls.items() for s in ss if _workload_of(engine, plan, mode, name) == workload]
         return lambda: _validate(req, engine, plan, cases, reference, shapes)
+    from engines._fresh import Rotation  # noqa: PLC0415
     from kernels.workloads import get_workload  # noqa: PLC0415
 
     wl = get_workload(workload)
@@ -111,9 +118,9 @@ def prepare(req: dict):
             items.append(("scenario", item["scenario"], None))
         elif item["kind"] == "operator":
             shape = {k: int(v) for k, v in item["shape"].items()}
-            ins = wl.generate(shape, 1000 + j)
+            sets = [wl.generate(shape, 1000 + FRESH_SETS * j + s) for s in range(FRESH_SETS)]
             outs = {n: np.full(s, np.nan, np.float32) for n, s in wl.output_shapes(shape).items()}
-            items.append(("operator", shape, (ins, outs, {**wl.attrs, **(item.get("attrs") or {})})))
+            items.append(("operator", shape, (Rotation(sets, 1000 + j), outs, {**wl.attrs, **(item.get("attrs") or {})})))
         else:
             raise KeyError(f"engine check item kind must be 'scenario' or 'operator', not {item['kind']!r}")
     return lambda channel: _turns(channel, engine, plan, workload, items)
@@ -148,22 +155,35 @@ def _operator_kernel(engine, plan, workload: str):
     raise KeyError(f"engine {engine.name} has no operator of workload {workload!r}")
 
 
+class _OperatorCall:
+    """One kernel call of an operator on the next of its input sets, salted
+    (:class:`engines._fresh.Rotation`): :meth:`before` and :meth:`after` are untimed."""
+
+    def __init__(self, kernel, rotation, outs: dict, shape: dict, attrs: dict) -> None:
+        self.kernel, self.rotation, self.outs, self.shape, self.attrs = kernel, rotation, outs, shape, attrs
+
+    def before(self) -> None:
+        self.rotation.before()
+
+    def __call__(self) -> None:
+        self.kernel(self.rotation.current, self.outs, self.shape, self.attrs)
+
+    def after(self) -> None:
+        self.rotation.after()
+
+
 def _turns(channel: int, engine, plan, workload: str, items) -> dict[str, Any]:
-    from engines._timing import make_scenario  # noqa: PLC0415
+    from engines._timing import FreshScenario  # noqa: PLC0415
 
     calls = []
     kernel = None
-    for kind, what, data in items:
+    for j, (kind, what, data) in enumerate(items):
         if kind == "scenario":
-            calls.append(make_scenario(engine, plan, what))
+            calls.append(FreshScenario(engine, plan, what, sets=FRESH_SETS, seed=2000 + j))
         else:
             kernel = kernel or _operator_kernel(engine, plan, workload)
-            ins, outs, attrs = data
-
-            def call(ins=ins, outs=outs, shape=what, attrs=attrs, kernel=kernel) -> None:
-                kernel(ins, outs, shape, attrs)
-
-            calls.append(call)
+            rotation, outs, attrs = data
+            calls.append(_OperatorCall(kernel, rotation, outs, what, attrs))
     clock = time.perf_counter_ns
     samples: list[list[int]] = [[] for _ in items]
     while True:
@@ -173,9 +193,12 @@ def _turns(channel: int, engine, plan, workload: str, items) -> dict[str, Any]:
         k = command[0]
         if k >= len(calls):
             raise ValueError(f"turn command {k} names no item (there are {len(calls)})")
+        call = calls[k]
+        call.before()  # fresh contents (untimed): repeated inputs would time a cache
         t0 = clock()
-        calls[k]()
+        call()
         samples[k].append(clock() - t0)
+        call.after()
         os.write(channel, b".")
     kinds = {"kernel": kernel.describe()["kind"]} if kernel is not None else {}
     return {"ok": True, "mode": "engine-check", "samples_ns": samples, **kinds}
