@@ -438,3 +438,22 @@ def test_an_answer_over_the_size_cap_is_cut_while_streaming_and_refused(db):
     assert "over 8000 characters" in p.transcript["calls"][0]["error"]
     resent = server.requests[1]["body"]["messages"]
     assert max(len(m["content"]) for m in resent) < 20_000  # the huge answer was not sent back
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_requests_share_the_token_budget_and_every_finished_call_is_counted(small_goal):
+    with ChatServer([("ok", "garbage")] * 40) as server:
+        run, pending = orchestrator.start_run(
+            small_goal, budget=8, seed=2, batch_size=2,
+            agents=[{"name": "llm", "kind": "llm",
+                     "settings": settings_for(server, max_run_tokens=3000, concurrency=3, max_attempts=3)},
+                    {"name": "random", "kind": "random", "settings": {}}])
+        run = drive(run, pending)
+        time.sleep(0.5)
+        run.refresh_from_db()
+    lane = run.llm_usage["lanes"]["llm"]
+    assert lane["state"] == "spent"
+    # each of the 3 requests holds a third of the budget: one 1200-token call each, not 3 each
+    assert len(server.requests) <= 3
+    assert lane["calls"] == len(server.requests) == run.llm_usage["calls"]  # taken or not, all counted
+    assert lane["prompt_tokens"] + lane["completion_tokens"] == 1200 * len(server.requests)
