@@ -10,7 +10,8 @@ proposing the run's next generation can take it. Slots the lane could not fill g
 agents: the run waits for the lane only when no other agent proposed anything (:func:`wait`).
 
 Each lane has a token and a cost budget per run (the agent's ``max_run_tokens`` and
-``max_run_cost_usd``); once spent, its requests are cancelled and no new ones start, while the
+``max_run_cost_usd``); each running request holds a reservation of it (``usage["reserved"]``),
+and every finished request's usage is counted once, taken or not; once spent, its requests are cancelled and no new ones start, while the
 run goes on. ``Run.llm_usage["lanes"][<agent>]`` holds its figures and state.
 """
 
@@ -29,6 +30,7 @@ from django.utils import timezone
 from kernels.space import format_defines
 from swarm.agents import AGENTS, Proposal, RunView, make_agent
 from swarm.agents.llm import Cancelled, RepairCase, budget_left
+from swarm.agents.llm_answer import storable
 from swarm.agents.llm_prompt import fence
 from swarm.models import AgentRecord, Candidate, CandidateStatus, LaneRequest, ProposalFailure, Run
 
@@ -215,7 +217,7 @@ def _work(pk: int, kind: str, name: str, settings: dict, view: RunView, case: Re
         state, error = LaneRequest.State.CANCELLED, "cancelled"
     except Exception as exc:  # noqa: BLE001 - a failing agent is a failed proposal, never a lost thread
         log.exception("lane request %s failed", pk)
-        result = [proposal_to_dict(Proposal(params={}, error=f"the agent failed: {type(exc).__name__}: {exc}"))]
+        result = [proposal_to_dict(Proposal(params={}, error=storable(f"the agent failed: {type(exc).__name__}: {exc}", 2000)))]
     try:
         close_old_connections()
         LaneRequest.objects.filter(pk=pk, state=LaneRequest.State.RUNNING).update(

@@ -100,8 +100,8 @@ class LLMAgent(Agent):
             refuses it (HTTP 400/404/422) is asked again without it.
         temperature: sampling temperature (default 0.4).
         max_tokens: completion tokens per call (default 4096).
-        timeout_s: per-call deadline in s, also the read timeout (default 120).
-        stream: 1 streams answers (default; deadline and cancellation act between chunks), 0 not.
+        timeout_s: total deadline of one call in s, also the read timeout (default 120).
+        stream: 1 streams answers (default; the answer size cap acts while streaming), 0 not.
         max_attempts: calls per answer, malformed answers and endpoint errors included (default 3).
         max_repairs: repairs of a failed candidate in its conversation (default 2); each is a
             candidate whose parent is the failed one.
