@@ -10,7 +10,8 @@ proposing the run's next generation can take it. Slots the lane could not fill g
 agents: the run waits for the lane only when no other agent proposed anything (:func:`wait`).
 
 Each lane has a token and a cost budget per run (the agent's ``max_run_tokens`` and
-``max_run_cost_usd``); once spent, its requests are cancelled and no new ones start, while the
+``max_run_cost_usd``); each running request holds a reservation of it (``usage["reserved"]``),
+and every finished request's usage is counted once, taken or not; once spent, its requests are cancelled and no new ones start, while the
 run goes on. ``Run.llm_usage["lanes"][<agent>]`` holds its figures and state.
 """
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
@@ -30,6 +30,8 @@ from django.utils import timezone
 from kernels.space import format_defines
 from swarm.agents import AGENTS, Proposal, RunView, make_agent
 from swarm.agents.llm import Cancelled, RepairCase, budget_left
+from swarm.agents.llm_answer import storable
+from swarm.agents.llm_prompt import fence
 from swarm.models import AgentRecord, Candidate, CandidateStatus, LaneRequest, ProposalFailure, Run
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,6 @@ REPAIRABLE = (CandidateStatus.COMPILE_ERROR, CandidateStatus.WRONG_RESULT, Candi
 LOST_AFTER = timedelta(seconds=30)
 USAGE_KEYS = ("calls", "prompt_tokens", "completion_tokens", "cost_usd")
 
-_executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="llm-lane")
 _cancels: dict[int, threading.Event] = {}  # request id -> its cancel event (this process's)
 _lock = threading.Lock()
 
@@ -93,11 +94,7 @@ def step(run: Run, records: list[AgentRecord], view: RunView, number: int, share
             if not LaneRequest.objects.filter(pk=req.pk, state=LaneRequest.State.DONE).update(state=LaneRequest.State.TAKEN):
                 continue  # another process took it
             taken += [(record, p) for p in map(_proposal, req.result)]
-            _add(usage, lane, req.usage)
-        for req in LaneRequest.objects.filter(run=run, agent=record.name, state=LaneRequest.State.CANCELLED,
-                                              finished_at__isnull=False).exclude(usage={}):
-            if LaneRequest.objects.filter(pk=req.pk, state=LaneRequest.State.CANCELLED).update(usage={}):
-                _add(usage, lane, req.usage)  # a cancelled answer's tokens were still spent
+        _count_finished(run, record.name, usage, lane)
         tokens_left, spent = budget_left(record.settings, lane)
         if spent:
             if lane["state"] != "spent":
@@ -106,11 +103,44 @@ def step(run: Run, records: list[AgentRecord], view: RunView, number: int, share
             continue
         if record.paused or record.boost <= 0:
             continue
-        running = LaneRequest.objects.filter(run=run, agent=record.name, state=LaneRequest.State.RUNNING).count()
+        running = list(LaneRequest.objects.filter(run=run, agent=record.name, state=LaneRequest.State.RUNNING)
+                       .values_list("usage", flat=True))
         agent = make_agent(record.kind, 0, record.settings)
-        for _ in range(max(agent.setting("concurrency") - running, 0)):
+        new = max(agent.setting("concurrency") - len(running), 0)
+        if tokens_left is not None and new:
+            # each request in flight may spend only its reservation: the budget left less what
+            # the running ones hold, split between the new ones
+            free = tokens_left - sum(int((u or {}).get("reserved", 0)) for u in running)
+            share = free // new
+            if share < 16:  # not even max_tokens' floor: wait for the running ones to finish
+                continue
+            tokens_left = share
+        for _ in range(new):
             _start(run, record, view, number, holder, tokens_left, agent)
     return taken
+
+
+def _count_finished(run: Run, name: str, usage: dict[str, Any], lane: dict[str, Any]) -> None:
+    """Add the usage of the agent's finished requests (taken or not, cancelled or failed) to
+    ``usage`` and ``lane``, each once: the row is marked ``counted`` in the same update."""
+    rows = (LaneRequest.objects.filter(run=run, agent=name, usage__has_key="calls")
+            .exclude(state=LaneRequest.State.RUNNING).exclude(usage__has_key="counted"))
+    for req in rows:
+        marked = {**req.usage, "counted": True}
+        if LaneRequest.objects.filter(pk=req.pk).exclude(usage__has_key="counted").update(usage=marked):
+            _add(usage, lane, req.usage)
+
+
+def settle(run: Run) -> None:
+    """Count the usage of the run's finished requests not yet counted into ``run.llm_usage``
+    (the run ending: answers finished but never taken were still paid for); saves the run."""
+    usage = dict(run.llm_usage or {})
+    lanes = usage.setdefault("lanes", {})
+    for name in set(LaneRequest.objects.filter(run=run).values_list("agent", flat=True)):
+        lane = lanes.setdefault(name, {**{k: 0 for k in USAGE_KEYS}, "state": "open"})
+        _count_finished(run, name, usage, lane)
+    run.llm_usage = usage
+    run.save(update_fields=["llm_usage"])
 
 
 def _add(usage: dict[str, Any], lane: dict[str, Any], spent: dict[str, Any]) -> None:
@@ -125,11 +155,15 @@ def _start(run: Run, record: AgentRecord, view: RunView, number: int, holder: st
     case = _repair_case(run, record, agent.setting("max_repairs"), number)
     req = LaneRequest.objects.create(
         run=run, agent=record.name, generation=number, holder=holder, repair_of_id=case.candidate if case else None,
-        deadline=timezone.now() + timedelta(seconds=agent.request_deadline_s()))
+        deadline=timezone.now() + timedelta(seconds=agent.request_deadline_s()),
+        usage={"reserved": tokens_left} if tokens_left is not None else {})
     event = threading.Event()
     with _lock:
         _cancels[req.pk] = event
-    _executor.submit(_work, req.pk, record.kind, record.name, dict(record.settings), view, case, tokens_left, event)
+    # a daemon thread: a request still in flight never keeps the process alive after the run
+    threading.Thread(target=_work, name=f"llm-lane-{req.pk}", daemon=True,
+                     args=(req.pk, record.kind, record.name, dict(record.settings), view, case, tokens_left,
+                           event)).start()
 
 
 def _repair_case(run: Run, record: AgentRecord, max_repairs: int, number: int) -> RepairCase | None:
@@ -159,14 +193,14 @@ def feedback(c: Candidate) -> str:
     ev = getattr(c, "evidence", None)
     logtail = (ev.log if ev else "")[-2500:]
     if c.status == CandidateStatus.COMPILE_ERROR:
-        return f"The kernel did not compile:\n```\n{logtail}\n```"
+        return f"The kernel did not compile:\n{fence(logtail)}"
     if c.status == CandidateStatus.WRONG_RESULT:
         bad = [x for x in (ev.cases if ev else []) if isinstance(x, dict) and x.get("passed") is False][:3]
         cases = "\n".join(
             f"- {x.get('kind')} case {x.get('label') or x.get('shape')} (seed {x.get('seed')}): max_abs_error "
             f"{x.get('max_abs_error')}, max_rel_error {x.get('max_rel_error')}; {x.get('reason') or ''}" for x in bad)
-        return f"The kernel gave wrong results against the float64 reference.\nFailing cases:\n{cases or '(none recorded)'}\nlog:\n```\n{logtail}\n```"
-    return f"The kernel failed at run time (a crash or a sandbox violation):\n```\n{logtail}\n```"
+        return f"The kernel gave wrong results against the float64 reference.\nFailing cases:\n{cases or '(none recorded)'}\nlog:\n{fence(logtail)}"
+    return f"The kernel failed at run time (a crash or a sandbox violation):\n{fence(logtail)}"
 
 
 def _work(pk: int, kind: str, name: str, settings: dict, view: RunView, case: RepairCase | None,
@@ -175,6 +209,7 @@ def _work(pk: int, kind: str, name: str, settings: dict, view: RunView, case: Re
     agent = make_agent(kind, pk, settings)
     agent.name, agent.tokens_left = name, tokens_left
     state, result, error = LaneRequest.State.DONE, [], ""
+    agent.usage = {k: 0 for k in USAGE_KEYS}  # "calls" present: the row's usage is counted once it ends
     try:
         proposal = agent.repair(view, case, event) if case else agent.converse(view, event)
         result = [proposal_to_dict(proposal)]
@@ -182,14 +217,14 @@ def _work(pk: int, kind: str, name: str, settings: dict, view: RunView, case: Re
         state, error = LaneRequest.State.CANCELLED, "cancelled"
     except Exception as exc:  # noqa: BLE001 - a failing agent is a failed proposal, never a lost thread
         log.exception("lane request %s failed", pk)
-        result = [proposal_to_dict(Proposal(params={}, error=f"the agent failed: {type(exc).__name__}: {exc}"))]
+        result = [proposal_to_dict(Proposal(params={}, error=storable(f"the agent failed: {type(exc).__name__}: {exc}", 2000)))]
     try:
         close_old_connections()
         LaneRequest.objects.filter(pk=pk, state=LaneRequest.State.RUNNING).update(
             state=state, result=result, usage=agent.usage, error=error, finished_at=timezone.now())
-        if state == LaneRequest.State.CANCELLED:  # cancelled by the run: its tokens still count
-            LaneRequest.objects.filter(pk=pk, state=LaneRequest.State.CANCELLED, finished_at__isnull=True).update(
-                usage=agent.usage, finished_at=timezone.now())
+        # cancelled by the run (here or while the answer finished): its tokens still count
+        LaneRequest.objects.filter(pk=pk, state=LaneRequest.State.CANCELLED, finished_at__isnull=True).update(
+            usage=agent.usage, finished_at=timezone.now())
     except Exception:  # noqa: BLE001
         log.exception("lane request %s: its answer could not be stored", pk)
     finally:

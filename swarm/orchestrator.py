@@ -387,8 +387,8 @@ def _why_nothing_new(run: Run, records: list[AgentRecord], space, number: int) -
 def _lane_proposals(run: Run, lane_records: list[AgentRecord], view: RunView, number: int, shares: dict[str, int],
                     usage: dict[str, Any], proposed: list[tuple[AgentRecord, Proposal]]) -> int:
     """Take the lane's finished answers into this generation and start its next requests
-    (:func:`swarm.llm_lane.step`). A finished answer always gets a slot, taken from the
-    other agents' shares. Returns the lane's slots left unfilled (for the other agents);
+    (:func:`swarm.llm_lane.step`). At least one finished answer a generation gets a slot,
+    taken from the other agents' shares; the others wait for the next generation. Returns the lane's slots left unfilled (for the other agents);
     ``shares`` becomes what each agent has to fill."""
     caps = {r.name: max(shares.get(r.name, 0), 1) for r in lane_records}
     taken = llm_lane.step(run, lane_records, view, number, caps, usage, worker_identity())
@@ -738,6 +738,7 @@ def finish(run: Run, state: str, kind: str, reason: str) -> None:
     run.finished_at = timezone.now()
     run.save(update_fields=["state", "end_kind", "end_reason", "finished_at"])
     llm_lane.cancel(run)  # the lane's requests end with the run
+    llm_lane.settle(run)  # answers finished but never taken were still paid for
     transaction.on_commit(lambda: events.publish(run.pk, "run", run_state(run)))
 
 

@@ -10,27 +10,37 @@ back to the same conversation with the reason; an endpoint error is retried with
 backoff; what still fails becomes a failed :class:`Proposal` with the raw answer (kept as
 evidence), never an exception.
 
-Every call sends ``max_tokens`` and streams the answer, so that a per-call deadline and a
-cancellation end it between two chunks (closing the stream closes the connection, which makes
-vLLM, SGLang and llama.cpp stop generating); a server that sends nothing is ended by the read
-timeout (``timeout_s``).
+Every call sends ``max_tokens`` and streams the answer. A watchdog thread closes the response
+when the call's total deadline (``timeout_s``) passes or the lane cancels it, whatever the
+server sends (chunks, SSE comment lines or nothing); closing it closes the connection, which
+makes vLLM, SGLang and llama.cpp stop generating. An answer over ``ANSWER_CHARS_PER_TOKEN x
+max_tokens`` characters is cut there and refused. Answer text is stored and sent back in its
+:func:`~swarm.agents.llm_answer.storable` form.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from swarm.agents.base import Agent, Proposal, RunView, between
-from swarm.agents.llm_answer import ANSWER_SCHEMA, MalformedAnswer, parse_answer
+from swarm.agents.llm_answer import ANSWER_SCHEMA, MalformedAnswer, parse_answer, storable
 from swarm.agents.llm_prompt import SYSTEM_PROMPT, build_prompt
 
 log = logging.getLogger(__name__)
 
 RESPONSE_FORMATS = ("json_schema", "json_object", "none")
+#: Characters per completion token beyond which an answer is refused (a token is about 4
+#: characters of code; twice that leaves room for long tokens).
+ANSWER_CHARS_PER_TOKEN = 8
+#: Reported token counts above this are taken as broken and estimated instead.
+MAX_REPORTED_TOKENS = 10**8
+#: Characters of one message kept in a transcript and re-sent in a repair conversation.
+MAX_MESSAGE_CHARS = 200_000
 
 
 class Cancelled(Exception):
@@ -39,6 +49,10 @@ class Cancelled(Exception):
 
 class DeadlineExceeded(TimeoutError):
     """A call ran past its per-call deadline (``timeout_s``)."""
+
+
+class AnswerTooLong(ValueError):
+    """An answer ran past ``ANSWER_CHARS_PER_TOKEN x max_tokens`` characters."""
 
 
 @dataclass
@@ -86,8 +100,8 @@ class LLMAgent(Agent):
             refuses it (HTTP 400/404/422) is asked again without it.
         temperature: sampling temperature (default 0.4).
         max_tokens: completion tokens per call (default 4096).
-        timeout_s: per-call deadline in s, also the read timeout (default 120).
-        stream: 1 streams answers (default; deadline and cancellation act between chunks), 0 not.
+        timeout_s: total deadline of one call in s, also the read timeout (default 120).
+        stream: 1 streams answers (default; the answer size cap acts while streaming), 0 not.
         max_attempts: calls per answer, malformed answers and endpoint errors included (default 3).
         max_repairs: repairs of a failed candidate in its conversation (default 2); each is a
             candidate whose parent is the failed one.
@@ -157,7 +171,8 @@ class LLMAgent(Agent):
         Raises:
             Cancelled: ``cancel`` was set.
         """
-        messages = list(case.transcript.get("messages") or [])
+        messages = [{**m, "content": storable(m.get("content") or "", MAX_MESSAGE_CHARS)}
+                    for m in case.transcript.get("messages") or [] if isinstance(m, dict)]
         if not messages:
             messages = [{"role": "system", "content": SYSTEM_PROMPT},
                         {"role": "user", "content": build_prompt(view, self.setting("best_k"), own=self.name)},
@@ -175,7 +190,6 @@ class LLMAgent(Agent):
                 chain: int, parent: tuple[int, str] | None, repair_of: int | None = None) -> Proposal:
         """Ask until an answer parses (malformed ones are answered in the conversation) or the
         attempts are spent; returns the proposal, failed or not, with its transcript."""
-        client = self._client()
         calls: list[dict[str, Any]] = []
         errors: list[str] = []
         raw = ""
@@ -187,11 +201,11 @@ class LLMAgent(Agent):
                 errors.append(f"call {i + 1}: not made: the lane's token budget is spent")
                 break
             try:
-                reply = self._call(client, messages, cancel)
+                reply = self._call(self._client(), messages, cancel)  # one client a call: a watchdog may close it
             except Cancelled:
                 raise
             except Exception as exc:  # noqa: BLE001 - endpoint errors of any kind are recorded
-                errors.append(f"call {i + 1}: {type(exc).__name__}: {exc}")
+                errors.append(storable(f"call {i + 1}: {type(exc).__name__}: {exc}", 2000))
                 calls.append({"error": errors[-1]})
                 if cancel is not None and cancel.wait(delay):
                     raise Cancelled() from None
@@ -203,6 +217,14 @@ class LLMAgent(Agent):
             calls.append({"latency_s": round(reply.latency_s, 3), "prompt_tokens": reply.prompt_tokens,
                           "completion_tokens": reply.completion_tokens, "finish_reason": reply.finish_reason,
                           "estimated": reply.estimated})
+            if reply.finish_reason == "too_long":  # not re-sent: the cut answer is in the transcript
+                errors.append(f"call {i + 1}: malformed answer: over {len(raw)} characters "
+                              f"({ANSWER_CHARS_PER_TOKEN} a token of max_tokens), cut and refused")
+                calls[-1]["error"] = errors[-1]
+                messages = [*messages, {"role": "assistant", "content": "[an answer too long to keep]"},
+                            {"role": "user", "content": f"That answer was refused: longer than "
+                             f"{len(raw)} characters. Answer again, briefly, with one JSON object as specified."}]
+                continue
             messages = [*messages, {"role": "assistant", "content": raw}]
             try:
                 source, params, rationale = parse_answer(raw, view, parent[1] if parent else None)
@@ -218,12 +240,15 @@ class LLMAgent(Agent):
             return Proposal(params=params, source=source, rationale=rationale,
                             parents=(parent[0],) if parent else (), transcript=transcript)
         transcript = self._transcript(messages, raw, "", calls, attempt, chain, repair_of)
-        return Proposal(params={}, error="; ".join(errors) or "no answer", raw=raw[:20000], transcript=transcript)
+        return Proposal(params={}, error=storable("; ".join(errors) or "no answer", 4000), raw=raw[:20000],
+                        transcript=transcript)
 
     def _transcript(self, messages, raw, rationale, calls, attempt, chain, repair_of) -> dict[str, Any]:
         done = [c for c in calls if "latency_s" in c]
         return {
-            "model": self._model(), "messages": messages, "answer": raw[:20000], "rationale": rationale,
+            "model": self._model(),
+            "messages": [{**m, "content": storable(m.get("content") or "", MAX_MESSAGE_CHARS)} for m in messages],
+            "answer": raw[:20000], "rationale": rationale,
             "prompt_tokens": sum(c["prompt_tokens"] for c in done),
             "completion_tokens": sum(c["completion_tokens"] for c in done),
             "latency_s": round(sum(c["latency_s"] for c in done), 3), "calls": calls,
@@ -278,42 +303,107 @@ class LLMAgent(Agent):
         return reply
 
     def _send(self, client, kwargs: dict[str, Any], cancel: threading.Event | None) -> Reply:
+        """One request within ``timeout_s`` in all: a watchdog closes the response (or, not
+        streaming, the client) at the deadline or on cancellation, which ends any read.
+
+        Raises:
+            Cancelled, DeadlineExceeded: the watchdog ended it.
+        """
         start = time.monotonic()
-        deadline = start + self.setting("timeout_s")
-        if not self.setting("stream"):
-            response = client.chat.completions.create(**kwargs)
-            text = (response.choices[0].message.content or "") if response.choices else ""
-            finish = (response.choices[0].finish_reason or "") if response.choices else ""
-            return self._reply(kwargs, text, getattr(response, "usage", None), time.monotonic() - start, finish)
-        stream = client.chat.completions.create(**kwargs, stream=True, stream_options={"include_usage": True})
+        timeout = self.setting("timeout_s")
+        limit = ANSWER_CHARS_PER_TOKEN * kwargs["max_tokens"]
+        fired: list[str] = []
+        done = threading.Event()
+        target: list[Any] = [client]
+
+        def watch() -> None:
+            end = start + timeout
+            while not done.is_set():
+                left = end - time.monotonic()
+                if cancel is not None and cancel.is_set():
+                    fired.append("cancelled")
+                elif left <= 0:
+                    fired.append("deadline")
+                else:
+                    done.wait(min(left, 0.05))
+                    continue
+                try:
+                    target[-1].close()
+                except Exception:  # noqa: BLE001 - closing a half-read response may raise; it is closed
+                    pass
+                return
+
+        watchdog = threading.Thread(target=watch, name="llm-call-watchdog", daemon=True)
+        watchdog.start()
         parts: list[str] = []
         usage, finish = None, ""
+
+        def ended(exc: BaseException | None) -> Exception | None:
+            if "cancelled" in fired:
+                return Cancelled()
+            if fired:
+                return DeadlineExceeded(f"no complete answer within {timeout:g} s "
+                                        f"({sum(map(len, parts))} characters received)")
+            return None
+
         try:
-            for chunk in stream:
-                if cancel is not None and cancel.is_set():
-                    raise Cancelled()
-                if time.monotonic() > deadline:
-                    raise DeadlineExceeded(f"no complete answer within {self.setting('timeout_s'):g} s "
-                                           f"({sum(map(len, parts))} characters received)")
-                if getattr(chunk, "usage", None):
-                    usage = chunk.usage
-                for choice in chunk.choices or ():
-                    if choice.delta is not None and choice.delta.content:
-                        parts.append(choice.delta.content)
-                    if choice.finish_reason:
-                        finish = choice.finish_reason
+            if not self.setting("stream"):
+                response = client.chat.completions.create(**kwargs)
+                text = (response.choices[0].message.content or "") if response.choices else ""
+                finish = (response.choices[0].finish_reason or "") if response.choices else ""
+                if len(text) > limit:
+                    text, finish = text[:limit], "too_long"
+                return self._reply(kwargs, text, getattr(response, "usage", None), time.monotonic() - start, finish)
+            stream = client.chat.completions.create(**kwargs, stream=True, stream_options={"include_usage": True})
+            target.append(stream.response)
+            try:
+                received = 0
+                for chunk in stream:
+                    if fired:
+                        break
+                    if getattr(chunk, "usage", None):
+                        usage = chunk.usage
+                    for choice in chunk.choices or ():
+                        if choice.delta is not None and choice.delta.content:
+                            parts.append(choice.delta.content)
+                            received += len(choice.delta.content)
+                        if choice.finish_reason:
+                            finish = choice.finish_reason
+                    if received > limit:
+                        finish = "too_long"
+                        break
+            finally:
+                stream.close()  # ends the connection: the server stops generating
+        except Exception as exc:
+            why = ended(exc)
+            if why is not None:
+                raise why from None
+            raise
         finally:
-            stream.close()  # ends the connection: the server stops generating
-        return self._reply(kwargs, "".join(parts), usage, time.monotonic() - start, finish)
+            done.set()
+        why = ended(None)
+        if why is not None:
+            raise why
+        text = "".join(parts)
+        return self._reply(kwargs, text[:limit], usage, time.monotonic() - start, finish)
 
     @staticmethod
     def _reply(kwargs: dict, text: str, usage, latency_s: float, finish: str) -> Reply:
-        prompt = getattr(usage, "prompt_tokens", None)
-        completion = getattr(usage, "completion_tokens", None)
-        if prompt is None or completion is None:  # no usage reported: 4 characters a token
+        """The reply in storable text; tokens as reported when they are counts (finite, >= 0,
+        under ``MAX_REPORTED_TOKENS``), else estimated at 4 characters a token (``estimated``)."""
+        text = storable(text)
+
+        def count(v) -> int | None:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                return None
+            return int(v) if 0 <= v <= MAX_REPORTED_TOKENS else None
+
+        prompt = count(getattr(usage, "prompt_tokens", None))
+        completion = count(getattr(usage, "completion_tokens", None))
+        if prompt is None or completion is None:  # no usable usage reported: 4 characters a token
             chars = sum(len(m.get("content") or "") for m in kwargs["messages"])
             return Reply(text, chars // 4, len(text) // 4, latency_s, finish, estimated=True)
-        return Reply(text, int(prompt), int(completion), latency_s, finish)
+        return Reply(text, prompt, completion, latency_s, finish)
 
     def _count(self, reply: Reply) -> None:
         cost = (reply.prompt_tokens * self.setting("price_prompt_per_mtok")

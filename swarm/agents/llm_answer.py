@@ -10,11 +10,15 @@ Accepted forms:
   fences is the rationale when the JSON gives none.
 
 A JSON fence that does not parse is refused, never compiled as C; ``params`` must name
-parameters of the run's design space (a kernel's own constants belong in its source).
+parameters of the run's design space with values from their lists, and the restrictions over
+the parameters given must hold (a kernel's own constants belong in its source). Text holding a
+lone surrogate or NUL (which no database column stores) is refused; :func:`storable` is the
+form in which any answer text is stored or sent back.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from typing import Any
@@ -38,8 +42,27 @@ _CODE = {"", "c", "cpp", "c++", "cc", "cu", "cuda", "h"}
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
 class MalformedAnswer(ValueError):
     """The model's answer is not a usable kernel proposal (the message says why)."""
+
+
+def storable(text: str, limit: int | None = None) -> str:
+    """``text`` with NUL and lone surrogates (UTF-16 halves, not encodable as UTF-8) replaced
+    by U+FFFD, cut to ``limit`` characters when given; what PostgreSQL text and jsonb accept."""
+    text = _UNSTORABLE.sub("\ufffd", text if isinstance(text, str) else str(text))
+    if limit is not None and len(text) > limit:
+        text = text[:limit] + f"\n[... cut: {len(text) - limit} more characters]"
+    return text
+
+
+def _check_storable(value: str, what: str) -> None:
+    m = _UNSTORABLE.search(value)
+    if m:
+        kind = "a NUL character" if m.group() == "\x00" else "a lone surrogate escape"
+        raise MalformedAnswer(f"{what} holds {kind} at character {m.start()}; send plain UTF-8 text")
 
 
 def parse_answer(raw: str, view: RunView, parent_source: str | None = None) -> tuple[str, dict[str, Any], str]:
@@ -91,6 +114,7 @@ def parse_answer(raw: str, view: RunView, parent_source: str | None = None) -> t
         source = apply_diff(parent_source, diff)
     if not isinstance(source, str) or not source.strip():
         raise MalformedAnswer("empty or missing 'source'")
+    _check_storable(source, "the source")
     params = obj.get("params") or {}
     if not isinstance(params, dict) or not all(
         isinstance(k, str) and re.fullmatch(r"[A-Za-z_]\w*", k) and isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -101,13 +125,36 @@ def parse_answer(raw: str, view: RunView, parent_source: str | None = None) -> t
     if unknown:
         raise MalformedAnswer(f"'params' names {', '.join(unknown)}, not parameters of the design space "
                               f"({', '.join(view.space.names) or 'none'}); put the kernel's own constants in its source")
+    _check_in_space(params, view.space)
     entry = view.workload.split(":")[-1]
     if not re.search(rf"\b{re.escape(entry)}\s*\(", source):
         raise MalformedAnswer(f"the source does not define the entry point '{entry}'")
     rationale = obj.get("rationale")
     if not isinstance(rationale, str) or not rationale.strip():
         rationale = _BLOCK.sub("", text).strip() if not text.startswith("{") else ""
+    _check_storable(rationale, "the rationale")
     return source, params, rationale[:4000]
+
+
+def _check_in_space(params: dict[str, Any], space) -> None:
+    """Each value one of its parameter's values; every restriction whose names are all given
+    holds (one naming a parameter left out is the kernel's business: its source sets it).
+
+    Raises:
+        MalformedAnswer: naming the parameter and its allowed values, or the broken restriction.
+    """
+    for p in space.parameters:
+        if p.name in params and params[p.name] not in p.values:
+            raise MalformedAnswer(f"'params' sets {p.name} = {params[p.name]!r}, not one of its values "
+                                  f"{list(p.values)}")
+    given, names = set(params), set(space.names)
+    broken = [t for t in space.broken_restrictions(params) if _names(t) & names <= given]
+    if broken:
+        raise MalformedAnswer(f"'params' {params} break the design space's restrictions: {'; '.join(broken)}")
+
+
+def _names(expr: str) -> set[str]:
+    return {n.id for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Name)}
 
 
 def _load(text: str, what: str) -> dict[str, Any]:
@@ -125,8 +172,13 @@ def apply_diff(base: str, diff: str) -> str:
     match (trailing blanks aside) at the hunk's position, or within 20 lines of it.
 
     Raises:
-        MalformedAnswer: no hunk, a malformed hunk, or a hunk that does not apply.
+        MalformedAnswer: a diff naming more than one file (``---``/``+++`` header pairs or
+            ``diff --git`` lines), no hunk, a malformed hunk, or a hunk that does not apply.
     """
+    files = sum(1 for a, b in zip(diff.split("\n"), diff.split("\n")[1:]) if a.startswith("--- ") and b.startswith("+++ "))
+    files = max(files, sum(1 for line in diff.split("\n") if line.startswith("diff --git ")))
+    if files > 1:
+        raise MalformedAnswer(f"the diff names {files} files; send a diff of the kernel alone")
     lines = base.split("\n")
     hunks: list[tuple[int, list[str], list[str]]] = []  # start (0-based), old lines, new lines
     current: tuple[int, list[str], list[str]] | None = None

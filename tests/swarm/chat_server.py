@@ -3,10 +3,12 @@
 Each request pops the next scripted answer: ``("ok", text)`` returns ``text`` as the
 assistant message, ``("slow", seconds)`` sleeps before answering, ``("hang", seconds)`` sends
 nothing for that long (then closes), ``("ramble", seconds)`` streams filler for that long
-(checking for a closed connection between chunks), ``("status", code)`` returns an HTTP error.
+(checking for a closed connection between chunks), ``("keepalive", seconds)`` sends only SSE
+comment lines (``: keepalive``) every 0.2 s for that long, ``("usage", (text, usage))``
+answers ``text`` reporting ``usage`` as given, ``("status", code)`` returns an HTTP error.
 A callable ``answer(body) -> text`` in place of the script answers every request. Answers are
 streamed as server-sent events when the request asks for ``stream``. Every request body is
-kept for assertions; ``disconnects`` counts rambles the client cut.
+kept for assertions; ``disconnects`` counts rambles and keepalives the client cut.
 """
 
 from __future__ import annotations
@@ -57,17 +59,23 @@ class ChatServer:
                     self.end_headers()
                     self.wfile.write(data)
                     return
+                if kind == "keepalive":
+                    self._keepalive(float(arg))
+                    return
+                usage = USAGE
+                if kind == "usage":
+                    arg, usage = arg
                 if kind == "ramble":
                     self._ramble(body, float(arg))
                     return
                 if body.get("stream"):
-                    self._stream(body, str(arg))
+                    self._stream(body, str(arg), usage)
                     return
                 payload = {
                     "id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()),
                     "model": body.get("model", "test"),
                     "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": arg}}],
-                    "usage": USAGE,
+                    "usage": usage,
                 }
                 data = json.dumps(payload).encode()
                 self.send_response(200)
@@ -77,7 +85,7 @@ class ChatServer:
                 self.wfile.write(data)
 
             def _event(self, obj) -> None:
-                data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+                data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode("utf-8", "surrogatepass")) + b"\n\n"
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
 
@@ -94,14 +102,28 @@ class ChatServer:
                                                       "finish_reason": finish}],
                         **({"usage": usage} if usage else {})}
 
-            def _stream(self, body, text: str) -> None:
+            def _keepalive(self, seconds: float) -> None:
+                self._start_stream()
+                end = time.monotonic() + seconds
+                try:
+                    while time.monotonic() < end:
+                        data = b": keepalive\n\n"
+                        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                        self.wfile.flush()
+                        time.sleep(0.2)
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    with server.lock:
+                        server.disconnects += 1
+
+            def _stream(self, body, text: str, usage=USAGE) -> None:
                 self._start_stream()
                 step = max(len(text) // 4, 1)
                 for i in range(0, len(text), step):
                     self._event(self._chunk(body, text[i:i + step]))
                 self._event(self._chunk(body, finish="stop"))
                 if (body.get("stream_options") or {}).get("include_usage"):
-                    self._event(self._chunk(body, usage=USAGE))
+                    self._event(self._chunk(body, usage=usage))
                 self._event(b"[DONE]")
                 self.wfile.write(b"0\r\n\r\n")
 
