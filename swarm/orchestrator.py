@@ -435,16 +435,17 @@ def _wait_for_lane(run: Run, lane_records: list[AgentRecord], view: RunView, num
     answers (up to ``n``), so that a lane-only run does not end while its requests run."""
     deadline = llm_lane.request_deadline_s(lane_records)
     for _ in range(LANE_WAIT_ROUNDS):
-        if not llm_lane.running(run):
-            break
-        llm_lane.wait(run, deadline)
+        if llm_lane.running(run):
+            llm_lane.wait(run, deadline)
+        # An answer may have finished since the lane's step of this generation (a fast
+        # endpoint): take it whether or not another request still runs.
         taken = llm_lane.step(run, lane_records, view, number, {r.name: n for r in lane_records}, usage,
                               worker_identity())
         proposed.extend(taken)
         for rec, p in taken:
             if not p.error:
                 shares[rec.name] = shares.get(rec.name, 0) + 1
-        if _any_new(goal, proposed, fingerprint):
+        if _any_new(goal, proposed, fingerprint) or (not taken and not llm_lane.running(run)):
             break
 
 

@@ -204,6 +204,33 @@ def test_in_a_run_llm_kernels_are_evaluated_and_failures_and_usage_recorded(smal
     assert Candidate.objects.filter(run=run).count() == 1
 
 
+@pytest.mark.django_db(transaction=True)
+def test_an_answer_that_finishes_before_the_generation_waits_is_still_taken(small_goal, monkeypatch):
+    """A fast endpoint: the lane's request is done before the generation looks for running
+    requests. Its answer must still become this generation's candidate."""
+    import time as _time
+
+    from swarm.models import LaneRequest
+
+    original = orchestrator._lane_proposals
+
+    def lane_then_let_it_finish(run, *args, **kwargs):
+        short = original(run, *args, **kwargs)
+        deadline = _time.monotonic() + 30
+        while LaneRequest.objects.filter(run=run, state=LaneRequest.State.RUNNING).exists():
+            assert _time.monotonic() < deadline, "the stub's answer never finished"
+            _time.sleep(0.05)
+        return short
+
+    monkeypatch.setattr(orchestrator, "_lane_proposals", lane_then_let_it_finish)
+    with ChatServer([("ok", GOOD)] * 4) as server:
+        run, pending = orchestrator.start_run(
+            small_goal, budget=1, seed=1, batch_size=1,
+            agents=[{"name": "llm", "kind": "llm", "settings": settings_for(server, max_repairs=0)}],
+        )
+        assert len(pending) == 1 and pending[0].agent == "llm"
+
+
 BROKEN_SOURCE = GOOD_SOURCE.replace("double ss = 0.0;", "double ss = 0.0")  # a compile error
 
 
