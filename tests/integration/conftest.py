@@ -7,9 +7,12 @@ from tests.integration.stack import database_url, factory_stack
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def stack(django_db_setup, django_db_blocker):
-    """Base URL of the factory's real processes (server, and a worker in production mode)."""
+    """Base URL of the factory's real processes (server, and a worker in production mode).
+
+    Package-scoped: the processes stop once this package's tests are done, so that their
+    sweeper and worker never act on the runs of later tests, which share the database."""
     from django.conf import settings
     from django.db import connection
 
