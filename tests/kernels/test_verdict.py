@@ -96,3 +96,21 @@ def test_the_file_store_keeps_floors_and_survives_a_damaged_file(tmp_path):
     assert store.get(key)["floor"] == 0.03
     path.write_text('{"%s": {"floor": "high"}}' % key)
     assert store.get(key) is None
+
+
+def test_a_tie_never_says_fewer_rounds_would_have_resolved_it():
+    """Rounds with a slow cluster: the bootstrap interval is wider than a normal-theory width
+    from the MAD, so an estimate from the MAD alone asked for fewer rounds than the tie had."""
+    r = [1.0479, 1.0489, 1.0396, 1.0381, 1.0388, 1.0036, 1.0428, 1.0052, 1.0104, 1.0486]
+    v = judge_rounds(r, 0.02)
+    assert v.verdict == "tie"
+    assert v.rounds_needed is not None and v.rounds_needed > len(r), v.why
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(3, 16))
+        rounds = list(np.exp(rng.normal(0.03, 0.015, n) - (rng.random(n) < 0.25) * 0.03))
+        v = judge_rounds(rounds, 0.02, n_boot=2000)
+        if v.verdict == "tie" and v.rounds_needed is not None:
+            assert v.rounds_needed > n, v.why
+        elif v.verdict != "tie":
+            assert v.rounds_needed is not None and v.rounds_needed <= n, v.why
