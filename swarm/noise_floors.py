@@ -14,12 +14,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone as dt_timezone
 
 from django.db import IntegrityError, transaction
-from django.db.models import FloatField
-from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Cast
 from django.utils import timezone
 
-from swarm.models import NoiseFloor
+from swarm.models import CandidateStatus, NoiseFloor
+from swarm.results import meeting_constraints, metric_expr
 
 #: The floor assumed where none is stored for a (target, workload, shape set): 5%, the
 #: tolerance ``engines.web.guard`` applies to end-to-end timings. It errs on the side of
@@ -130,14 +128,8 @@ def tied_with_best(run) -> dict:
     goal = run.goal
     info = floor_for(goal.target, goal.workload, goal.shape_set)
 
-    def value(metric: str):
-        return Cast(KeyTextTransform(metric, "evidence__metrics"), FloatField())
-
-    qs = run.candidates.filter(status="ok").annotate(_lat=value("latency_ms")).filter(_lat__isnull=False)
-    for i, c in enumerate(run.constraints or []):
-        name = f"_c{i}"
-        qs = qs.annotate(**{name: value(c["metric"])}).filter(
-            **{f"{name}__isnull": False, f"{name}__{'lte' if c['op'] == '<=' else 'gte'}": c["value"]})
+    ok = run.candidates.filter(status=CandidateStatus.OK).annotate(_lat=metric_expr("latency_ms"))
+    qs = meeting_constraints(run, ok.filter(_lat__isnull=False).order_by())
     best = qs.order_by("_lat", "id").values_list("_lat", flat=True).first()
     ids: list[int] = []
     if best is not None:

@@ -62,7 +62,7 @@ def total_violation(constraints: list[dict], metrics: dict[str, float]) -> float
     return sum(v["excess"] for v in violations(constraints, metrics))
 
 
-def _metric(name: str):
+def metric_expr(name: str):
     """The metric ``name`` of a candidate's evidence as a float expression (NULL when missing):
     its column for :data:`swarm.models.STORED_METRICS`, else read from the ``metrics`` JSON."""
     if name in STORED_METRICS:
@@ -73,7 +73,7 @@ def _metric(name: str):
 def _signed(run: Run) -> dict[str, Any]:
     """Annotations ``o0..`` : each objective oriented to minimisation."""
     return {
-        f"o{i}": _metric(o["metric"]) * Value(1.0 if o["direction"] == "minimize" else -1.0)
+        f"o{i}": metric_expr(o["metric"]) * Value(1.0 if o["direction"] == "minimize" else -1.0)
         for i, o in enumerate(run.goal.objectives)
     }
 
@@ -85,13 +85,18 @@ def ok_with_objectives(run: Run) -> QuerySet:
             .filter(**{f"{k}__isnull": False for k in ann}).order_by())
 
 
-def feasible(run: Run) -> QuerySet:
-    """:func:`ok_with_objectives` meeting every constraint of the run (a missing metric fails)."""
-    qs = ok_with_objectives(run)
-    for i, c in enumerate(run.constraints):
-        qs = qs.annotate(**{f"c{i}": _metric(c["metric"])})
+def meeting_constraints(run: Run, qs: QuerySet) -> QuerySet:
+    """The candidates of ``qs`` meeting every constraint of ``run`` (a missing metric fails),
+    annotated ``c0..`` with the constraint metrics."""
+    for i, c in enumerate(run.constraints or []):
+        qs = qs.annotate(**{f"c{i}": metric_expr(c["metric"])})
         qs = qs.filter(**{f"c{i}__lte" if c["op"] == "<=" else f"c{i}__gte": float(c["value"])})
     return qs
+
+
+def feasible(run: Run) -> QuerySet:
+    """:func:`ok_with_objectives` meeting every constraint of the run (a missing metric fails)."""
+    return meeting_constraints(run, ok_with_objectives(run))
 
 
 def frontier_ids(run: Run) -> tuple[list[int], int]:
@@ -144,7 +149,7 @@ def closest(run: Run, k: int = CLOSEST_SHOWN) -> list[dict[str, Any]]:
     qs = ok_with_objectives(run)
     terms = []
     for i, c in enumerate(run.constraints):
-        qs = qs.annotate(**{f"c{i}": _metric(c["metric"])}).filter(**{f"c{i}__isnull": False})
+        qs = qs.annotate(**{f"c{i}": metric_expr(c["metric"])}).filter(**{f"c{i}__isnull": False})
         v, scale = float(c["value"]), abs(float(c["value"])) or 1.0
         gap = F(f"c{i}") - Value(v) if c["op"] == "<=" else Value(v) - F(f"c{i}")
         terms.append(Greatest(Value(0.0), gap / Value(scale), output_field=FloatField()))

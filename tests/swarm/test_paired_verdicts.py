@@ -9,6 +9,8 @@ Real paired comparisons run the rmsnorm kernels on "test-small" with few, short 
 import json
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 import kernels
@@ -261,6 +263,20 @@ def test_the_run_page_marks_candidates_tied_with_the_best(owner, small_goal):
     assert summary["tied_with_best"] == [fast.pk, near.pk, far.pk] and summary["noise_floor"]["floor"] == 0.25
     assert summary["best"]["id"] == fast.pk and summary["best"]["tied_with_best"] is True
 
+
+
+@pytest.mark.django_db
+def test_the_summary_reads_stored_metric_columns_not_the_metrics_json(owner, small_goal):
+    """The run summary's ties, frontier and best come from the evidence's stored columns: no
+    query extracts a value from the ``metrics`` JSON of every candidate (that extraction made
+    the summary of a 50,000-candidate run slow)."""
+    fast = make_candidate(small_goal, {"VEC": 1}, latency_ms=1.0)
+    make_candidate(small_goal, {"VEC": 4}, latency_ms=1.2)
+    with CaptureQueriesContext(connection) as ctx:
+        summary = orchestrator.run_summary(fast.run)
+    assert summary["best"]["id"] == fast.pk and summary["tied_with_best"] == [fast.pk]
+    extracting = [q["sql"] for q in ctx.captured_queries if "json_extract" in q["sql"].lower() or "->>" in q["sql"]]
+    assert not extracting, extracting
 
 def test_a_gain_inside_the_floor_is_no_frontier_improvement():
     before = [[1.0]]
