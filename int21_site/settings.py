@@ -218,16 +218,19 @@ STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
 # plotly.js is served from the installed plotly package (no CDN): /static/plotly/plotly.min.js
 STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", Path(plotly.__file__).parent / "package_data")]
-# collectstatic (scripts/demo runs it) writes gzip copies that WhiteNoise then serves.
+# Two ways to serve static files. Development and tests (WHITENOISE_USE_FINDERS=1, the default):
+# from the app's static dir and the plotly package as they are, under their plain names.
+# Collected (scripts/demo, production: WHITENOISE_USE_FINDERS=0, for collectstatic and the
+# server alike): from STATIC_ROOT, under content-hashed names from collectstatic's manifest, which
+# WhiteNoise serves with a far-future "immutable" Cache-Control (a returning visit downloads
+# nothing, a changed file gets a new name), with the gzip copies collectstatic wrote
+# (plotly.min.js: 1.5 MB instead of 4.8 MB). Hashed names need the manifest, hence the switch.
+WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage" if WHITENOISE_USE_FINDERS
+                    else "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
-# Without collectstatic (tests, development) files are served from the app's static dir and the
-# plotly package as they are; after it (scripts/demo, production: WHITENOISE_USE_FINDERS=0) from
-# STATIC_ROOT, with the gzip copies CompressedStaticFilesStorage wrote (plotly.min.js:
-# 1.5 MB instead of 4.8 MB). Finders, when on, override STATIC_ROOT's files and their copies.
-WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", True)
 WHITENOISE_AUTOREFRESH = DEBUG
 
 LANGUAGE_CODE = "en-us"

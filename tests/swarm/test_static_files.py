@@ -1,5 +1,12 @@
-"""Static files: plotly.js from the installed package, compressed once collectstatic has run."""
+"""Static files: plotly.js from the installed package, compressed once collectstatic has run,
+under content-hashed names cached for good when served collected."""
 
+import os
+import re
+import subprocess
+import sys
+
+from django.contrib.staticfiles.storage import staticfiles_storage
 from django.core.management import call_command
 from django.test import Client
 
@@ -18,3 +25,38 @@ def test_after_collectstatic_the_compressed_copies_are_served(tmp_path, settings
     assert plain.status_code == gz.status_code == 200
     assert gz["Content-Encoding"] == "gzip" and "Accept-Encoding" in gz["Vary"]
     assert int(gz["Content-Length"]) < int(plain["Content-Length"]) / 2  # 1.5 MB of 4.8 MB
+
+
+def _collected(tmp_path, settings):
+    """Static files collected and served as scripts/demo and production do (WHITENOISE_USE_FINDERS=0)."""
+    settings.STATIC_ROOT = str(tmp_path)
+    settings.WHITENOISE_USE_FINDERS = False
+    settings.STORAGES = {**settings.STORAGES,
+                         "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"}}
+    call_command("collectstatic", "--noinput", "-v", "0")
+
+
+def test_collected_files_have_hashed_names_cached_for_good(tmp_path, settings, db):
+    _collected(tmp_path, settings)
+    page = Client().get("/login/").content.decode()
+    css = re.search(r'href="(/static/css/factory\.[0-9a-f]{12}\.css)"', page)
+    assert css, "the page links the stylesheet under its content-hashed name"
+    r = Client().get(css.group(1))
+    assert r.status_code == 200
+    assert r["Cache-Control"] == "max-age=315360000, public, immutable"
+    plotly_js = Client().get("/static/" + staticfiles_storage.stored_name("plotly/plotly.min.js"),
+                             HTTP_ACCEPT_ENCODING="gzip")
+    assert plotly_js.status_code == 200 and "immutable" in plotly_js["Cache-Control"]
+    assert plotly_js["Content-Encoding"] == "gzip"
+    plain = Client().get("/static/css/factory.css")  # an unversioned name may change: short cache only
+    assert plain.status_code == 200 and "immutable" not in plain["Cache-Control"]
+
+
+def test_the_settings_pick_hashed_names_when_serving_collected_files():
+    code = ("import django; django.setup(); from django.conf import settings; "
+            "print(settings.STORAGES['staticfiles']['BACKEND'])")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "int21_site.settings"}
+    out = {flag: subprocess.run([sys.executable, "-c", code], env={**env, "WHITENOISE_USE_FINDERS": flag},
+                                capture_output=True, text=True, check=True).stdout.strip() for flag in ("0", "1")}
+    assert out == {"0": "whitenoise.storage.CompressedManifestStaticFilesStorage",
+                   "1": "whitenoise.storage.CompressedStaticFilesStorage"}
