@@ -21,7 +21,7 @@ def register_engine(engine: str, *, config: str = "", target: str = "cpu-x86_64"
 
     from engines._plan import Plan  # noqa: PLC0415
     from engines.registry import CONFIGS, engine_class  # noqa: PLC0415
-    from engines.web.models import ProductionEngine  # noqa: PLC0415
+    from swarm.engine_registry.models import ProductionEngine  # noqa: PLC0415
 
     cls = engine_class(engine)
     if CONFIGS[engine] and config and config not in CONFIGS[engine]:
@@ -41,18 +41,18 @@ def register_engine(engine: str, *, config: str = "", target: str = "cpu-x86_64"
 def record_benchmark(production_engine, *, trigger: str = "manual", reps: int = 7, label: str = "",
                      registry=None) -> Any:
     """Validate, time (every scenario) and profile ``production_engine`` in this process with
-    the current production kernels; store an :class:`~engines.web.models.EngineBenchmark`.
+    the current production kernels; store an :class:`~swarm.engine_registry.models.EngineBenchmark`.
 
     Production kernels and templates only run here (trusted, see :mod:`engines._binding`);
-    the default registry is :func:`engines.web.registry.registry_for` (the engine's measured
+    the default registry is :func:`swarm.engine_registry.registry.registry_for` (the engine's measured
     template points included).
     """
     from engines._graph import Profile  # noqa: PLC0415
     from engines._timing import SCENARIOS, make_scenario, time_plans  # noqa: PLC0415
     from engines._validate import validate  # noqa: PLC0415
     from engines.registry import make_engine  # noqa: PLC0415
-    from engines.web.models import EngineBenchmark  # noqa: PLC0415
-    from engines.web.registry import registry_for  # noqa: PLC0415
+    from swarm.engine_registry.models import EngineBenchmark  # noqa: PLC0415
+    from swarm.engine_registry.registry import registry_for  # noqa: PLC0415
 
     pe = production_engine
     eng = make_engine(pe.engine, config=pe.config or None, registry=registry or registry_for(pe), target=pe.target)

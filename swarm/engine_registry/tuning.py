@@ -63,7 +63,7 @@ def start_tuning(pe, *, dispatch_now: bool = True, **budget: Any):
         KeyError: the engine or its config is unknown; ValueError: a budget below 1.
     """
     from engines.tuning import new_state  # noqa: PLC0415
-    from engines.web.models import EnginePlanTuning  # noqa: PLC0415
+    from swarm.engine_registry.models import EnginePlanTuning  # noqa: PLC0415
 
     live = pe.tunings.filter(status__in=[EnginePlanTuning.Status.QUEUED, EnginePlanTuning.Status.RUNNING]).first()
     if live is not None:
@@ -90,8 +90,8 @@ def run_step(tuning_id: int, expected_step: int | None = None, *, chain: bool = 
         step that raises fails the tuning with the traceback (nothing is adopted).
     """
     from engines.tuning import step  # noqa: PLC0415
-    from engines.web.models import EnginePlanTuning  # noqa: PLC0415
-    from engines.web.registry import DbRegistry  # noqa: PLC0415
+    from swarm.engine_registry.models import EnginePlanTuning  # noqa: PLC0415
+    from swarm.engine_registry.registry import DbRegistry  # noqa: PLC0415
 
     tuning = EnginePlanTuning.objects.select_related("engine").filter(pk=tuning_id).first()
     if tuning is None or tuning.status in (EnginePlanTuning.Status.DONE, EnginePlanTuning.Status.FAILED):
@@ -121,7 +121,7 @@ def run_step(tuning_id: int, expected_step: int | None = None, *, chain: bool = 
 def adopt(tuning) -> None:
     """Make a finished tuning's plan and kernel choices ``pe``'s, and record a benchmark of the
     engine as tuned (its bound operator graph, for the engine page)."""
-    from engines.web.services import record_benchmark  # noqa: PLC0415
+    from swarm.engine_registry.services import record_benchmark  # noqa: PLC0415
 
     pe, state = tuning.engine, tuning.state
     pe.plan, pe.kernel_points, pe.updated_at = dict(state["plan"]), dict(state["choices"]), timezone.now()
@@ -142,7 +142,7 @@ def recover(stale_s: float = STALE_S) -> int:
 
     from django.db.models import Q  # noqa: PLC0415
 
-    from engines.web.models import EnginePlanTuning  # noqa: PLC0415
+    from swarm.engine_registry.models import EnginePlanTuning  # noqa: PLC0415
 
     S = EnginePlanTuning.Status
     cutoff = timezone.now() - timedelta(seconds=stale_s)
@@ -162,8 +162,8 @@ def register_demo_engines(user=None, *, tune: bool = True, budget: dict | None =
 
     from django.conf import settings  # noqa: PLC0415
 
-    from engines.web.models import EnginePlanTuning, ProductionEngine  # noqa: PLC0415
-    from engines.web.services import register_engine  # noqa: PLC0415
+    from swarm.engine_registry.models import EnginePlanTuning, ProductionEngine  # noqa: PLC0415
+    from swarm.engine_registry.services import register_engine  # noqa: PLC0415
 
     out = []
     for engine, config in DEMO_ENGINES:

@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from engines.web.models import EngineBenchmark, GuardCheck, ProductionEngine
+from swarm.engine_registry.models import EngineBenchmark, GuardCheck, ProductionEngine
 
 
 def _history(pe: ProductionEngine) -> list[dict]:
@@ -111,7 +111,7 @@ def engine_compare(request, pk: int):
 @login_required
 @require_POST
 def guard_override(request, pk: int):
-    from engines.web.guard import GuardOverrideRefused, override  # noqa: PLC0415
+    from swarm.engine_registry.guard import GuardOverrideRefused, override  # noqa: PLC0415
 
     check = get_object_or_404(GuardCheck, pk=pk)
     try:

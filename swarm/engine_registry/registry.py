@@ -53,7 +53,7 @@ class DbRegistry:
 def guard_shapes(candidate_id: int, workload: str, target: str) -> list[dict]:
     """The operator shapes of ``workload`` at which passed promotion guard checks of the
     candidate validated and benchmarked it (``evidence["engines"][name]["shapes"]``)."""
-    from engines.web.models import GuardCheck  # noqa: PLC0415
+    from swarm.engine_registry.models import GuardCheck  # noqa: PLC0415
 
     out: list[dict] = []
     for check in GuardCheck.objects.filter(candidate_id=candidate_id, workload=workload, target=target, ok=True):

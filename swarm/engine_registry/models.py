@@ -12,7 +12,7 @@ from django.utils import timezone
 class ProductionEngine(models.Model):
     """An engine serving in production on a target: which engine, at which size, under which
     plan. Every promotion of a kernel whose workload it uses re-validates and re-benchmarks it
-    (:func:`engines.web.guard.check_kernel_promotion`)."""
+    (:func:`swarm.engine_registry.guard.check_kernel_promotion`)."""
 
     name = models.CharField(max_length=100, unique=True, help_text="e.g. minilm/cpu-x86_64")
     engine = models.CharField(max_length=32, help_text="engines.registry name: minilm, llama-layer, kda-layer")
