@@ -34,6 +34,10 @@ from typing import Any, Callable
 from django.db import transaction
 from django.utils import timezone
 
+from engines._isolated import check_engine_isolated
+from swarm.engine_registry.models import EngineBenchmark, GuardCheck, ProductionEngine
+from swarm.engine_registry.registry import DbRegistry
+from swarm.models import AuditEvent
 
 
 @dataclass
@@ -59,8 +63,6 @@ class GuardOverrideRefused(Exception):
 
 def affected_engines(workload: str, target: str):
     """Active production engines on ``target`` whose plan runs ``workload``'s production kernel."""
-    from swarm.engine_registry.models import ProductionEngine  # noqa: PLC0415
-
     return [e for e in ProductionEngine.objects.filter(active=True, target=target) if e.uses_production(workload)]
 
 
@@ -80,9 +82,6 @@ def check_kernel_promotion(candidate, *, runner: Callable[[dict], dict] | None =
     Returns:
         :class:`GuardResult` (also stored as a ``GuardCheck``).
     """
-    from swarm.engine_registry.models import EngineBenchmark, GuardCheck  # noqa: PLC0415
-    from swarm.engine_registry.registry import DbRegistry  # noqa: PLC0415
-
     goal = candidate.goal
     workload, target = goal.workload, goal.target
     engines = affected_engines(workload, target)
@@ -116,8 +115,6 @@ def check_kernel_promotion(candidate, *, runner: Callable[[dict], dict] | None =
 
 
 def _default_runner(settings, floor_store):
-    from engines._isolated import check_engine_isolated  # noqa: PLC0415
-
     return lambda req: check_engine_isolated(req, settings=settings, floor_store=floor_store)
 
 
@@ -186,8 +183,6 @@ def guard_promotion(candidate, **kw) -> GuardResult:
     Returns:
         :class:`GuardResult`; ``ok`` True means the promotion may proceed.
     """
-    from swarm.engine_registry.models import GuardCheck  # noqa: PLC0415
-
     latest = GuardCheck.objects.filter(candidate=candidate).order_by("-created_at", "-id").first()
     if latest is not None and latest.overridden_at is not None:
         who = latest.overridden_by.get_username() if latest.overridden_by else "an approver"
@@ -199,8 +194,6 @@ def guard_promotion(candidate, **kw) -> GuardResult:
 def promotion_allowed(candidate) -> tuple[bool, Any]:
     """``(allowed, latest GuardCheck or None)``: allowed when the latest check passed or was
     overridden. Without any check: not allowed (run :func:`check_kernel_promotion` first)."""
-    from swarm.engine_registry.models import GuardCheck  # noqa: PLC0415
-
     check = GuardCheck.objects.filter(candidate=candidate).order_by("-created_at", "-id").first()
     return (check is not None and check.allows_promotion), check
 
@@ -212,8 +205,6 @@ def override(check, user, reason: str):
         GuardOverrideRefused: the user lacks ``swarm.approve_promotion``, the reason is blank,
             or the check did not block.
     """
-    from swarm.models import AuditEvent  # noqa: PLC0415
-
     if not (user and user.is_authenticated and user.has_perm("swarm.approve_promotion")):
         raise GuardOverrideRefused("only an approver (swarm.approve_promotion) may override the engine guard")
     reason = (reason or "").strip()

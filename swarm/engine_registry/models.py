@@ -8,6 +8,9 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from engines._binding import CHOICE_NAMES
+from engines.registry import WORKLOADS
+
 
 class ProductionEngine(models.Model):
     """An engine serving in production on a target: which engine, at which size, under which
@@ -36,8 +39,6 @@ class ProductionEngine(models.Model):
         return self.name
 
     def workloads(self) -> tuple[str, ...]:
-        from engines.registry import WORKLOADS  # noqa: PLC0415
-
         return WORKLOADS.get(self.engine, ())
 
     def uses_production(self, workload: str) -> bool:
@@ -48,8 +49,6 @@ class ProductionEngine(models.Model):
         """Per workload: the kernel the plan runs and why (``workload``, ``kind``, ``params``,
         ``latency_ms``, ``why``). Without a tuning's choice a workload runs what its plan
         choice binds: the production kernel, else the baseline."""
-        from engines._binding import CHOICE_NAMES  # noqa: PLC0415
-
         rows = []
         for w in self.workloads():
             choice = int(self.plan.get(f"KERNEL_{w.upper()}", 2))
