@@ -9,7 +9,7 @@ kernel of each workload: baseline, template or production). Three engines:
 - ``kda-layer``: a Kimi Linear KDA layer (:mod:`engines.kda_layer`).
 
 Command line: ``python -m engines validate|bench|describe --engine NAME``. Django lives only
-in :mod:`engines.web` (production engines, benchmark history, the promotion guard, pages).
+in :mod:`swarm.engine_registry` (production engines, benchmark history, the promotion guard, pages).
 """
 
 # Public names are imported on first use: ``python -m engines`` must be able to set thread

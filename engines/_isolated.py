@@ -1,6 +1,6 @@
 """Re-validate and re-benchmark a production engine with a candidate kernel, in sandbox children.
 
-The promotion guard (:mod:`engines.web.guard`) calls :func:`check_engine_isolated` for every
+The promotion guard (:mod:`swarm.engine_registry.guard`) calls :func:`check_engine_isolated` for every
 production engine that uses the workload of a kernel about to be promoted. The candidate has
 passed the sandboxed evaluation but is not production yet, so (see the trust decision in
 :mod:`engines._binding`) it is loaded only in sandbox children confined exactly as the

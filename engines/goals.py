@@ -10,12 +10,14 @@ evolutionary, optuna, local) search it unchanged; LLM agents, which write source
 
 :func:`evaluate_plan` has the signature of :func:`kernels.evaluate` and returns a
 :class:`kernels.Evidence`, so the orchestrator stores, ranks and promotes plans exactly like
-kernels once it calls it for ``engine:`` goals (the hook the lead wires, see
-``docs`` in the report): validation end to end (``wrong_result`` when it fails), then the
+kernels once it calls it for ``engine:`` goals (the swarm calls it through
+:func:`swarm.engine_registry.goals.evaluate_plan`, which passes the production kernels of the
+database): validation end to end (``wrong_result`` when it fails), then the
 scenarios timed; ``latency_ms`` is the sum of the scenarios' median latencies and
 ``throughput`` the items per second of the first scenario (sentences/s, tokens/s).
 
-Nothing here imports Django except :func:`create_engine_goal`.
+Nothing here imports Django or the swarm: goals are created by
+:func:`swarm.engine_registry.goals.create_engine_goal`.
 """
 
 from __future__ import annotations
@@ -78,20 +80,6 @@ def _engine(name: str, config: str | None, registry):
     return eng
 
 
-def _default_registry():
-    """Production kernels from the database when Django is configured, else none."""
-    try:
-        from django.conf import settings  # noqa: PLC0415
-
-        if settings.configured and "engines.web.apps.EnginesWebConfig" in settings.INSTALLED_APPS:
-            from engines.web.registry import DbRegistry  # noqa: PLC0415
-
-            return DbRegistry()
-    except ImportError:
-        pass
-    return None
-
-
 def evaluate_plan(workload: str, source: str, params: dict, *, shape_set: str = "", backend: str = "cpu",
                   timeout_s: float = 600.0, bench=None, seed: int | None = None, target: str | None = None,
                   registry=None, reps: int | None = None, **_: Any) -> Evidence:
@@ -102,7 +90,9 @@ def evaluate_plan(workload: str, source: str, params: dict, *, shape_set: str = 
         source: ignored (a plan has no source).
         params: the plan's parameters.
         shape_set: scenarios joined by ``+`` (default: the engine's first scenario).
-        registry: production kernels (default: the database's when Django is set up).
+        registry: production kernels (:class:`engines._binding.ProductionRegistry`; default
+            none: every workload runs its baseline). The swarm passes the database's
+            (:func:`swarm.engine_registry.goals.evaluate_plan`).
         reps: timed repetitions per scenario (default 5 from ``bench.min_reps`` or 7).
 
     Returns:
@@ -121,7 +111,7 @@ def evaluate_plan(workload: str, source: str, params: dict, *, shape_set: str = 
     unknown = [s for s in scenarios if s not in SCENARIOS[name]]
     if unknown:
         raise KeyError(f"engine {name} has no scenario {unknown[0]!r} (known: {', '.join(SCENARIOS[name])})")
-    eng = _engine(name, config, registry if registry is not None else _default_registry())
+    eng = _engine(name, config, registry)
     fp = {"engine": name, "config": config, "scenarios": list(scenarios), "target": target or "cpu-x86_64",
           "seed": seed if seed is not None else secrets.randbits(31)}
     try:
@@ -160,41 +150,3 @@ def evaluate_plan(workload: str, source: str, params: dict, *, shape_set: str = 
     log.append(f"== verdict ==\nok: validated; latency_ms {total:.4g} over {', '.join(scenarios)}")
     return Evidence(status=Outcome.ok, metrics=metrics, samples_ms=samples, cases=[case], log="\n".join(log),
                     fingerprint=fp, duration_s=time.monotonic() - start)
-
-
-def create_engine_goal(engine: str, *, config: str | None = None, target: str = "cpu-x86_64",
-                       scenarios: tuple[str, ...] | None = None, objective: str = "latency_ms",
-                       user=None, name: str | None = None):
-    """Create (or return) the swarm ``Goal`` searching ``engine``'s plans.
-
-    Args:
-        scenarios: timing scenarios (default: the engine's first one), e.g.
-            ``("batch-1", "batch-32")`` for the encoder's latency at batch sizes 1 and 32.
-        objective: ``latency_ms`` (minimise) or ``throughput`` (maximise).
-
-    Returns:
-        The goal; its candidates are evaluated by :func:`evaluate_plan` (orchestrator hook).
-
-    Raises:
-        KeyError: unknown engine or scenario; ValueError: unknown objective.
-    """
-    from swarm.models import Goal  # noqa: PLC0415
-
-    scenarios = tuple(scenarios or SCENARIOS[engine][:1])
-    for s in scenarios:
-        if s not in SCENARIOS[engine]:
-            raise KeyError(f"engine {engine} has no scenario {s!r} (known: {', '.join(SCENARIOS[engine])})")
-    if objective not in ("latency_ms", "throughput"):
-        raise ValueError(f"objective must be latency_ms or throughput, not {objective!r}")
-    direction = "minimize" if objective == "latency_ms" else "maximize"
-    constraint = ({"metric": "cosine_min", "op": ">=", "value": 0.9999} if engine == "minilm"
-                  else {"metric": "max_rel_error", "op": "<=", "value": 1e-4})
-    workload = goal_workload(engine, config)
-    shape_set = "+".join(scenarios)
-    name = name or f"{workload} / {target} / {shape_set}: {direction} {objective}"
-    goal, _ = Goal.objects.get_or_create(
-        name=name, workload=workload, target=target, shape_set=shape_set,
-        defaults=dict(objectives=[{"metric": objective, "direction": direction}], constraints=[constraint],
-                      space=engine_space(engine).to_dict(), source="", created_by=user),
-    )
-    return goal

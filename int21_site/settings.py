@@ -82,7 +82,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "swarm.apps.SwarmConfig",
-    "engines.web.apps.EnginesWebConfig",
+    "swarm.engine_registry.apps.EngineRegistryConfig",
 ]
 
 MIDDLEWARE = [

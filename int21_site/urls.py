@@ -6,7 +6,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("engines/", include("engines.web.urls")),
+    path("engines/", include("swarm.engine_registry.urls")),
     path("", include("swarm.urls")),
 ]
 

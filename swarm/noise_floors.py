@@ -20,7 +20,7 @@ from swarm.models import CandidateStatus, NoiseFloor
 from swarm.results import meeting_constraints, metric_expr
 
 #: The floor assumed where none is stored for a (target, workload, shape set): 5%, the
-#: tolerance ``engines.web.guard`` applies to end-to-end timings. It errs on the side of
+#: tolerance ``swarm.engine_registry.guard`` applies to end-to-end timings. It errs on the side of
 #: "tie": a larger floor credits fewer improvements and promotes fewer kernels; a measured
 #: floor replaces it as soon as a worker of the target has run one paired comparison.
 DEFAULT_FLOOR = 0.05

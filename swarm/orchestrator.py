@@ -882,9 +882,9 @@ def _evidence(candidate: Candidate, r: dict[str, Any]) -> Evidence:
 
 
 def evaluator_for(goal: Goal) -> EvaluateFn:
-    """``engines.goals.evaluate_plan`` for engine goals (candidates are engine plans), else
+    """``swarm.engine_registry.goals.evaluate_plan`` for engine goals (candidates are engine plans), else
     ``kernels.evaluate``; both take the same arguments and return evidence."""
-    from engines.goals import evaluate_plan, is_engine_workload
+    from swarm.engine_registry.goals import evaluate_plan, is_engine_workload
 
     return evaluate_plan if is_engine_workload(goal.workload) else kernels.evaluate
 

@@ -227,7 +227,7 @@ def validate_request(
 def _adopt_engine_plan(candidate: Candidate, target: str) -> None:
     """A promoted engine-plan candidate becomes the plan of the production engines it is for."""
     from engines.goals import is_engine_workload, parse_goal_workload
-    from engines.web.models import ProductionEngine
+    from swarm.engine_registry.models import ProductionEngine
 
     if not is_engine_workload(candidate.goal.workload):
         return
@@ -240,9 +240,9 @@ def _adopt_engine_plan(candidate: Candidate, target: str) -> None:
 
 def _engine_guard(candidate: Candidate):
     """Cross-layer guard: re-validate and re-benchmark every production engine that uses the
-    candidate's workload on its target (``engines.web.guard``); None for engine-plan goals."""
+    candidate's workload on its target (``swarm.engine_registry.guard``); None for engine-plan goals."""
     from engines.goals import is_engine_workload
-    from engines.web.guard import guard_promotion
+    from swarm.engine_registry.guard import guard_promotion
 
     if is_engine_workload(candidate.goal.workload):
         return None

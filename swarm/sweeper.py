@@ -33,7 +33,7 @@ def broker_depth(queue: str) -> int | None:
 
 def recover() -> int:
     """Dispatch what :func:`swarm.orchestrator.sweep` finds, and the next step of engine plan
-    tunings (:func:`engines.web.tuning.recover`); returns the number of tasks sent.
+    tunings (:func:`swarm.engine_registry.tuning.recover`); returns the number of tasks sent.
 
     ``queued`` candidates are re-sent only when their target's queue is empty (or its depth is
     unknown), so a long healthy queue is not flooded with duplicates.
@@ -49,7 +49,7 @@ def recover() -> int:
         dispatch(to_dispatch)
     if to_dispatch:
         log.info("sweep re-dispatched %d candidates", len(to_dispatch))
-    from engines.web.tuning import recover as recover_tunings
+    from swarm.engine_registry.tuning import recover as recover_tunings
 
     tunings = recover_tunings()  # engine plan tunings whose next step may be lost
     if tunings:

@@ -3,12 +3,14 @@
 import pytest
 from django.urls import reverse
 
-from engines.goals import create_engine_goal, engine_space, evaluate_plan, parse_goal_workload
-from engines.web.guard import check_kernel_promotion
-from engines.web.models import EngineBenchmark, GuardCheck, ProductionEngine
-from engines.web.services import record_benchmark
+from engines.goals import engine_space, evaluate_plan, parse_goal_workload
 from kernels import Outcome
 from swarm import orchestrator
+from swarm.engine_registry import goals as swarm_goals
+from swarm.engine_registry.goals import create_engine_goal
+from swarm.engine_registry.guard import check_kernel_promotion
+from swarm.engine_registry.models import EngineBenchmark, GuardCheck, ProductionEngine
+from swarm.engine_registry.services import record_benchmark
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -39,7 +41,7 @@ def test_an_engine_goal_runs_through_the_orchestrator(owner):
     run, cands = orchestrator.start_run(goal, budget=2, batch_size=2, seed=3, agents=[{"name": "random", "kind": "random"}])
     assert cands
     for c in cands:
-        done = orchestrator.evaluate_candidate(c.pk, evaluate=lambda *a, **kw: evaluate_plan(*a, reps=3, **kw))
+        done = orchestrator.evaluate_candidate(c.pk, evaluate=lambda *a, **kw: swarm_goals.evaluate_plan(*a, reps=3, **kw))
         assert done.status == "ok", done.evidence.log
         assert done.evidence.metrics["latency_ms"] > 0
     summary = orchestrator.run_summary(run)
@@ -110,8 +112,6 @@ def test_manage_py_engine_register_and_bench_record(owner):
 
 @pytest.mark.django_db
 def test_a_promoted_engine_plan_becomes_the_production_engines_plan():
-    from engines.goals import create_engine_goal
-    from engines.web.models import ProductionEngine
     from swarm.models import Candidate, Run
     from swarm.promotion import _adopt_engine_plan
 

@@ -5,8 +5,8 @@ override only with a written reason, which is audited."""
 import pytest
 
 from engines._isolated import GuardSettings
-from engines.web import guard
-from engines.web.models import EngineBenchmark, GuardCheck, ProductionEngine
+from swarm.engine_registry import guard
+from swarm.engine_registry.models import EngineBenchmark, GuardCheck, ProductionEngine
 from kernels import load_template
 from swarm.models import AuditEvent, Candidate, Evidence, Goal, Promotion, Run
 
@@ -82,7 +82,7 @@ def test_a_correct_kernel_passes_and_replaces_nothing_it_should_not(owner, llama
 
 def test_a_passed_check_lets_the_engine_bind_the_kernel_at_the_shapes_it_checked(owner, llama_engine):
     from engines.llama import LlamaLayer
-    from engines.web.registry import DbRegistry
+    from swarm.engine_registry.registry import DbRegistry
 
     cand = make_candidate(owner, load_template("gemm"))  # its goal's shape set: test-small (N=64, K=128)
     Promotion.objects.create(candidate=cand, workload="gemm", target="cpu-x86_64", shape_set="test-small")

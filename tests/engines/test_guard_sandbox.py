@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engines._isolated import GuardSettings, check_engine_isolated
-from engines.web.guard import judge
+from swarm.engine_registry.guard import judge
 from kernels import load_template
 from tests.kernels.test_hostile_cpu import HEAD, NEEDS_THE_NETWORK, RMS_ROW, SIG, WRITES_OUTSIDE, _Listener
 

@@ -122,7 +122,7 @@ def test_describe_on_the_command_line_shows_each_operators_kernel_and_why(capsys
 def test_the_demo_registers_the_engines_and_queues_a_plan_tuning_of_each():
     from django.core.management import call_command
 
-    from engines.web.models import EnginePlanTuning, ProductionEngine
+    from swarm.engine_registry.models import EnginePlanTuning, ProductionEngine
 
     call_command("setup_demo")
     names = set(ProductionEngine.objects.values_list("name", flat=True))
@@ -136,8 +136,8 @@ def test_the_demo_registers_the_engines_and_queues_a_plan_tuning_of_each():
 @pytest.fixture
 def tuned_engine(db):
     """kda-layer small tuned step by step through the worker's code path, measurements stubbed."""
-    from engines.web.services import register_engine
-    from engines.web.tuning import run_step, start_tuning
+    from swarm.engine_registry.services import register_engine
+    from swarm.engine_registry.tuning import run_step, start_tuning
 
     pe, _ = register_engine("kda-layer", config="small")
     t = start_tuning(pe, dispatch_now=False, template_points=1, plan_variants=2, plan_reps=1)
@@ -157,7 +157,7 @@ def tuned_engine(db):
 @pytest.mark.django_db
 def test_a_finished_tuning_becomes_the_engines_plan_and_the_pages_show_each_operators_kernel(client, owner,
                                                                                             tuned_engine):
-    from engines.web.tuning import run_step
+    from swarm.engine_registry.tuning import run_step
 
     pe, t = tuned_engine
     assert pe.plan["KERNEL_KDA"] == 1 and pe.plan["KERNEL_GEMM"] == 0 and pe.kernel_points["kda"]["kind"] == "template"
@@ -179,8 +179,8 @@ def test_a_finished_tuning_becomes_the_engines_plan_and_the_pages_show_each_oper
 
 @pytest.mark.django_db
 def test_the_engines_page_shows_a_running_tuning_and_untuned_choices(client, owner):
-    from engines.web.services import register_engine
-    from engines.web.tuning import start_tuning
+    from swarm.engine_registry.services import register_engine
+    from swarm.engine_registry.tuning import start_tuning
 
     pe, _ = register_engine("llama-layer", config="small")
     start_tuning(pe, dispatch_now=False)
@@ -192,8 +192,8 @@ def test_the_engines_page_shows_a_running_tuning_and_untuned_choices(client, own
 
 @pytest.mark.django_db
 def test_queued_tunings_are_recovered_after_a_restart(monkeypatch):
-    from engines.web import tuning as tuning_mod
-    from engines.web.services import register_engine
+    from swarm.engine_registry import tuning as tuning_mod
+    from swarm.engine_registry.services import register_engine
 
     sent = []
     monkeypatch.setattr(tuning_mod, "dispatch", lambda t: sent.append((t.pk, t.state["done_steps"])))
@@ -208,8 +208,8 @@ def test_queued_tunings_are_recovered_after_a_restart(monkeypatch):
 
 @pytest.mark.django_db
 def test_tuning_steps_go_to_the_queue_the_engines_target_worker_consumes(settings):
-    from engines.web.services import register_engine
-    from engines.web.tuning import queue_for
+    from swarm.engine_registry.services import register_engine
+    from swarm.engine_registry.tuning import queue_for
     from swarm.dispatch import EMBEDDED_QUEUE
 
     pe, _ = register_engine("kda-layer", config="small")

@@ -67,7 +67,7 @@ class Command(BaseCommand):
             return self._serve(opts, plan)
         if action == "validate":
             from engines._validate import validate  # noqa: PLC0415
-            from engines.web.registry import DbRegistry  # noqa: PLC0415
+            from swarm.engine_registry.registry import DbRegistry  # noqa: PLC0415
 
             try:
                 res = validate(opts["engine"], config=opts.get("config"), plan=plan, registry=DbRegistry())
@@ -80,8 +80,8 @@ class Command(BaseCommand):
         if action == "register":
             return self._register(opts, plan)
         if action == "bench":
-            from engines.web.models import ProductionEngine  # noqa: PLC0415
-            from engines.web.services import record_benchmark  # noqa: PLC0415
+            from swarm.engine_registry.models import ProductionEngine  # noqa: PLC0415
+            from swarm.engine_registry.services import record_benchmark  # noqa: PLC0415
 
             try:
                 pe = ProductionEngine.objects.get(name=opts["record"])
@@ -93,7 +93,7 @@ class Command(BaseCommand):
         if action == "tune":
             return self._tune(opts)
         if action == "guard":
-            from engines.web.guard import check_kernel_promotion  # noqa: PLC0415
+            from swarm.engine_registry.guard import check_kernel_promotion  # noqa: PLC0415
             from swarm.models import Candidate  # noqa: PLC0415
 
             try:
@@ -109,7 +109,7 @@ class Command(BaseCommand):
     def _serve(self, opts, plan):
         from engines.minilm import MiniLM  # noqa: PLC0415
         from engines.serve import Limits, make_app, serve  # noqa: PLC0415
-        from engines.web.registry import DbRegistry  # noqa: PLC0415
+        from swarm.engine_registry.registry import DbRegistry  # noqa: PLC0415
 
         try:
             app = make_app(MiniLM(registry=DbRegistry()), plan, Limits(max_batch=opts["max_batch"],
@@ -122,7 +122,7 @@ class Command(BaseCommand):
         serve(app, opts["host"], opts["port"])
 
     def _register(self, opts, plan):
-        from engines.web.services import register_engine  # noqa: PLC0415
+        from swarm.engine_registry.services import register_engine  # noqa: PLC0415
 
         try:
             pe, created = register_engine(opts["engine"], config=opts["config"], target=opts["target"], plan=plan,
@@ -131,14 +131,14 @@ class Command(BaseCommand):
             raise CommandError(str(exc).strip("\"'")) from None
         self.stdout.write(f"{'registered' if created else 'updated'} production engine {pe.name} (id {pe.pk})")
         if opts.get("tune"):
-            from engines.web.tuning import start_tuning  # noqa: PLC0415
+            from swarm.engine_registry.tuning import start_tuning  # noqa: PLC0415
 
             t = start_tuning(pe)
             self.stdout.write(f"plan tuning {t.pk} queued (the engines page shows its progress)")
 
     def _tune(self, opts):
-        from engines.web.models import ProductionEngine  # noqa: PLC0415
-        from engines.web.tuning import run_step, start_tuning  # noqa: PLC0415
+        from swarm.engine_registry.models import ProductionEngine  # noqa: PLC0415
+        from swarm.engine_registry.tuning import run_step, start_tuning  # noqa: PLC0415
 
         try:
             pe = ProductionEngine.objects.get(name=opts["name"])

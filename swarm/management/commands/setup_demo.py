@@ -51,7 +51,7 @@ class Command(BaseCommand):
         self.stdout.write(f"demo user {user.username!r} ready; demo goal {goal.pk}: {goal.name}")
         if opts["no_engines"]:
             return
-        from engines.web.tuning import register_demo_engines  # noqa: PLC0415
+        from swarm.engine_registry.tuning import register_demo_engines  # noqa: PLC0415
 
         engines = register_demo_engines(user)
         self.stdout.write("engines registered: " + ", ".join(e.name for e in engines)

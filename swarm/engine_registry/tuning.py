@@ -18,6 +18,11 @@ from celery import shared_task
 from django.db import transaction
 from django.utils import timezone
 
+from engines.tuning import new_state, step
+from swarm.engine_registry.models import EnginePlanTuning, ProductionEngine
+from swarm.engine_registry.registry import DbRegistry
+from swarm.engine_registry.services import record_benchmark, register_engine
+
 log = logging.getLogger(__name__)
 #: The queue of the embedded worker (``swarm.dispatch.EMBEDDED_QUEUE``: every target's work
 #: goes there in embedded mode); production workers consume ``target.<target>``.
@@ -28,8 +33,6 @@ EMBEDDED_QUEUE = "embedded"
 DEMO_ENGINES = (("llama-layer", "small"), ("kda-layer", "small"), ("minilm", ""))
 #: The demo's tuning budget: three template points per workload, four plans (minutes on two cores).
 DEMO_BUDGET = {"template_points": 3, "plan_variants": 4, "plan_reps": 3}
-
-
 
 
 def queue_for(pe) -> str:
@@ -62,9 +65,6 @@ def start_tuning(pe, *, dispatch_now: bool = True, **budget: Any):
     Raises:
         KeyError: the engine or its config is unknown; ValueError: a budget below 1.
     """
-    from engines.tuning import new_state  # noqa: PLC0415
-    from engines.web.models import EnginePlanTuning  # noqa: PLC0415
-
     live = pe.tunings.filter(status__in=[EnginePlanTuning.Status.QUEUED, EnginePlanTuning.Status.RUNNING]).first()
     if live is not None:
         return live
@@ -89,10 +89,6 @@ def run_step(tuning_id: int, expected_step: int | None = None, *, chain: bool = 
         The tuning, or None when it is unknown, finished, or the message is a duplicate. A
         step that raises fails the tuning with the traceback (nothing is adopted).
     """
-    from engines.tuning import step  # noqa: PLC0415
-    from engines.web.models import EnginePlanTuning  # noqa: PLC0415
-    from engines.web.registry import DbRegistry  # noqa: PLC0415
-
     tuning = EnginePlanTuning.objects.select_related("engine").filter(pk=tuning_id).first()
     if tuning is None or tuning.status in (EnginePlanTuning.Status.DONE, EnginePlanTuning.Status.FAILED):
         return None
@@ -121,8 +117,6 @@ def run_step(tuning_id: int, expected_step: int | None = None, *, chain: bool = 
 def adopt(tuning) -> None:
     """Make a finished tuning's plan and kernel choices ``pe``'s, and record a benchmark of the
     engine as tuned (its bound operator graph, for the engine page)."""
-    from engines.web.services import record_benchmark  # noqa: PLC0415
-
     pe, state = tuning.engine, tuning.state
     pe.plan, pe.kernel_points, pe.updated_at = dict(state["plan"]), dict(state["choices"]), timezone.now()
     pe.save(update_fields=["plan", "kernel_points", "updated_at"])
@@ -142,8 +136,6 @@ def recover(stale_s: float = STALE_S) -> int:
 
     from django.db.models import Q  # noqa: PLC0415
 
-    from engines.web.models import EnginePlanTuning  # noqa: PLC0415
-
     S = EnginePlanTuning.Status
     cutoff = timezone.now() - timedelta(seconds=stale_s)
     live = list(EnginePlanTuning.objects.select_related("engine").filter(
@@ -161,9 +153,6 @@ def register_demo_engines(user=None, *, tune: bool = True, budget: dict | None =
     import importlib.util  # noqa: PLC0415
 
     from django.conf import settings  # noqa: PLC0415
-
-    from engines.web.models import EnginePlanTuning, ProductionEngine  # noqa: PLC0415
-    from engines.web.services import register_engine  # noqa: PLC0415
 
     out = []
     for engine, config in DEMO_ENGINES:

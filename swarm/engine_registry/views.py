@@ -11,7 +11,9 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from engines.web.models import EngineBenchmark, GuardCheck, ProductionEngine
+from swarm.engine_registry.guard import GuardOverrideRefused, override
+from swarm.engine_registry.models import EngineBenchmark, GuardCheck, ProductionEngine
+from swarm.models import Promotion
 
 
 def _history(pe: ProductionEngine) -> list[dict]:
@@ -40,8 +42,6 @@ def _kernel_rows(pe: ProductionEngine) -> list[dict]:
     last tuning's shapes, else none)."""
     t = pe.latest_tuning()
     shapes = (t.state.get("shapes") if t else None) or {}
-    from swarm.models import Promotion  # noqa: PLC0415
-
     rows = pe.kernel_rows()
     for r in rows:
         r["operators"] = (shapes.get(r["workload"]) or {}).get("operators", [])
@@ -55,8 +55,6 @@ def _kernel_rows(pe: ProductionEngine) -> list[dict]:
 
 @login_required
 def engine_detail(request, pk: int):
-    from swarm.models import Promotion  # noqa: PLC0415
-
     pe = get_object_or_404(ProductionEngine, pk=pk)
     graphed = pe.benchmarks.exclude(graph={}).order_by("-created_at", "-id").first()
     latest = pe.latest()
@@ -111,8 +109,6 @@ def engine_compare(request, pk: int):
 @login_required
 @require_POST
 def guard_override(request, pk: int):
-    from engines.web.guard import GuardOverrideRefused, override  # noqa: PLC0415
-
     check = get_object_or_404(GuardCheck, pk=pk)
     try:
         override(check, request.user, request.POST.get("reason", ""))

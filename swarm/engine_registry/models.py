@@ -8,11 +8,14 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from engines._binding import CHOICE_NAMES
+from engines.registry import WORKLOADS
+
 
 class ProductionEngine(models.Model):
     """An engine serving in production on a target: which engine, at which size, under which
     plan. Every promotion of a kernel whose workload it uses re-validates and re-benchmarks it
-    (:func:`engines.web.guard.check_kernel_promotion`)."""
+    (:func:`swarm.engine_registry.guard.check_kernel_promotion`)."""
 
     name = models.CharField(max_length=100, unique=True, help_text="e.g. minilm/cpu-x86_64")
     engine = models.CharField(max_length=32, help_text="engines.registry name: minilm, llama-layer, kda-layer")
@@ -36,8 +39,6 @@ class ProductionEngine(models.Model):
         return self.name
 
     def workloads(self) -> tuple[str, ...]:
-        from engines.registry import WORKLOADS  # noqa: PLC0415
-
         return WORKLOADS.get(self.engine, ())
 
     def uses_production(self, workload: str) -> bool:
@@ -48,8 +49,6 @@ class ProductionEngine(models.Model):
         """Per workload: the kernel the plan runs and why (``workload``, ``kind``, ``params``,
         ``latency_ms``, ``why``). Without a tuning's choice a workload runs what its plan
         choice binds: the production kernel, else the baseline."""
-        from engines._binding import CHOICE_NAMES  # noqa: PLC0415
-
         rows = []
         for w in self.workloads():
             choice = int(self.plan.get(f"KERNEL_{w.upper()}", 2))

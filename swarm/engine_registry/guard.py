@@ -2,7 +2,7 @@
 
 :func:`check_kernel_promotion` is called by the promotion flow (``swarm.promotion``) before a
 candidate kernel becomes production for (workload, target, shape set). For every active
-:class:`~engines.web.models.ProductionEngine` on that target whose plan runs the workload on
+:class:`~swarm.engine_registry.models.ProductionEngine` on that target whose plan runs the workload on
 its production kernel, it re-validates the engine with the candidate in place of the
 production kernel and re-benchmarks it against the engine as it runs today, in sandbox
 children confined as the evaluator's (:mod:`engines._isolated`; the candidate is not trusted
@@ -20,8 +20,8 @@ A passed check records the shapes it validated and benchmarked the candidate at
 (``evidence["engines"][name]["shapes"]``): the engine may then bind the promoted kernel there
 even where its shape set does not cover them (:mod:`engines._coverage`).
 
-The verdict and its evidence are stored as a :class:`~engines.web.models.GuardCheck` and the
-measurements as :class:`~engines.web.models.EngineBenchmark` rows (trigger ``guard``). An
+The verdict and its evidence are stored as a :class:`~swarm.engine_registry.models.GuardCheck` and the
+measurements as :class:`~swarm.engine_registry.models.EngineBenchmark` rows (trigger ``guard``). An
 approver may override a blocked check only with a written reason
 (:func:`override`), which is audited (``swarm.AuditEvent`` ``engine_guard.override``).
 """
@@ -34,6 +34,10 @@ from typing import Any, Callable
 from django.db import transaction
 from django.utils import timezone
 
+from engines._isolated import check_engine_isolated
+from swarm.engine_registry.models import EngineBenchmark, GuardCheck, ProductionEngine
+from swarm.engine_registry.registry import DbRegistry
+from swarm.models import AuditEvent
 
 
 @dataclass
@@ -44,7 +48,7 @@ class GuardResult:
         ok: True when no production engine is broken or slowed down beyond noise.
         reason: one sentence per engine saying why (or that nothing uses the workload).
         evidence: per engine name, validation figures, timing samples and comparisons.
-        check: the stored :class:`~engines.web.models.GuardCheck`.
+        check: the stored :class:`~swarm.engine_registry.models.GuardCheck`.
     """
 
     ok: bool
@@ -59,8 +63,6 @@ class GuardOverrideRefused(Exception):
 
 def affected_engines(workload: str, target: str):
     """Active production engines on ``target`` whose plan runs ``workload``'s production kernel."""
-    from engines.web.models import ProductionEngine  # noqa: PLC0415
-
     return [e for e in ProductionEngine.objects.filter(active=True, target=target) if e.uses_production(workload)]
 
 
@@ -80,9 +82,6 @@ def check_kernel_promotion(candidate, *, runner: Callable[[dict], dict] | None =
     Returns:
         :class:`GuardResult` (also stored as a ``GuardCheck``).
     """
-    from engines.web.models import EngineBenchmark, GuardCheck  # noqa: PLC0415
-    from engines.web.registry import DbRegistry  # noqa: PLC0415
-
     goal = candidate.goal
     workload, target = goal.workload, goal.target
     engines = affected_engines(workload, target)
@@ -116,8 +115,6 @@ def check_kernel_promotion(candidate, *, runner: Callable[[dict], dict] | None =
 
 
 def _default_runner(settings, floor_store):
-    from engines._isolated import check_engine_isolated  # noqa: PLC0415
-
     return lambda req: check_engine_isolated(req, settings=settings, floor_store=floor_store)
 
 
@@ -186,8 +183,6 @@ def guard_promotion(candidate, **kw) -> GuardResult:
     Returns:
         :class:`GuardResult`; ``ok`` True means the promotion may proceed.
     """
-    from engines.web.models import GuardCheck  # noqa: PLC0415
-
     latest = GuardCheck.objects.filter(candidate=candidate).order_by("-created_at", "-id").first()
     if latest is not None and latest.overridden_at is not None:
         who = latest.overridden_by.get_username() if latest.overridden_by else "an approver"
@@ -199,8 +194,6 @@ def guard_promotion(candidate, **kw) -> GuardResult:
 def promotion_allowed(candidate) -> tuple[bool, Any]:
     """``(allowed, latest GuardCheck or None)``: allowed when the latest check passed or was
     overridden. Without any check: not allowed (run :func:`check_kernel_promotion` first)."""
-    from engines.web.models import GuardCheck  # noqa: PLC0415
-
     check = GuardCheck.objects.filter(candidate=candidate).order_by("-created_at", "-id").first()
     return (check is not None and check.allows_promotion), check
 
@@ -212,8 +205,6 @@ def override(check, user, reason: str):
         GuardOverrideRefused: the user lacks ``swarm.approve_promotion``, the reason is blank,
             or the check did not block.
     """
-    from swarm.models import AuditEvent  # noqa: PLC0415
-
     if not (user and user.is_authenticated and user.has_perm("swarm.approve_promotion")):
         raise GuardOverrideRefused("only an approver (swarm.approve_promotion) may override the engine guard")
     reason = (reason or "").strip()

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from engines.web import views
+from swarm.engine_registry import views
 
 urlpatterns = [
     path("", views.engine_list, name="engine-list"),

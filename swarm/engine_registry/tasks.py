@@ -1,5 +1,5 @@
 """Celery tasks of the engines app (``app.autodiscover_tasks()`` imports this module)."""
 
-from engines.web.tuning import tune_plan
+from swarm.engine_registry.tuning import tune_plan
 
 __all__ = ["tune_plan"]

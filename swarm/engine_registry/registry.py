@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from engines._binding import KernelSpec
+from engines._coverage import choose
+from engines._tuned import TunedRegistry
+from swarm.engine_registry.models import GuardCheck
+from swarm.models import Promotion
 
 
 class DbRegistry:
@@ -23,22 +27,16 @@ class DbRegistry:
     def specs(self, workload: str, target: str) -> list[KernelSpec]:
         if workload in self.overrides:
             return [self.overrides[workload]]
-        from swarm.models import Promotion  # noqa: PLC0415
-
         rows = (Promotion.objects.filter(workload=workload, target=target, active=True)
                 .select_related("candidate__evidence").order_by("-created_at", "-id"))
         return [spec_of(p) for p in rows]
 
     def lookup(self, workload: str, target: str, shape: Mapping[str, int]) -> KernelSpec | None:
-        from engines._coverage import choose  # noqa: PLC0415
-
         return choose(self.specs(workload, target), shape)[0]
 
     def entries(self, target: str) -> list[dict]:
         """Active promotions on ``target`` as ``/api/production/``-like dicts, oldest first
         (for the child process of the guard, whose registry puts the last given first)."""
-        from swarm.models import Promotion  # noqa: PLC0415
-
         out = []
         for p in (Promotion.objects.filter(target=target, active=True).select_related("candidate__evidence")
                   .order_by("created_at", "id")):
@@ -53,8 +51,6 @@ class DbRegistry:
 def guard_shapes(candidate_id: int, workload: str, target: str) -> list[dict]:
     """The operator shapes of ``workload`` at which passed promotion guard checks of the
     candidate validated and benchmarked it (``evidence["engines"][name]["shapes"]``)."""
-    from engines.web.models import GuardCheck  # noqa: PLC0415
-
     out: list[dict] = []
     for check in GuardCheck.objects.filter(candidate_id=candidate_id, workload=workload, target=target, ok=True):
         for eng in ((check.evidence or {}).get("engines") or {}).values():
@@ -79,6 +75,4 @@ def registry_for(production_engine):
     """The registry ``production_engine`` runs with: the database's production kernels plus
     the kernel choices its last plan tuning measured (:class:`engines._tuned.TunedRegistry`),
     so its template points are bound and every operator's binding says why."""
-    from engines._tuned import TunedRegistry  # noqa: PLC0415
-
     return TunedRegistry(DbRegistry(), production_engine.kernel_points or {})

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from engines.web.models import EngineBenchmark, GuardCheck, ProductionEngine
+from swarm.engine_registry.models import EngineBenchmark, GuardCheck, ProductionEngine
 
 
 @admin.register(ProductionEngine)

@@ -6,6 +6,16 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from engines._bench import bench_corpus
+from engines._graph import Profile
+from engines._plan import Plan
+from engines._timing import SCENARIOS, default_prompt, make_scenario, time_plans
+from engines._validate import validate
+from engines.llama import residual_stream
+from engines.registry import CONFIGS, engine_class, make_engine
+from swarm.engine_registry.models import EngineBenchmark, ProductionEngine
+from swarm.engine_registry.registry import registry_for
+
 
 def register_engine(engine: str, *, config: str = "", target: str = "cpu-x86_64", plan: dict | None = None,
                     name: str | None = None, user=None):
@@ -18,10 +28,6 @@ def register_engine(engine: str, *, config: str = "", target: str = "cpu-x86_64"
         KeyError: unknown engine or config; ValueError: a plan outside the engine's space.
     """
     from django.utils import timezone  # noqa: PLC0415
-
-    from engines._plan import Plan  # noqa: PLC0415
-    from engines.registry import CONFIGS, engine_class  # noqa: PLC0415
-    from engines.web.models import ProductionEngine  # noqa: PLC0415
 
     cls = engine_class(engine)
     if CONFIGS[engine] and config and config not in CONFIGS[engine]:
@@ -41,19 +47,12 @@ def register_engine(engine: str, *, config: str = "", target: str = "cpu-x86_64"
 def record_benchmark(production_engine, *, trigger: str = "manual", reps: int = 7, label: str = "",
                      registry=None) -> Any:
     """Validate, time (every scenario) and profile ``production_engine`` in this process with
-    the current production kernels; store an :class:`~engines.web.models.EngineBenchmark`.
+    the current production kernels; store an :class:`~swarm.engine_registry.models.EngineBenchmark`.
 
     Production kernels and templates only run here (trusted, see :mod:`engines._binding`);
-    the default registry is :func:`engines.web.registry.registry_for` (the engine's measured
+    the default registry is :func:`swarm.engine_registry.registry.registry_for` (the engine's measured
     template points included).
     """
-    from engines._graph import Profile  # noqa: PLC0415
-    from engines._timing import SCENARIOS, make_scenario, time_plans  # noqa: PLC0415
-    from engines._validate import validate  # noqa: PLC0415
-    from engines.registry import make_engine  # noqa: PLC0415
-    from engines.web.models import EngineBenchmark  # noqa: PLC0415
-    from engines.web.registry import registry_for  # noqa: PLC0415
-
     pe = production_engine
     eng = make_engine(pe.engine, config=pe.config or None, registry=registry or registry_for(pe), target=pe.target)
     plan = eng.plan(pe.plan)
@@ -83,15 +82,10 @@ def _profiled(eng, plan, scenario: str, prof) -> None:
     import numpy as np  # noqa: PLC0415
 
     if eng.name == "minilm":
-        from engines._bench import bench_corpus  # noqa: PLC0415
-
         texts = bench_corpus()
         n, bs = {"batch-1": (1, 1), "batch-32": (32, 32)}.get(scenario, (len(texts), plan.batch_size))
         eng.encode(texts[:n], eng.plan({**plan.to_dict(), "BATCH_SIZE": bs}), profile=prof)
         return
-    from engines._timing import default_prompt  # noqa: PLC0415
-    from engines.llama import residual_stream  # noqa: PLC0415
-
     prompt = default_prompt(eng)
     x = residual_stream(np.random.default_rng(0), prompt + 1, eng.cfg.hidden)
     state = eng.new_cache(1, prompt + 1) if eng.name == "llama-layer" else eng.new_state(1)
