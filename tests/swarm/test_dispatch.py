@@ -6,6 +6,8 @@ from unittest import mock
 import pytest
 from celery import current_app
 
+import swarm.tasks  # noqa: F401 - registers the tasks under their names
+from int21_site.celery_app import app
 from swarm import dispatch
 from swarm.dispatch import EMBEDDED_QUEUE, EVALUATE, EVALUATE_BATCH, REPLAY_CHUNK
 
@@ -14,10 +16,6 @@ NAMES = (dispatch.EVALUATE, dispatch.EVALUATE_BATCH, dispatch.VALIDATE_PROMOTION
 
 
 def test_every_name_sent_is_a_task_of_the_project_app():
-    import swarm.tasks  # noqa: F401 - registers the tasks
-
-    from int21_site.celery_app import app
-
     assert current_app._get_current_object() is app
     for name in NAMES:
         assert app.tasks[name].name == name
