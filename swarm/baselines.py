@@ -13,9 +13,11 @@ import logging
 from collections.abc import Iterable
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from swarm.dispatch import EMBEDDED_QUEUE, MEASURE_BASELINE, send_on_commit
 from swarm.models import Baseline, Goal, target_backend
 
 log = logging.getLogger(__name__)
@@ -86,14 +88,7 @@ def _request(workload: str, target: str, shape_set: str) -> Baseline | None:
 
 
 def _enqueue(b: Baseline) -> None:
-    from swarm.tasks import measure_baseline  # noqa: PLC0415 - tasks import this module
-
-    from django.conf import settings  # noqa: PLC0415
-
-    from swarm.dispatch import EMBEDDED_QUEUE  # noqa: PLC0415
-
-    pk, queue = b.pk, EMBEDDED_QUEUE if settings.EMBEDDED else f"target.{b.target}"
-    transaction.on_commit(lambda: measure_baseline.apply_async(args=[pk], queue=queue))
+    send_on_commit(MEASURE_BASELINE, b.pk, queue=EMBEDDED_QUEUE if settings.EMBEDDED else f"target.{b.target}")
 
 
 def measure(baseline_id: int, *, timer=None) -> Baseline:

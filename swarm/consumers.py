@@ -11,6 +11,9 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from swarm import events
+from swarm.models import Run
+from swarm.progress import run_state
+from swarm.snapshot import columnar_snapshot_json
 
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
@@ -74,9 +77,6 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
 
 def _snapshot(run_id: int) -> dict[str, Any] | None:
-    from swarm.models import Run
-    from swarm.orchestrator import run_state
-
     run = Run.objects.filter(pk=run_id).first()
     if run is None:
         return None
@@ -85,8 +85,5 @@ def _snapshot(run_id: int) -> dict[str, Any] | None:
 
 
 def _columnar_snapshot(run_id: int) -> str | None:
-    from swarm.models import Run
-    from swarm.snapshot import columnar_snapshot_json
-
     run = Run.objects.select_related("goal").filter(pk=run_id).first()
     return None if run is None else columnar_snapshot_json(run)

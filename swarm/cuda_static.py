@@ -7,6 +7,7 @@ from typing import Any
 
 import kernels
 from kernels.space import format_defines
+from swarm.launch import launch_plan
 
 PTX_LIMIT = 400_000  # characters of PTX shown
 
@@ -31,8 +32,6 @@ def candidate_static(candidate) -> dict[str, Any]:
         from kernels.backends.cuda import LaunchPlan, plan_env  # noqa: PLC0415
     except ImportError as exc:
         return {"available": False, "reason": f"kernels' static analysis is not available here: {exc}"}
-    from swarm.launch import launch_plan  # noqa: PLC0415
-
     arch = arch_of(goal.target)
     defines = format_defines(candidate.params)
     if ks.nvcc_path() is None:

@@ -11,6 +11,7 @@ from kernels import DesignSpace, SpaceError
 from swarm import remaining
 from swarm.history import goal_rows
 from swarm.models import AgentRecord, AuditEvent, Direction, Run
+from swarm.progress import finish
 
 Kind = Direction.Kind
 
@@ -124,8 +125,6 @@ def _effect(run: Run, kind: str, p: dict[str, Any], apply: bool = False,
         return {"agent": agent.name, "before": before, "after": changes}
     if kind == Kind.STOP:
         if apply:
-            from swarm.orchestrator import finish
-
             author = direction.author if direction is not None else None
             who = author.get_username() if author is not None else "a direction without an author"
             finish(run, Run.State.STOPPED, Run.EndKind.STOPPED,

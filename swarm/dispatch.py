@@ -1,14 +1,26 @@
-"""Send evaluation work to the Celery queue of each candidate's target."""
+"""Send work to the Celery queue of each candidate's target, by task name.
+
+The swarm's tasks are registered by :mod:`swarm.tasks` under the names below; this module
+sends them through the current Celery app (``celery.current_app``, the project's app once
+Django is set up) without importing the task module.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
 from swarm.models import Candidate
 
+#: Task names (``@shared_task(name=...)`` in :mod:`swarm.tasks`).
+EVALUATE = "swarm.evaluate"
+EVALUATE_BATCH = "swarm.evaluate_batch"
+VALIDATE_PROMOTION = "swarm.validate_promotion"
+MEASURE_PAIRED = "swarm.measure_paired"
+MEASURE_BASELINE = "swarm.measure_baseline"
 
 #: Candidates per task for replay targets, whose evaluations cost microseconds: one task per
 #: candidate would make the broker and the per-task transaction the bottleneck.
@@ -22,6 +34,17 @@ def queue_for(candidate: Candidate) -> str:
     return EMBEDDED_QUEUE if settings.EMBEDDED else candidate.goal.queue
 
 
+def send(task: str, *args, queue: str) -> None:
+    """Send the task named ``task`` with positional ``args`` to ``queue`` now."""
+    current_app.send_task(task, args=list(args), queue=queue)
+
+
+def send_on_commit(task: str, *args, queue: str) -> None:
+    """:func:`send` once the current transaction commits (at once outside one), so that a
+    worker never receives an id whose row it cannot see yet."""
+    transaction.on_commit(lambda: send(task, *args, queue=queue))
+
+
 def dispatch(candidates: Iterable[Candidate]) -> None:
     """Enqueue evaluation tasks on ``target.<target>``, after commit.
 
@@ -30,8 +53,6 @@ def dispatch(candidates: Iterable[Candidate]) -> None:
     to :data:`REPLAY_CHUNK` candidates. Deferring to commit means a worker never receives an id
     whose row it cannot see yet.
     """
-    from swarm.tasks import evaluate, evaluate_batch
-
     singles: list[tuple[int, str]] = []
     chunks: dict[str, list[int]] = {}
     for c in candidates:
@@ -40,20 +61,17 @@ def dispatch(candidates: Iterable[Candidate]) -> None:
         else:
             singles.append((c.pk, queue_for(c)))
 
-    def send() -> None:
+    def send_all() -> None:
         for pk, queue in singles:
-            evaluate.apply_async(args=[pk], queue=queue)
+            send(EVALUATE, pk, queue=queue)
         for queue, pks in chunks.items():
             for i in range(0, len(pks), REPLAY_CHUNK):
-                evaluate_batch.apply_async(args=[pks[i:i + REPLAY_CHUNK]], queue=queue)
+                send(EVALUATE_BATCH, pks[i:i + REPLAY_CHUNK], queue=queue)
 
-    transaction.on_commit(send)
+    transaction.on_commit(send_all)
 
 
 def dispatch_paired(run) -> None:
     """Send a :class:`swarm.models.PairedComparisonRun` to its target's queue (the A side's
     candidate's), after commit."""
-    from swarm.tasks import measure_paired
-
-    pk, queue = run.pk, queue_for(run.candidate_a)
-    transaction.on_commit(lambda: measure_paired.apply_async(args=[pk], queue=queue))
+    send_on_commit(MEASURE_PAIRED, run.pk, queue=queue_for(run.candidate_a))

@@ -14,6 +14,8 @@ from django.db import models
 from django.utils import timezone
 
 from kernels import DesignSpace
+from kernels.backends import replay
+from swarm.launch import launch_plan
 
 
 class ObjectiveDirection(models.TextChoices):
@@ -67,9 +69,11 @@ class Goal(models.Model):
     def ensure_dataset(self) -> None:
         """Register the recorded data set of a replay goal in this process (workers start bare)."""
         if self.dataset_path:
-            from swarm.replay_goals import ensure_dataset
-
-            ensure_dataset(self)
+            dataset = self.target[len(replay.PREFIX):]
+            try:
+                replay.dataset_path(dataset)
+            except KeyError:
+                replay.register_dataset(self.dataset_path, dataset)
 
     def space_size(self) -> int:
         """Number of points of the unrestricted space (product of value counts)."""
@@ -600,8 +604,6 @@ class Promotion(models.Model):
     def to_dict(self) -> dict[str, Any]:
         """The production kernel as an inference engine loads it: source, parameters, launch
         plan, and the evidence it was promoted on."""
-        from swarm.launch import launch_plan  # noqa: PLC0415 - imports kernels' templates lazily
-
         c = self.candidate
         return {
             "id": self.pk,

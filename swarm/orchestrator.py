@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
-from django.db.models import Case, Count, F, Q, Value, When
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 import kernels
@@ -39,6 +39,7 @@ from swarm.models import (
     PENDING_STATUSES,
     UNJUDGED_STATUSES,
     AgentRecord,
+    AuditEvent,
     Candidate,
     CandidateStatus,
     Evidence,
@@ -49,6 +50,7 @@ from swarm.models import (
 )
 from swarm.noise_floors import floor_for, tied_with_best
 from swarm.pareto import pareto_front
+from swarm.progress import finish, run_state
 from swarm.results import results
 
 log = logging.getLogger(__name__)
@@ -707,8 +709,6 @@ def stop_run(run: Run, user=None, *, via: str = "") -> None:
 
     The end reason names the user and ``via`` (e.g. ``"the run page"``, ``"the API"``).
     """
-    from swarm.models import AuditEvent
-
     who = user.get_username() if user is not None and user.is_authenticated else "an unknown user"
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run.pk)
@@ -729,18 +729,6 @@ def end(run_id: int, after: int, state: str, kind: str, reason: str) -> bool:
             return False
         finish(run, state, kind, reason)
     return True
-
-
-def finish(run: Run, state: str, kind: str, reason: str) -> None:
-    """Mark ``run`` finished/stopped/failed with why (``kind``: a :class:`Run.EndKind`;
-    ``reason``: words for the run page, the API and ``factory run --json``) and publish its
-    final state after commit (inside the caller's transaction, which holds the run's row)."""
-    run.state, run.end_kind, run.end_reason = state, kind, reason
-    run.finished_at = timezone.now()
-    run.save(update_fields=["state", "end_kind", "end_reason", "finished_at"])
-    llm_lane.cancel(run)  # the lane's requests end with the run
-    llm_lane.settle(run)  # answers finished but never taken were still paid for
-    transaction.on_commit(lambda: events.publish(run.pk, "run", run_state(run)))
 
 
 # --- evaluating one candidate -----------------------------------------------------------------
@@ -905,23 +893,6 @@ def _evaluate(candidate: Candidate, evaluate: EvaluateFn) -> dict[str, Any]:
 
 
 # --- summaries ----------------------------------------------------------------------------------
-
-
-def run_state(run: Run) -> dict[str, Any]:
-    """Progress of a run: state, generation, budget, evaluated and status counts."""
-    counts = dict(run.candidates.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
-    evaluated = sum(n for s, n in counts.items() if s not in PENDING_STATUSES)
-    return {
-        "id": run.pk,
-        "state": run.state,
-        "generation": run.generation,
-        "budget": run.budget,
-        "evaluated": evaluated,
-        "status_counts": counts,
-        "llm_usage": run.llm_usage,
-        "end_kind": run.end_kind,
-        "end_reason": run.end_reason,
-    }
 
 
 def frontier(run: Run, candidates: list[Candidate]) -> list[Candidate]:

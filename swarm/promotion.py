@@ -43,7 +43,8 @@ from django.utils import timezone
 import kernels
 from kernels.paired import ComparisonFailed
 from kernels.verdict import judge_rounds
-from swarm import noise_floors, paired_runs
+from swarm import noise_floors, orchestrator, paired_runs
+from swarm.dispatch import VALIDATE_PROMOTION, queue_for, send_on_commit
 from swarm.models import (
     UNJUDGED_STATUSES, AuditEvent, Candidate, CandidateStatus, Promotion, PromotionRequest, constraints_met,
 )
@@ -138,12 +139,8 @@ def request_promotion(candidate: Candidate, user, note: str = "", *, dispatch: b
         _audit(user, "promotion.request", req.key, candidate=candidate.pk, request=req.pk, note=note,
                incumbent=incumbent.candidate_id if incumbent else None)
         if dispatch:
-            from swarm.tasks import validate_promotion  # noqa: PLC0415 - tasks import this module
-
-            from swarm.dispatch import queue_for  # noqa: PLC0415
-
-            pk, queue = req.pk, queue_for(candidate)  # the target's worker (the in-process one when embedded)
-            transaction.on_commit(lambda: validate_promotion.apply_async(args=[pk], queue=queue))
+            # the target's worker (the in-process one when embedded)
+            send_on_commit(VALIDATE_PROMOTION, req.pk, queue=queue_for(candidate))
     return req
 
 
@@ -192,9 +189,7 @@ def validate_request(
     if not claimed:
         return req
     try:
-        from swarm.orchestrator import evaluator_for
-
-        verdict, reason, evidence = _extended_validation(req, evaluate or evaluator_for(req.candidate.goal),
+        verdict, reason, evidence = _extended_validation(req, evaluate or orchestrator.evaluator_for(req.candidate.goal),
                                                          bench or EXTENDED_BENCH, compare)
     except Exception as exc:  # noqa: BLE001 - an infrastructure failure is recorded, not raised
         log.exception("extended validation of promotion request %s failed", request_id)
@@ -246,9 +241,7 @@ def _engine_guard(candidate: Candidate):
 
     if is_engine_workload(candidate.goal.workload):
         return None
-    from swarm.noise_floors import DbFloorStore  # noqa: PLC0415
-
-    return guard_promotion(candidate, floor_store=DbFloorStore())
+    return guard_promotion(candidate, floor_store=noise_floors.DbFloorStore())
 
 
 def _decide(req: PromotionRequest, state: str, reason: str, evidence: dict) -> PromotionRequest:

@@ -96,13 +96,3 @@ def _summary(goal: Goal, cache: TuningCache, dataset: str, optimum: float, optim
         "optimum_params": optimum_params,
         "warnings": warnings,
     }
-
-
-def ensure_dataset(goal: Goal) -> None:
-    """Make the goal's data set known in this process (workers start without registrations)."""
-    if goal.dataset_path:
-        dataset = goal.target[len(replay.PREFIX):]
-        try:
-            replay.dataset_path(dataset)
-        except KeyError:
-            replay.register_dataset(goal.dataset_path, dataset)

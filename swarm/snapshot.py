@@ -21,8 +21,10 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
+from swarm import learning
 from swarm.models import PENDING_STATUSES, CandidateStatus, Generation, Run
 from swarm.noise_floors import tied_with_best
+from swarm.progress import run_state
 
 # Whole-run metrics always sent when present (objectives and constraint metrics are added).
 # GFLOP/s and % of roofline are, like GB/s, the inverse of the latency for a fixed workload and
@@ -66,9 +68,6 @@ def run_meta(run: Run) -> dict[str, Any]:
     """Everything the run page shows besides the candidates (small). ``ties``: the noise floor
     of the goal's target and the candidates tied with the best
     (:func:`swarm.noise_floors.tied_with_best`); the page marks them "tied with best"."""
-    from swarm import learning  # noqa: PLC0415
-    from swarm.orchestrator import run_state  # noqa: PLC0415
-
     goal = run.goal
     generations = list(
         Generation.objects.filter(run=run).order_by("-number")

@@ -11,6 +11,7 @@ import threading
 import time
 from collections import defaultdict
 
+from celery import current_app
 from django.conf import settings
 from django.db import close_old_connections, transaction
 
@@ -21,11 +22,10 @@ log = logging.getLogger(__name__)
 
 
 def broker_depth(queue: str) -> int | None:
-    """Messages waiting in ``queue`` on the broker, or None if the broker cannot say."""
-    from int21_site.celery_app import app
-
+    """Messages waiting in ``queue`` on the broker (the current Celery app's), or None if the
+    broker cannot say."""
     try:
-        with app.connection_for_write() as conn:
+        with current_app.connection_for_write() as conn:
             return conn.default_channel.queue_declare(queue=queue, passive=True).message_count
     except Exception:  # noqa: BLE001 - an undeclared queue or an unreachable broker: unknown
         return None

@@ -1,15 +1,26 @@
-"""Celery tasks: thin wrappers that load ids and call the orchestrator."""
+"""Celery tasks: thin wrappers that load ids and call the orchestrator.
+
+Their names are :mod:`swarm.dispatch`'s constants; the rest of the swarm sends them by name
+(:func:`swarm.dispatch.send`) and never imports this module.
+"""
 
 from __future__ import annotations
 
 from celery import shared_task
 from celery.signals import worker_init, worker_ready
 
-from swarm import orchestrator
-from swarm.dispatch import dispatch
+from swarm import baselines, insights, orchestrator, paired_runs, promotion, sweeper
+from swarm.dispatch import (
+    EVALUATE,
+    EVALUATE_BATCH,
+    MEASURE_BASELINE,
+    MEASURE_PAIRED,
+    VALIDATE_PROMOTION,
+    dispatch,
+)
 
 
-@shared_task(name="swarm.evaluate", acks_late=True, reject_on_worker_lost=True)
+@shared_task(name=EVALUATE, acks_late=True, reject_on_worker_lost=True)
 def evaluate(candidate_id: int) -> None:
     """Evaluate one candidate, store its evidence, then advance its run if the generation is done."""
     candidate = orchestrator.evaluate_candidate(candidate_id)
@@ -18,31 +29,25 @@ def evaluate(candidate_id: int) -> None:
     dispatch(orchestrator.advance(candidate.run_id))
 
 
-@shared_task(name="swarm.validate_promotion", acks_late=True, reject_on_worker_lost=True)
+@shared_task(name=VALIDATE_PROMOTION, acks_late=True, reject_on_worker_lost=True)
 def validate_promotion(request_id: int) -> None:
     """Run a promotion request's extended validation on the target's worker and decide it."""
-    from swarm import promotion
-
     promotion.validate_request(request_id)
 
 
-@shared_task(name="swarm.measure_paired", acks_late=True, reject_on_worker_lost=True)
+@shared_task(name=MEASURE_PAIRED, acks_late=True, reject_on_worker_lost=True)
 def measure_paired(run_id: int) -> None:
     """Measure a paired comparison of two candidates on the target's worker and store it."""
-    from swarm import paired_runs
-
     paired_runs.measure(run_id)
 
 
-@shared_task(name="swarm.measure_baseline", acks_late=True, reject_on_worker_lost=True)
+@shared_task(name=MEASURE_BASELINE, acks_late=True, reject_on_worker_lost=True)
 def measure_baseline(baseline_id: int) -> None:
     """Time a (workload, target, shape set)'s plain baseline once on the target's worker."""
-    from swarm import baselines
-
     baselines.measure(baseline_id)
 
 
-@shared_task(name="swarm.evaluate_batch", acks_late=True, reject_on_worker_lost=True)
+@shared_task(name=EVALUATE_BATCH, acks_late=True, reject_on_worker_lost=True)
 def evaluate_batch(candidate_ids: list[int]) -> None:
     """Evaluate several cheap candidates (replay) with batched writes, then advance their runs."""
     done = orchestrator.evaluate_batch(candidate_ids)
@@ -55,16 +60,12 @@ def _import_learning_stack(**kwargs) -> None:
     """Import what learning needs (Optuna's importance evaluators, scikit-learn: ~1.5 s) when a
     worker starts, before its pool forks, rather than at the first generation boundary of the
     first run, where it would stall every candidate waiting behind it."""
-    from swarm import insights
-
     insights.import_dependencies()
 
 
 @worker_ready.connect
 def _start_sweeper(**kwargs) -> None:
     """Each worker process recovers lost work periodically (see :mod:`swarm.sweeper`)."""
-    from swarm import sweeper
-
     sweeper.start()
 
 

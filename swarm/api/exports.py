@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from swarm.models import PENDING_STATUSES, UNJUDGED_STATUSES, Candidate, Run
+from swarm.progress import run_state
 
 FAILURE_MARKERS = {
     "compile_error": "CompilationFailedConfig",
@@ -77,8 +78,6 @@ def csv_lines(run: Run) -> Iterator[str]:
 
 def json_chunks(run: Run) -> Iterator[str]:
     """JSON text ``{"run": {...}, "candidates": [...]}`` streamed in pieces."""
-    from swarm.orchestrator import run_state  # noqa: PLC0415
-
     goal = run.goal
     head = {**run_state(run), "goal": goal.pk, "workload": goal.workload, "target": goal.target,
             "shape_set": goal.shape_set, "objectives": goal.objectives, "constraints": run.constraints,

@@ -10,7 +10,9 @@ from rest_framework import serializers
 
 import kernels
 from swarm.forms import default_template, empty_space_message, space_size
+from swarm.launch import launch_plan
 from swarm.models import Candidate, Direction, Goal, Run, target_backend
+from swarm.progress import run_state
 
 METRIC_DIRECTIONS = ("minimize", "maximize")
 
@@ -149,8 +151,6 @@ class RunSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_progress(self, run: Run) -> dict[str, Any]:
-        from swarm.orchestrator import run_state  # noqa: PLC0415
-
         return run_state(run)
 
     def get_agents(self, run: Run) -> list[dict[str, Any]]:
@@ -186,8 +186,6 @@ class CandidateSerializer(serializers.ModelSerializer):
         return e.metrics if e else {}
 
     def get_launch_plan(self, c: Candidate) -> dict[str, Any]:
-        from swarm.launch import launch_plan  # noqa: PLC0415
-
         return launch_plan(c)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kernels.backends import get_backend
-from swarm import orchestrator
+from swarm import orchestrator, replay_goals, sweeper
 from swarm.goals import default_goal
 from swarm.models import Goal, target_backend
 
@@ -51,10 +51,8 @@ class Command(BaseCommand):
 
         from django.db import close_old_connections
 
-        from swarm.sweeper import recover
-
         while True:
-            self.stdout.write(f"re-dispatched {recover()} candidates")
+            self.stdout.write(f"re-dispatched {sweeper.recover()} candidates")
             if not opts["every"]:
                 return
             close_old_connections()
@@ -62,10 +60,9 @@ class Command(BaseCommand):
 
     def import_cache(self, opts: dict[str, Any]) -> None:
         from kernels.tuning_cache import TuningCacheError
-        from swarm.replay_goals import import_cache
 
         try:
-            goal, summary = import_cache(opts["file"], name=opts["name"])
+            goal, summary = replay_goals.import_cache(opts["file"], name=opts["name"])
         except (OSError, TuningCacheError, ValueError) as exc:
             raise CommandError(f"cannot import {opts['file']}: {exc}") from exc
         if opts["json"]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from celery import current_app
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
@@ -45,9 +46,9 @@ class Command(BaseCommand):
 
 
 def start_embedded_worker() -> threading.Thread:
-    """Start a solo-pool Celery worker on a daemon thread, consuming the embedded queues."""
-    from int21_site.celery_app import app
-
+    """Start a solo-pool Celery worker of the current Celery app (the project's, once Django is
+    set up) on a daemon thread, consuming the embedded queues."""
+    app = current_app._get_current_object()
     worker = app.WorkController(
         app=app,
         pool_cls="solo",
