@@ -75,6 +75,9 @@ def _fingerprint(backend: str, target: str | None) -> dict[str, Any]:
     return b.fingerprint(target) if target else b.fingerprint()
 
 
+START_GRACE = timedelta(seconds=60)  # a run still at generation 0 after this was left half-started
+
+
 def stale_after() -> timedelta:
     """Age after which a ``running`` claim is presumed dead: twice the evaluation timeout + 60 s."""
     return timedelta(seconds=2 * settings.EVAL_TIMEOUT_S + 60)
@@ -191,12 +194,15 @@ def sweep() -> tuple[list[Candidate], list[Candidate]]:
         conditional claim keeps a duplicate task harmless.
     """
     to_dispatch: list[Candidate] = []
-    for run in Run.objects.filter(state=Run.State.RUNNING):
+    now = timezone.now()
+    # A run at generation 0 younger than START_GRACE is being started: start_run proposes its
+    # first generation itself (advancing it here would leave start_run with nothing to return).
+    starting = Q(generation=0, started_at__gt=now - START_GRACE)
+    for run in Run.objects.filter(state=Run.State.RUNNING).exclude(starting):
         try:
             to_dispatch += advance(run.pk)
         except Exception:  # noqa: BLE001 - one run's fault must not stop the others' recovery
             log.exception("sweep: run %s could not advance", run.pk)
-    now = timezone.now()
     queued: list[Candidate] = []
     new_ids = {c.pk for c in to_dispatch}
     for c in Candidate.objects.filter(run__state=Run.State.RUNNING, status__in=PENDING_STATUSES).select_related("goal"):

@@ -1,11 +1,13 @@
 """The orchestrator end to end with the real sandboxed evaluator, driven in-process."""
 
 import re
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from swarm import orchestrator
-from swarm.models import Candidate, CandidateStatus, Evidence, Generation, Run
+from swarm.models import AgentRecord, Candidate, CandidateStatus, Evidence, Generation, Run
 
 
 def drive(run, pending):
@@ -282,3 +284,35 @@ def test_settings_given_as_numeric_strings_are_accepted():
     drive(run, pending)
     run.refresh_from_db()
     assert run.state == Run.State.FINISHED and run.candidates.count() == 16
+
+
+@pytest.mark.django_db
+def test_a_sweep_during_start_run_leaves_the_first_generation_to_start_run(monkeypatch):
+    """The sweeper's pass can fall between creating a run and proposing its first generation;
+    it must not propose that generation itself (start_run would then return nothing)."""
+    from tests.swarm.synthetic import synthetic_goal
+
+    real, swept = orchestrator._next_candidates, []
+
+    def racing(run_id, after):
+        if not swept:
+            swept.append(orchestrator.sweep())
+        return real(run_id, after)
+
+    monkeypatch.setattr(orchestrator, "_next_candidates", racing)
+    run, pending = orchestrator.start_run(synthetic_goal(), budget=8, seed=1, batch_size=4,
+                                          agents=[{"name": "r", "kind": "random"}])
+    assert swept == [([], [])] and len(pending) == 4 and run.candidates.count() == 4
+
+
+@pytest.mark.django_db
+def test_a_run_left_half_started_is_advanced_by_the_sweep():
+    from tests.swarm.synthetic import synthetic_goal
+
+    goal = synthetic_goal()
+    run = Run.objects.create(goal=goal, budget=8, batch_size=4, seed=1, space=goal.space, constraints=goal.constraints)
+    AgentRecord.objects.create(run=run, name="r", kind="random", settings={})
+    assert orchestrator.sweep() == ([], [])  # being started: left to start_run
+    Run.objects.filter(pk=run.pk).update(started_at=timezone.now() - orchestrator.START_GRACE - timedelta(seconds=1))
+    to_dispatch, _ = orchestrator.sweep()
+    assert len(to_dispatch) == 4 and {c.run_id for c in to_dispatch} == {run.pk}
