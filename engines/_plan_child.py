@@ -6,9 +6,9 @@ its trusted phase, before the lockdown; the callable it returns runs after the l
 confinement of every evaluation child: sandbox user, namespaces, Landlock, seccomp, resource
 limits, disk quota, empty environment). The parent is :mod:`engines._plan_isolated`.
 
-Trusted phase (no kernel library loaded): import every module the evaluation uses
-(:func:`engines._guard_child.load_modules`; after the lockdown the project's ``engines``
-package is unreadable), build the engine with its weights and the plan's kernels
+Trusted phase (no kernel library loaded): import every project module the evaluation uses
+(at this module's import: after the lockdown the project's ``engines`` package is
+unreadable), build the engine with its weights and the plan's kernels
 (:class:`engines._plan_registry.PlanRegistry`: the production kernels and templates the
 parent compiled, each bound from its ``library``; the child cannot run the compiler), record
 the shapes of its kernel calls with NumPy baselines and make the operator cases with their
@@ -37,10 +37,20 @@ from typing import Any
 
 import numpy as np
 
-import engines._bench  # noqa: F401  (the encoder scenarios' corpus, read after the lockdown)
+# Every project module the candidate phase uses, imported now (after the lockdown the project
+# is unreadable; third-party packages stay readable, so SciPy's GELU is imported on first use).
+import engines._baselines  # noqa: F401
+import engines._bench  # noqa: F401  (the encoder scenarios' corpus)
+import engines._coverage  # noqa: F401
+import engines._reference  # noqa: F401
+import engines.kda_layer  # noqa: F401
+import engines.llama  # noqa: F401
 import engines.minilm  # noqa: F401  (its tokenizer and sentences)
+import kernels.backends  # noqa: F401
+import kernels.space  # noqa: F401
+import kernels.workloads  # noqa: F401
 from engines._graph import _blas_controller
-from engines._guard_child import jsonable, load_modules
+from engines._guard_child import jsonable
 from engines._operator_check import operator_cases, record_calls
 from engines._plan_registry import PlanRegistry
 from engines._timing import SCENARIOS, default_prompt, time_plans
@@ -56,7 +66,8 @@ def prepare(req: dict):
         engine's space.
     """
     environment = dict(os.environ)  # the sandbox's: what the kernels must see, nothing more
-    load_modules()
+    import threadpoolctl  # noqa: F401, PLC0415  (the BLAS controller's; imported here for the line below)
+
     # threadpoolctl sets KMP_DUPLICATE_LIB_OK on import: the kernels get the evaluator's environment.
     for name in set(os.environ) - set(environment):
         del os.environ[name]
