@@ -15,6 +15,9 @@ from engines._tuned import TunedRegistry
 from engines.goals import evaluate_plan
 from engines.registry import engine_class
 from kernels import Outcome, load_template
+from swarm.engine_registry import goals as swarm_goals
+from swarm.models import Promotion
+from tests.engines.test_guard import make_candidate
 from tests.engines.test_guard_sandbox import READS_THE_ENVIRONMENT
 from tests.kernels.test_hostile_cpu import NEEDS_THE_NETWORK, NEVER_RETURNS, SEGFAULTS, WRITES_OUTSIDE, _Listener
 
@@ -126,3 +129,20 @@ def test_the_child_binds_what_the_calling_process_would():
     assert child.template_point("gemm", "cpu-x86_64", {}) == registry.template_point("gemm", "cpu-x86_64", {})
     assert child.why("rmsnorm", 2) == "production #1 was fastest" and child.why("rmsnorm", 1) is None
     assert child.why("gemm", 1) == "template was fastest" and child.specs("rope", "cpu-x86_64") == []
+
+
+@pytest.mark.django_db
+def test_the_swarms_plan_evaluation_runs_the_databases_production_kernel_confined(owner):
+    token = secrets.randbelow(10**9)
+    files = [Path(f"/tmp/pwned-{token}"), PROJECT / f"pwned-{token}"]
+    cand = make_candidate(owner, f'#define PROJECT_DIR "{PROJECT}"\n' + WRITES_OUTSIDE, {"TOKEN": token}, "rmsnorm")
+    Promotion.objects.create(candidate=cand, workload="rmsnorm", target="cpu-x86_64", shape_set="test-small")
+    try:
+        ev = swarm_goals.evaluate_plan(WORKLOAD, "", {}, shape_set="decode", reps=3)
+        assert not any(f.exists() for f in files)
+        confined(ev)
+        assert ev.fingerprint["kernels"]["rmsnorm"] == f"production (candidate {cand.pk})"
+        assert ev.status == Outcome.wrong_result, ev.log
+    finally:
+        for f in files:
+            f.unlink(missing_ok=True)
