@@ -1,22 +1,40 @@
 """Binding an operator to the kernel that runs it: a baseline, a template or a production kernel.
 
 Trust decision (documented here because it is the one place candidate code enters a
-long-lived process): a C kernel is loaded into the engine's own process with ``ctypes`` only
-if it is
+process): a C kernel is loaded with ``ctypes`` (:func:`c_kernel`) into the process that
+binds it. Which processes bind which code:
 
-* a **production kernel**: a candidate that passed the sandboxed evaluation
-  (:func:`kernels.evaluate`: confined child, guard regions, fresh-seed validation, timing
-  re-validation) *and* was promoted by an approver after the extended re-validation of
-  :mod:`swarm.promotion`; or
-* a **template** of this repository (``kernels/templates/*.c`` at its default parameters):
-  code reviewed and versioned with the project, like NumPy itself.
+* **sandbox children only**, confined as the evaluator's (:func:`kernels.sandbox.start_child`:
+  sandbox user, namespaces, Landlock, seccomp, limits, disk quota, empty environment), for
+  what the swarm evaluates or checks automatically:
 
-Any other source (a candidate not yet promoted, e.g. while the promotion guard re-validates
-engines with it) is run only inside a child process (:mod:`engines._isolated`), never here.
+  - an **engine plan** (an engine goal's candidate, :func:`engines.goals.evaluate_plan`,
+    also each plan a tuning measures, :mod:`engines.tuning`): validated and timed in
+    :mod:`engines._plan_child`, its production kernels and templates compiled by the parent
+    (:mod:`engines._plan_isolated`) and loaded from those libraries (``library``);
+  - a **candidate not yet promoted** (the promotion guard re-validating and re-benchmarking
+    production engines with it): :mod:`engines._isolated` / :mod:`engines._guard_child`;
+
+  so the web and worker processes never load a kernel for either.
+* **the process itself**, where a person runs an engine deliberately with kernels already
+  trusted: serving it (``manage.py engine serve``, :mod:`engines.serve`), the command line
+  (``python -m engines validate|bench|describe``) and recording a production engine's
+  benchmark (:func:`swarm.engine_registry.services.record_benchmark`: ``manage.py engine
+  bench --record``, and the benchmark recorded when a plan tuning is adopted). The kernels
+  bound there are
+
+  - **production kernels**: candidates that passed the sandboxed evaluation
+    (:func:`kernels.evaluate`: confined child, guard regions, fresh-seed validation, timing
+    re-validation) *and* were promoted by an approver after the extended re-validation of
+    :mod:`swarm.promotion`; or
+  - **templates** of this repository (``kernels/templates/*.c`` at default or tuned
+    parameters): code reviewed and versioned with the project, like NumPy itself.
+
+  Production kernels have no sandbox there: a promoted kernel is as trusted as the
+  engine's own code, which is why promotion demands evidence and an approver.
+
 The in-process kernel is compiled by the CPU backend's ``compile`` (same flags, same
 content-addressed cache as the evaluator) and called with the workload's C signature.
-Production kernels have no sandbox at run time: a promoted kernel is as trusted as the
-engine's own code, which is why promotion demands evidence and an approver.
 """
 
 from __future__ import annotations
@@ -199,7 +217,8 @@ def _prepare_openmp_env() -> None:
 def c_kernel(spec: KernelSpec, *, kind: str | None = None, note: str = "") -> BoundKernel:
     """Compile ``spec`` with the CPU backend (cached) and bind its entry point with ctypes.
 
-    Only production kernels and templates belong in a long-lived process (module docstring).
+    Only production kernels and templates are bound in a process that is not a sandbox child,
+    and only where a person runs an engine deliberately (module docstring).
 
     Raises:
         kernels.backends.cpu.CompileError: the source does not compile.

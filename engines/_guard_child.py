@@ -44,7 +44,7 @@ import numpy as np
 FRESH_SETS = 3  # input sets each timed item rotates between (engines._fresh)
 
 
-def _imports() -> None:
+def load_modules() -> None:
     """Everything the candidate phase imports, loaded now (the lockdown hides the project)."""
     import threadpoolctl  # noqa: F401, PLC0415
     import scipy.special  # noqa: F401, PLC0415  (GELU baseline)
@@ -88,7 +88,7 @@ def prepare(req: dict):
     from engines.registry import make_engine  # noqa: PLC0415
 
     environment = dict(os.environ)  # the sandbox's: what the candidate must see, nothing more
-    _imports()
+    load_modules()
     # threadpoolctl sets KMP_DUPLICATE_LIB_OK on import: the candidate gets the evaluator's environment.
     for name in set(os.environ) - set(environment):
         del os.environ[name]
@@ -142,7 +142,7 @@ def _validate(req: dict, engine, plan, cases, reference, shapes) -> dict[str, An
     for s in shapes:
         if model_axes(s) not in axes:
             axes.append(model_axes(s))
-    return {"ok": True, "validation": _jsonable(val), "shapes": shapes, "model_shapes": axes}
+    return {"ok": True, "validation": jsonable(val), "shapes": shapes, "model_shapes": axes}
 
 
 def _operator_kernel(engine, plan, workload: str):
@@ -204,11 +204,13 @@ def _turns(channel: int, engine, plan, workload: str, items) -> dict[str, Any]:
     return {"ok": True, "mode": "engine-check", "samples_ns": samples, **kinds}
 
 
-def _jsonable(obj):
+def jsonable(obj):
+    """``obj`` for the JSON result: NumPy scalars as Python numbers, NaN as None, infinities
+    as ``"inf"``/``"-inf"``, dict keys as strings, tuples as lists."""
     if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
+        return [jsonable(v) for v in obj]
     if isinstance(obj, (np.floating, np.integer, np.bool_)):
         return obj.item()
     if isinstance(obj, float) and not np.isfinite(obj):

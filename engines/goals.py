@@ -14,7 +14,10 @@ kernels once it calls it for ``engine:`` goals (the swarm calls it through
 :func:`swarm.engine_registry.goals.evaluate_plan`, which passes the production kernels of the
 database): validation end to end (``wrong_result`` when it fails), then the
 scenarios timed; ``latency_ms`` is the sum of the scenarios' median latencies and
-``throughput`` the items per second of the first scenario (sentences/s, tokens/s).
+``throughput`` the items per second of the first scenario (sentences/s, tokens/s). Both run
+in a sandbox child confined as the evaluator's (:mod:`engines._plan_isolated`): the plan's
+production kernels and templates are loaded there, never in the calling (web or worker)
+process.
 
 Nothing here imports Django or the swarm: goals are created by
 :func:`swarm.engine_registry.goals.create_engine_goal`.
@@ -26,13 +29,18 @@ import secrets
 import time
 from typing import Any
 
+from kernels import stats
 from kernels.evaluator import Evidence
 from kernels.outcome import Outcome
+from kernels.timing import omp_environment
 
+from engines._binding import NoProduction
+from engines._plan import Plan
+from engines._plan_isolated import run_plan_isolated
 from engines._timing import SCENARIOS
+from engines.registry import CONFIGS, engine_class
 
 PREFIX = "engine:"
-_ENGINES: dict[tuple, Any] = {}
 
 
 def goal_workload(engine: str, config: str | None = None) -> str:
@@ -58,26 +66,9 @@ def is_engine_workload(workload: str) -> bool:
 
 def engine_space(engine: str):
     """The plan space of ``engine`` as a :class:`kernels.DesignSpace`."""
-    from engines.registry import engine_class  # noqa: PLC0415
-
     cls = engine_class(engine)
     mod = __import__(cls.__module__, fromlist=["PLAN_SPEC"])
     return mod.PLAN_SPEC.space()
-
-
-def _engine(name: str, config: str | None, registry):
-    from engines.registry import make_engine  # noqa: PLC0415
-
-    key = (name, config)
-    eng = _ENGINES.get(key)
-    if eng is None:
-        eng = _ENGINES[key] = make_engine(name, config=config, registry=registry)
-    # Weights are kept; bindings are redone, so a plan always runs today's production kernels.
-    from engines._binding import NoProduction  # noqa: PLC0415
-
-    eng.registry = registry if registry is not None else NoProduction()
-    eng._programs.clear()
-    return eng
 
 
 def evaluate_plan(workload: str, source: str, params: dict, *, shape_set: str = "", backend: str = "cpu",
@@ -94,33 +85,51 @@ def evaluate_plan(workload: str, source: str, params: dict, *, shape_set: str = 
             none: every workload runs its baseline). The swarm passes the database's
             (:func:`swarm.engine_registry.goals.evaluate_plan`).
         reps: timed repetitions per scenario (default 5 from ``bench.min_reps`` or 7).
+        timeout_s: wall-clock limit of the plan's sandbox child (s), its set-up included.
 
     Returns:
         :class:`kernels.Evidence` with ``status`` ``ok``, ``wrong_result`` (validation
-        failed) or ``invalid`` (a parameter outside the plan space), ``metrics``
-        (``latency_ms``, ``latency_ms[<scenario>]``, ``throughput``, the validation's
+        failed), ``invalid`` (a parameter outside the plan space), ``compile_error`` (a
+        kernel of the plan does not compile), ``runtime_error`` (the child crashed, exited,
+        broke its disk quota, forged its report or reported an error) or ``timeout`` (it
+        ran past ``timeout_s``), the reason in ``log``; ``metrics`` (``latency_ms``,
+        ``latency_ms[<scenario>]``, ``throughput``, the validation's
         ``cosine_min``/``max_rel_error``/``max_abs_error``), ``samples_ms`` per scenario and
-        the bound kernels in ``fingerprint``.
-    """
-    from engines._timing import time_plans  # noqa: PLC0415
-    from engines._validate import validate  # noqa: PLC0415
+        in ``fingerprint`` the bound kernels (``kernels``: workload -> kind), what the plan
+        binds from the registry (``bound``), the child's confinement (``sandbox``),
+        ``child_wall_s``, ``compile_s``, ``omp`` and ``blas_threads``.
 
+    Raises:
+        KeyError: unknown engine, config or scenario (before any child is started).
+    """
     start = time.monotonic()
     name, config = parse_goal_workload(workload)
     scenarios = tuple(s for s in (shape_set or "").split("+") if s) or SCENARIOS[name][:1]
     unknown = [s for s in scenarios if s not in SCENARIOS[name]]
     if unknown:
         raise KeyError(f"engine {name} has no scenario {unknown[0]!r} (known: {', '.join(SCENARIOS[name])})")
-    eng = _engine(name, config, registry)
+    if name != "minilm" and (config or "small") not in CONFIGS[name]:
+        raise KeyError(f"engine {name!r} has no config {config!r} (known: {', '.join(CONFIGS[name])})")
     fp = {"engine": name, "config": config, "scenarios": list(scenarios), "target": target or "cpu-x86_64",
           "seed": seed if seed is not None else secrets.randbits(31)}
     try:
-        plan = eng.plan(params)
+        plan = Plan.parse(engine_class(name).plan_spec, params)
     except ValueError as exc:
         return Evidence(status=Outcome.invalid, log=f"bad plan: {exc}", fingerprint=fp, duration_s=time.monotonic() - start)
-    val = validate(name, engine=eng, plan=plan.to_dict())
+    n = reps or (bench.min_reps if bench is not None else 7)
+    run = run_plan_isolated(name, config, plan, scenarios, reps=max(3, n),
+                            registry=registry if registry is not None else NoProduction(), target=fp["target"],
+                            timeout_s=timeout_s)
+    fp.update(bound=run.kernels, sandbox=run.sandbox or {"error": "the child exited before reporting its sandbox"},
+              child_wall_s=run.wall_s, compile_s=run.compile_s, omp=omp_environment("timing"))
+    if run.failure is not None:
+        tail = f"\n== child stderr ==\n{run.stderr.strip()}" if run.stderr.strip() else ""
+        return Evidence(status=run.failure, log=f"== verdict ==\n{run.failure}: {run.reason}{tail}", fingerprint=fp,
+                        duration_s=time.monotonic() - start)
+    val = run.result["validation"]
     fp["kernels"] = val.get("kernels", {})
-    figures = {k: float(val[k]) for k in ("cosine_min", "max_rel_error", "max_abs_error") if k in val}
+    fp["blas_threads"] = run.result.get("blas_threads")
+    figures = {k: _number(val[k]) for k in ("cosine_min", "max_rel_error", "max_abs_error") if k in val}
     if "cosine_min" in figures:
         figures["max_rel_error"] = max(0.0, 1.0 - figures["cosine_min"])  # the goal's usual constraint metric
     case = {"kind": "validation", "label": "end-to-end", "shape": {}, "seed": 0, "passed": val["status"] == "ok",
@@ -131,10 +140,7 @@ def evaluate_plan(workload: str, source: str, params: dict, *, shape_set: str = 
         log.append("== verdict ==\nwrong_result: end-to-end validation failed")
         return Evidence(status=Outcome.wrong_result, metrics=figures, cases=[case], log="\n".join(log), fingerprint=fp,
                         duration_s=time.monotonic() - start)
-    n = reps or (bench.min_reps if bench is not None else 7)
-    samples = time_plans(eng, {"plan": plan}, scenarios, reps=max(3, n))["plan"]
-    from kernels import stats  # noqa: PLC0415
-
+    samples = {s: [float(x) for x in run.result["samples_ms"][s]] for s in scenarios}
     metrics = dict(figures)
     total = 0.0
     for s, xs in samples.items():
@@ -143,10 +149,13 @@ def evaluate_plan(workload: str, source: str, params: dict, *, shape_set: str = 
         total += med
     metrics["latency_ms"] = total
     first = scenarios[0]
-    from engines._timing import default_prompt  # noqa: PLC0415
-
-    per_call = {"batch-1": 1, "batch-32": 32, "throughput": 128, "decode": 1}.get(first) or default_prompt(eng)
+    per_call = {"batch-1": 1, "batch-32": 32, "throughput": 128, "decode": 1}.get(first) or int(run.result["prompt"])
     metrics["throughput"] = per_call / (metrics[f"latency_ms[{first}]"] / 1e3)
     log.append(f"== verdict ==\nok: validated; latency_ms {total:.4g} over {', '.join(scenarios)}")
     return Evidence(status=Outcome.ok, metrics=metrics, samples_ms=samples, cases=[case], log="\n".join(log),
                     fingerprint=fp, duration_s=time.monotonic() - start)
+
+
+def _number(v) -> float:
+    """A figure of the child's JSON result as a float (NaN came as None, infinities as strings)."""
+    return float("nan") if v is None else float(v)

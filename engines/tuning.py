@@ -23,7 +23,8 @@ one measurement per task and a page can show the progress):
 2. **Plan.** With those kernels, the plan at its defaults and with one engine-level choice
    changed at a time (each fusion flag, ``BLAS_THREADS``, each other ``BATCH_SIZE``), up to
    ``plan_variants`` plans, each validated end to end and timed over every scenario of the
-   engine (:func:`engines.goals.evaluate_plan`); the fastest plan that passed is kept.
+   engine in a sandbox child (:func:`engines.goals.evaluate_plan`, which binds the chosen
+   kernels there through :class:`TunedRegistry`); the fastest plan that passed is kept.
 
 The state is one JSON-serialisable dict (:func:`new_state`), so it can be stored between
 steps. :class:`TunedRegistry` turns its kernel choices into bindings: an engine bound through

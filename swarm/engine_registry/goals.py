@@ -24,7 +24,9 @@ __all__ = ["create_engine_goal", "engine_space", "evaluate_plan", "goal_workload
 def evaluate_plan(workload: str, source: str, params: dict, *, registry=None, **kwargs: Any) -> Evidence:
     """:func:`engines.goals.evaluate_plan` with the database's production kernels
     (:class:`DbRegistry`) unless ``registry`` is given; same arguments (the signature of
-    :func:`kernels.evaluate`) and the same :class:`kernels.Evidence`."""
+    :func:`kernels.evaluate`) and the same :class:`kernels.Evidence`. The registry is read
+    in this process; the kernels the plan binds are passed as entries to the sandbox child
+    that validates and times it (:mod:`engines._plan_isolated`), so no kernel is loaded here."""
     return engine_goals.evaluate_plan(workload, source, params, registry=registry if registry is not None else DbRegistry(),
                                       **kwargs)
 
