@@ -24,7 +24,7 @@ import secrets
 import time
 from typing import Any
 
-from kernels.evaluator import Evidence
+from kernels.evidence import Evidence
 from kernels.outcome import Outcome
 
 from engines._timing import SCENARIOS

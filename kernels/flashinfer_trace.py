@@ -50,7 +50,7 @@ from kernels.restrictions import Restriction, RestrictionError
 from kernels.space import format_defines
 
 if TYPE_CHECKING:  # the registry imports this module: nothing here may import the registry at load
-    from kernels.evaluator import Evidence
+    from kernels.evidence import Evidence
     from kernels.workloads.base import Workload
 
 __all__ = [

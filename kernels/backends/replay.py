@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernels import config
-from kernels.evaluator import Evidence
+from kernels.evidence import Evidence
 from kernels.tuning_cache import TuningCache, dataset_name, load_cache, load_resolved
 
 if TYPE_CHECKING:
