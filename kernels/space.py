@@ -106,8 +106,9 @@ class Domain:
         return cls(name, pts, keys, frozenset(keys), values)
 
 
-#: Resolvers of the domain kinds, by kind: ``resolve(domain) -> Domain`` for a domain
-#: ``<kind>:<name>``, raising :class:`SpaceError` for an unknown name.
+#: The registered domain kinds, by kind: (the kind as error messages spell it, e.g.
+#: ``"replay:<dataset>"``; ``resolve(domain) -> Domain`` for a domain ``<kind>:<name>``,
+#: raising :class:`SpaceError` for a name it does not know).
 _DOMAIN_KINDS: dict[str, tuple[str, Callable[[str], Domain]]] = {}
 
 
