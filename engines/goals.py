@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from kernels import stats
-from kernels.evaluator import Evidence
+from kernels.evidence import Evidence
 from kernels.outcome import Outcome
 from kernels.timing import omp_environment
 

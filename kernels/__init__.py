@@ -4,6 +4,7 @@ Framework-free: depends on numpy and the standard library (scipy, imported lazil
 :func:`compare`; cupy for the CUDA backend), never on Django.
 """
 
+from kernels.backends import replay as _replay  # noqa: F401  (provides the replay:<dataset> domains)
 from kernels.evaluator import BenchSettings, Evidence, evaluate
 from kernels.hashing import candidate_hash
 from kernels.outcome import Outcome

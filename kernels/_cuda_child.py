@@ -27,6 +27,13 @@ from typing import Any
 
 import numpy as np
 
+from kernels._child_common import request_workload, save_new
+from kernels.backends.cuda import (
+    ResolvedLaunch, arch_of_device, bench_events_run, bind_launches, device_info, import_cupy,
+    kernel_attributes, load_kernels, make_l2_flush, prepare_kernels, run_bound,
+)
+from kernels.timing import BenchSettings
+
 GUARD_BITS = np.uint32(0xA5A5A5A5)
 
 
@@ -95,13 +102,6 @@ def prepare(req: dict):
         ImportError: cupy is missing.
         RuntimeError: no GPU, or its compute capability differs from the target's.
     """
-    from kernels.backends.cuda import (
-        ResolvedLaunch, arch_of_device, bench_events_run, bind_launches, device_info, import_cupy,
-        kernel_attributes, load_kernels, make_l2_flush, prepare_kernels, run_bound,
-    )
-    from kernels._sandbox_child import request_workload, save_new
-    from kernels.timing import BenchSettings
-
     cp = import_cupy()
     workload = request_workload(req)
     guard = int(req["guard"])

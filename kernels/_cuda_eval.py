@@ -13,7 +13,7 @@ Same protocol as the CPU path (:mod:`kernels.evaluator`), with the CUDA-specific
 4. run :mod:`kernels._cuda_child` in the sandbox (no address-space limit: the CUDA driver
    reserves virtual memory far beyond any sensible RLIMIT_AS; CUDA library paths passed
    through; the module file copied into the private directory);
-5. classify with the evaluator's own :func:`~kernels.evaluator._judge` (same files, same
+5. classify with the CPU path's own :func:`~kernels.judge._judge` (same files, same
    rules), against the GPU's datasheet limits (:meth:`CudaBackend.physical_limits`); an
    NVRTC failure in the child is ``compile_error``.
 """
@@ -33,12 +33,15 @@ from typing import Any
 from kernels import config, static
 from kernels.backends.cuda import CompileError, CudaBackend, import_cupy
 from kernels.launch_plan import LaunchPlan, LaunchPlanError, plan_env, plan_names
-from kernels.evaluator import GUARD_ELEMS, Evidence, _judge, _plan, reference_notes
+from kernels.evidence import Evidence
 from kernels.first_call import first_call_note
+from kernels.guard_pages import GUARD_ELEMS
 from kernels.hashing import candidate_hash
+from kernels.judge import _judge, _plan, reference_notes
 from kernels.outcome import Outcome
 from kernels.sandbox import ChildRun, SandboxPolicy, make_workdir, private_tempdir, remove_tree, run_child
 from kernels.space import SpaceError, format_defines
+from kernels.templates import default_launch_plan
 from kernels.timing import BenchSettings
 from kernels.validation_store import ValidationStore
 from kernels.workloads import get_workload, shape_label
@@ -188,8 +191,6 @@ class CudaEvaluation:
         try:
             raw = self.launch_plan
             if raw is None:
-                from kernels.templates import default_launch_plan  # noqa: PLC0415
-
                 raw = default_launch_plan(wl.name, params)
             plan = LaunchPlan.from_dict(raw, plan_names(wl, params))
         except (LaunchPlanError, KeyError) as exc:
@@ -333,7 +334,7 @@ def evaluate_cuda(
             ``extra`` flags); default NVRTC for the target's architecture.
 
     Returns:
-        :class:`~kernels.evaluator.Evidence`; ``static`` holds the nvcc resources and
+        :class:`~kernels.evidence.Evidence`; ``static`` holds the nvcc resources and
         occupancy per launch, ``metrics`` also ``registers[<kernel>]``,
         ``spill_bytes[<kernel>]``, ``smem_static_bytes[<kernel>]``, ``occupancy_min``.
 

@@ -70,7 +70,6 @@ sandbox protects the host from such a candidate, not the figures.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import hashlib
 import io
 import json
@@ -84,35 +83,16 @@ from typing import NamedTuple
 import numpy as np
 
 from kernels import _isolation
+from kernels._child_common import SAVED, request_workload, save_new
+from kernels._cuda_child import prepare as prepare_cuda
 from kernels.guard_pages import GUARD_BITS, FaultReporter, GuardLayout, allocate
 from kernels.hashing import array_digest, result_mac
+from kernels.timing import BenchSettings, Evictor, bench_run, make_flush, team_starter
+from kernels.workloads import shape_label
 
 _PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LATE_CHECK_DELAY_S = 0.02  # outputs are re-read at least this long after the last call
 UNWRITTEN_SAMPLE = 64  # output elements per output checked for NaN after every timed-phase call
-
-
-#: sha256 (:func:`kernels.hashing.array_digest`) of every array this process saved, by file
-#: name, reported with the result: the parent judges a file only if it still holds these bytes
-#: (the candidate can rewrite files in this directory).
-SAVED: dict[str, str] = {}
-
-
-def save_new(name: str, array: np.ndarray) -> None:
-    """``np.save`` to a file this call creates, and its digest into :data:`SAVED`: a name the
-    candidate took first (a planted FIFO would block the open, a link would redirect it)
-    raises ``FileExistsError`` naming it.
-
-    Raises:
-        FileExistsError: ``name`` exists already.
-    """
-    SAVED[name] = array_digest(array)
-    try:
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:
-        raise FileExistsError(f"{name} exists already: something other than the evaluator created it") from None
-    with os.fdopen(fd, "wb") as f:
-        np.save(f, array)
 
 
 def as_layout(guard: GuardLayout | int) -> GuardLayout:
@@ -381,24 +361,8 @@ def bind(lib: ctypes.CDLL, workload):
     return fn
 
 
-def request_workload(req: dict):
-    """The request's workload as the parent has it: its shape set's, with the parent's
-    attributes (e.g. eps), whatever shape sets this process imported (every backend's child)."""
-    from kernels.workloads import get_workload
-
-    workload = get_workload(req["workload"])
-    if hasattr(workload, "for_shape_set"):
-        workload = workload.for_shape_set(req.get("shape_set"))
-    if isinstance(req.get("attrs"), dict):
-        workload = dataclasses.replace(workload, attrs={k: float(v) for k, v in req["attrs"].items()})
-    return workload
-
-
 def _prepare_cpu(req: dict):
     """Trusted phase of the CPU backend; returns the candidate phase as a callable."""
-    from kernels.timing import BenchSettings, bench_run, team_starter
-    from kernels.workloads import shape_label
-
     workload = request_workload(req)
     # Guard pages where the parent asks for them (it judges the sentinels of that layout).
     guard = GuardLayout.from_dict(req["guard_layout"]) if req.get("guard_layout") else as_layout(req["guard"])
@@ -527,8 +491,6 @@ def _flush_for(req: dict, settings, timing: bool):
     without it, or where it cannot evict, the ``"rewrite"`` flush stands in and the method
     says so.
     """
-    from kernels.timing import Evictor, make_flush
-
     if not timing or settings.flush == "none":
         return "none", None, None
     why = ""
@@ -561,9 +523,7 @@ def _prepare(req: dict):
     if backend == "cpu":
         return _prepare_cpu(req)
     if backend == "cuda":
-        from kernels._cuda_child import prepare  # cupy, the device and the module, before lockdown
-
-        return prepare(req)
+        return prepare_cuda(req)  # cupy, the device and the module, before lockdown
     raise ValueError(f"the sandbox child has no runner for backend {backend!r}")
 
 
@@ -666,8 +626,6 @@ def _prepare_turns(req: dict):
     Raises:
         ValueError: a command names no item (from the candidate phase: ``runtime_error``).
     """
-    from kernels.timing import BenchSettings
-
     workload = request_workload(req)
     # The timing child's buffers: guard pages where the parent asks for them.
     guard = GuardLayout.from_dict(req["guard_layout"]) if req.get("guard_layout") else as_layout(req["guard"])

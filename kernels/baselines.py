@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from kernels import stats, timing
+from kernels.backends.cpu import CompileError
 from kernels.timing import BenchSettings
 from kernels.workloads import get_workload
 
@@ -100,8 +101,6 @@ NUMPY_BASELINES: Mapping[str, Callable[[dict, Mapping[str, float], dict], object
 @functools.cache
 def _evictor() -> timing.Evictor | None:
     """The cache-eviction helper compiled for this host, or None where it cannot be."""
-    from kernels.backends.cpu import CompileError  # noqa: PLC0415
-
     try:
         return timing.Evictor(timing.evict_library())
     except (CompileError, OSError, RuntimeError):

@@ -226,7 +226,7 @@ def _evaluate(args: argparse.Namespace, source: str, params: dict, shape_set: st
 
 
 def evidence_summary(ev: Any, *, full: bool = False) -> dict[str, Any]:
-    """The ``evaluate --json`` object of one :class:`~kernels.evaluator.Evidence`."""
+    """The ``evaluate --json`` object of one :class:`~kernels.evidence.Evidence`."""
     from kernels import stats  # noqa: PLC0415
 
     d = ev.to_dict()

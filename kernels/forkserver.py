@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import signal
 import socket
 import subprocess
@@ -32,6 +33,8 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+
+from kernels import _sandbox_child
 
 _ROOT = str(Path(__file__).resolve().parent.parent)
 _MAX_MESSAGE = 8 * 2**20
@@ -193,15 +196,8 @@ def server(env: dict[str, str]) -> ForkServer:
 
 
 def serve_forever(sock_fd: int) -> None:
-    """Import what children need, then fork one child per request until the client leaves."""
-    import selectors
-
-    import numpy  # noqa: F401  (what makes a fresh child slow)
-
-    import kernels._sandbox_child  # noqa: F401
-    import kernels.timing  # noqa: F401
-    from kernels.workloads import get_workload  # noqa: F401  (registry, every workload module)
-
+    """Fork one child per request until the client leaves; what children need (numpy, the
+    workload registry, :mod:`kernels.timing`) came with :mod:`kernels._sandbox_child`."""
     sock = socket.socket(fileno=sock_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -341,9 +337,7 @@ def _become_child(job: dict, result_fd: int, out_fd: int, err_fd: int, body_fd: 
     os.chdir(job["cwd"])
     os.environ.clear()  # putenv: libraries loaded from now on (libgomp) see only this
     os.environ.update(job["env"])
-    from kernels._sandbox_child import serve
-
-    serve(request, result_fd, go_fd)
+    _sandbox_child.serve(request, result_fd, go_fd)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -43,6 +43,9 @@ import tempfile
 from dataclasses import asdict, dataclass
 
 from kernels import config
+from kernels.backends.cpu import CompileError, CpuBackend
+from kernels.sandbox import child_env
+from kernels.timing import omp_environment
 
 __all__ = ["HostLimits", "HostPerfError", "host_limits", "physical_limits"]
 
@@ -145,18 +148,12 @@ class HostLimits:
 
 
 def _key() -> str:
-    from kernels.backends.cpu import CpuBackend  # noqa: PLC0415
-
     fp = CpuBackend().fingerprint()
     blob = json.dumps({k: fp[k] for k in ("compiler_version", "flags", "cpu_model", "nproc", "machine")}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _measure(key: str) -> HostLimits:
-    from kernels.backends.cpu import CompileError, CpuBackend  # noqa: PLC0415
-    from kernels.sandbox import child_env  # noqa: PLC0415
-    from kernels.timing import omp_environment  # noqa: PLC0415
-
     try:
         artifact = CpuBackend().compile(SOURCE, "")
     except CompileError as exc:

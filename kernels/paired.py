@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from kernels.backends import get_backend
+from kernels.backends.cpu import CompileError
 from kernels.guard_pages import GuardLayout
 from kernels.noise_floor import FileFloorStore, FloorStore, floor_from_ratios, floor_key
 from kernels.sandbox import SandboxPolicy
@@ -253,8 +254,6 @@ class _Setup:
         "rewrite ... (evict unavailable)" in their flush method."""
         if self.settings.flush != "evict":
             return None
-        from kernels.backends.cpu import CompileError  # noqa: PLC0415  (backend-specific error)
-
         try:
             return str(evict_library())
         except (CompileError, OSError):
@@ -266,8 +265,6 @@ class _Setup:
         Raises:
             ComparisonFailed: bad parameters or a compile error, naming ``side``.
         """
-        from kernels.backends.cpu import CompileError  # noqa: PLC0415
-
         try:
             defines = format_defines(kernel.params)
         except (SpaceError, AttributeError, TypeError) as exc:

@@ -66,7 +66,6 @@ import hmac
 import json
 import math
 import os
-import pwd
 import re
 import resource
 import secrets
@@ -81,11 +80,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from kernels import config
+from kernels import config, forkserver
 from kernels.hashing import result_mac
+from kernels.sandbox_policy import SandboxError, SandboxPolicy
 
 __all__ = ["ChildRun", "DiskWatch", "PendingChild", "SandboxError", "SandboxPolicy", "TurnFailed", "make_workdir", "private_tempdir", "remove_tree",
            "run_child", "sweep_stale_tempdirs"]
@@ -108,105 +108,9 @@ from kernels._sandbox_child import main
 main(int(sys.argv[1]), int(sys.argv[2]))
 """
 
-DEVICE_GLOBS: tuple[str, ...] = (
-    "/dev/null", "/dev/zero", "/dev/full", "/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/dri/*",
-)
-
-
-class SandboxError(OSError):
-    """The sandbox could not be set up (an infrastructure failure, not the candidate's)."""
-
-
 class TurnFailed(Exception):
     """A turn-taking child did not complete a turn (:meth:`PendingChild.turn`): it hung,
     died or broke its disk quota; the message says which."""
-
-
-@dataclass(frozen=True)
-class SandboxPolicy:
-    """What the sandbox applies; every layer is on by default.
-
-    Attributes:
-        user: unprivileged user to become when running as root: a name (``"nobody"``) or
-            ``"uid:gid"``; None keeps root (not recommended). Ignored when not root.
-        network: isolate the network with a namespace.
-        landlock: restrict writes to the private directory with Landlock.
-        mount_fallback: as root without Landlock, use a read-only mount namespace instead.
-        seccomp: deny sockets, process creation and namespace/mount/ptrace/bpf syscalls.
-        device_globs: device files the candidate may still open for writing (Landlock).
-        memory_bytes: address-space limit (RLIMIT_AS) in bytes.
-        disk_bytes: bytes (allocated blocks) the child may write: its private directory,
-            files of it deleted but still held, its stdout and stderr (:class:`DiskWatch`).
-        disk_entries: files and directories the child may add to its private directory.
-
-    Raises:
-        ValueError: ``memory_bytes`` below 256 MiB, ``disk_bytes`` below 1 MiB or
-            ``disk_entries`` below 64.
-    """
-
-    user: str | None = "nobody"
-    network: bool = True
-    landlock: bool = True
-    mount_fallback: bool = True
-    seccomp: bool = True
-    device_globs: tuple[str, ...] = field(default=DEVICE_GLOBS)
-    memory_bytes: int = 8 * 2**30
-    disk_bytes: int = 2**30
-    disk_entries: int = 4096
-
-    def __post_init__(self) -> None:
-        if self.memory_bytes < 256 * 2**20:
-            raise ValueError(f"SandboxPolicy: memory_bytes must be >= 256 MiB (got {self.memory_bytes})")
-        if self.disk_bytes < 2**20:
-            raise ValueError(f"SandboxPolicy: disk_bytes must be >= 1 MiB (got {self.disk_bytes})")
-        if self.disk_entries < 64:
-            raise ValueError(f"SandboxPolicy: disk_entries must be >= 64 (got {self.disk_entries})")
-
-    @classmethod
-    def from_env(cls) -> SandboxPolicy:
-        """The policy of this host: ``KERNELS_SANDBOX_USER`` (default ``nobody``; empty keeps
-        root), ``KERNELS_SANDBOX_MEMORY_BYTES`` and ``KERNELS_SANDBOX_DISK_BYTES``."""
-        return cls(user=config.sandbox_user(), memory_bytes=config.sandbox_memory_bytes(),
-                   disk_bytes=config.sandbox_disk_bytes())
-
-    def ids(self) -> tuple[int, int] | None:
-        """(uid, gid) to drop to, or None when not root or no user is configured.
-
-        Raises:
-            SandboxError: the configured user does not exist or is root.
-        """
-        if os.geteuid() != 0 or not self.user:
-            return None
-        if ":" in self.user:
-            try:
-                uid, gid = (int(v) for v in self.user.split(":", 1))
-            except ValueError:
-                raise SandboxError(f"KERNELS_SANDBOX_USER={self.user!r}: expected a user name or 'uid:gid'") from None
-        else:
-            try:
-                entry = pwd.getpwnam(self.user)
-            except KeyError:
-                raise SandboxError(
-                    f"sandbox user {self.user!r} does not exist: create it or set KERNELS_SANDBOX_USER "
-                    "to another unprivileged user or 'uid:gid'"
-                ) from None
-            uid, gid = entry.pw_uid, entry.pw_gid
-        if uid == 0 or gid == 0:
-            raise SandboxError(f"sandbox user {self.user!r} is root: choose an unprivileged user")
-        return uid, gid
-
-    def to_child(self) -> dict:
-        """The JSON the child's :func:`kernels._isolation.apply` reads."""
-        ids = self.ids()
-        return {
-            "uid": ids[0] if ids else None,
-            "gid": ids[1] if ids else None,
-            "network": self.network,
-            "landlock": self.landlock,
-            "mount_fallback": self.mount_fallback,
-            "seccomp": self.seccomp,
-            "device_globs": list(self.device_globs),
-        }
 
 
 @dataclass
@@ -700,8 +604,6 @@ def _spawn_forked(request, workdir, env, limits, wfd, go_r, out_path, err_path, 
     Raises:
         SandboxError: the fork server failed (not the candidate's doing).
     """
-    from kernels import forkserver  # noqa: PLC0415
-
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
             return forkserver.server(child_env()).spawn(
@@ -717,8 +619,6 @@ def _spawn_forked(request, workdir, env, limits, wfd, go_r, out_path, err_path, 
 
 def _wait_forked(pid: int, status, timeout_s: float, watch: DiskWatch) -> tuple[int | None, bool]:
     """(returncode, timed_out) of a forked child; its process group is killed either way."""
-    from kernels import forkserver  # noqa: PLC0415
-
     returncode = None
     timed_out = False
     deadline = time.monotonic() + timeout_s

@@ -1,4 +1,11 @@
-"""Design spaces: tunable parameters, their values, and safe restrictions."""
+"""Design spaces: tunable parameters, their values, safe restrictions and enumerated domains.
+
+A domain (``<kind>:<name>``) is a set of admissible points that no restriction expression
+describes, such as the configurations a Kernel Tuner cache file records (``replay:<dataset>``).
+The module that provides a kind registers it (:func:`register_domain_kind`; ``replay``:
+:mod:`kernels.backends.replay`, imported with :mod:`kernels`), and :func:`resolve_domain`
+returns its points.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ import math
 import operator
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +84,56 @@ def format_defines(params: Mapping[str, Value], order: Iterable[str] | None = No
 
 
 @dataclass(frozen=True)
+class Domain:
+    """The admissible points of a space: ``points`` in a stable order, their ``point_keys`` in
+    the same order, and ``keys`` as a set."""
+
+    name: str
+    points: tuple[dict[str, Any], ...]
+    point_keys: tuple[str, ...]
+    keys: frozenset[str]
+    values: dict[str, set[Any]]  # parameter -> values that occur in the points
+
+    @classmethod
+    def of(cls, name: str, points: Iterable[Mapping[str, Any]]) -> Domain:
+        """The domain ``name`` of ``points`` (in that order), with their keys and values."""
+        pts = tuple(dict(p) for p in points)
+        keys = tuple(point_key(p) for p in pts)
+        values: dict[str, set[Any]] = {}
+        for p in pts:
+            for k, v in p.items():
+                values.setdefault(k, set()).add(v)
+        return cls(name, pts, keys, frozenset(keys), values)
+
+
+#: The registered domain kinds, by kind: (the kind as error messages spell it, e.g.
+#: ``"replay:<dataset>"``; ``resolve(domain) -> Domain`` for a domain ``<kind>:<name>``,
+#: raising :class:`SpaceError` for a name it does not know).
+_DOMAIN_KINDS: dict[str, tuple[str, Callable[[str], Domain]]] = {}
+
+
+def register_domain_kind(kind: str, resolve: Callable[[str], Domain], spelled: str | None = None) -> None:
+    """Make the domains ``<kind>:<name>`` resolvable with ``resolve(domain)`` (which caches
+    what it needs); ``spelled`` (default ``<kind>:<name>``) names the kind in error messages,
+    e.g. ``"replay:<dataset>"``. Registering a kind again replaces it."""
+    _DOMAIN_KINDS[kind] = (spelled or f"{kind}:<name>", resolve)
+
+
+def resolve_domain(domain: str) -> Domain:
+    """The points of ``domain`` (``<kind>:<name>``).
+
+    Raises:
+        SpaceError: unknown domain kind, or a name the kind does not know.
+    """
+    kind, _, name = domain.partition(":")
+    found = _DOMAIN_KINDS.get(kind)
+    if found is None or not name:
+        known = ", ".join(spelled for spelled, _ in _DOMAIN_KINDS.values()) or "none"
+        raise SpaceError(f"unknown domain {domain!r}; known kinds: {known}")
+    return found[1](domain)
+
+
+@dataclass(frozen=True)
 class Parameter:
     """One tunable parameter.
 
@@ -122,7 +179,7 @@ class DesignSpace:
             :mod:`kernels.restrictions` for the whitelist).
         domain: optional name of an enumerated set of admissible points, e.g.
             ``"replay:<dataset>"`` (the configurations a Kernel Tuner cache records; see
-            :mod:`kernels.domains`). Points outside it are not in the space, as Kernel Tuner's
+            :func:`resolve_domain`). Points outside it are not in the space, as Kernel Tuner's
             search space built from a cache excludes unrecorded configurations.
 
     Raises:
@@ -161,16 +218,12 @@ class DesignSpace:
     def _domain_points(self) -> tuple[dict[str, Value], ...] | None:
         if self.domain is None:
             return None
-        from kernels.domains import resolve
-
-        return resolve(self.domain).points
+        return resolve_domain(self.domain).points
 
     def _domain_keys(self) -> frozenset[str] | None:
         if self.domain is None:
             return None
-        from kernels.domains import resolve
-
-        return resolve(self.domain).keys
+        return resolve_domain(self.domain).keys
 
     # -- (de)serialisation -------------------------------------------------------------
 
@@ -293,9 +346,7 @@ class DesignSpace:
         if n <= 0 or not self.parameters:
             return []
         if self.domain is not None:
-            from kernels.domains import resolve
-
-            d = resolve(self.domain)
+            d = resolve_domain(self.domain)
             # Value and restriction checks only when directions narrowed the recorded space.
             narrowed = any(set(p.values) != d.values.get(p.name, set()) for p in self.parameters)
             # The first n acceptable points of a random order: a uniform sample without

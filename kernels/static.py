@@ -36,8 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from kernels import config
-from kernels.backends.cpu import CompileError
-from kernels.toolchain import ToolTimeout, failure, run_tool
+from kernels.toolchain import CompileError, ToolTimeout, compiler_ids, failure, run_tool
 
 __all__ = [
     "ARCHS",
@@ -407,12 +406,10 @@ def _run_nvcc(args: list[str], source_text: str, suffix: str, out_name: str) -> 
     minimal environment: a candidate's ``#include`` or ``.incbin`` sees only what that user
     may read, and nothing it builds can reach the cache except the output we copy.
     """
-    from kernels.backends.cpu import _compiler_ids  # noqa: PLC0415  (the sandbox user, or None)
-
     nvcc = nvcc_path()
     if nvcc is None:
         raise CompileError("nvcc not found", "nvcc not found: set KERNELS_NVCC or put nvcc on PATH")
-    ids = _compiler_ids()
+    ids = compiler_ids()
     with tempfile.TemporaryDirectory(prefix=f"int21-nvcc-{os.getpid()}-") as tmp:
         src = Path(tmp) / f"candidate{suffix}"
         src.write_text(source_text)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kernels.backends.cpu import CpuBackend
 
 FLUSH_MODES = ("evict", "rewrite", "none")
 _NAN_BITS = 0x7FC00000  # float32 quiet NaN, what numpy writes for np.nan
@@ -188,8 +189,6 @@ def evict_library() -> Path:
     Raises:
         kernels.backends.cpu.CompileError: the compiler rejected it or is missing.
     """
-    from kernels.backends.cpu import CpuBackend  # noqa: PLC0415  (the backend imports nothing of ours)
-
     return Path(CpuBackend().compile(EVICT_SOURCE.read_text(), "").path)
 
 

@@ -35,6 +35,8 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 
+from kernels.sandbox_policy import SandboxPolicy
+
 FILE_BYTES = 64 * 2**20  # largest file a compiler may write: object, library, log
 MEMORY_BYTES = 4 * 2**30  # its data segment and private mappings (RLIMIT_DATA); a kernel needs ~40 MiB
 LOG_KEEP = 32_000  # characters kept from each end of a compiler's output
@@ -71,6 +73,24 @@ except OSError as exc:
     print(f"cannot run {{sys.argv[1]}}: {{exc}}", file=sys.stderr)
     os._exit(127)
 """
+
+
+class CompileError(Exception):
+    """The compiler rejected a source or timed out; ``log`` holds its output."""
+
+    def __init__(self, message: str, log: str) -> None:
+        super().__init__(message)
+        self.log = log
+
+
+def compiler_ids() -> tuple[int, int] | None:
+    """(uid, gid) the compiler runs as: the sandbox user when this process is root, else None
+    (the compiler runs as this process's user).
+
+    Raises:
+        kernels.sandbox_policy.SandboxError: the configured sandbox user is invalid.
+    """
+    return SandboxPolicy.from_env().ids()
 
 
 class ToolTimeout(Exception):

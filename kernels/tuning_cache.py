@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from kernels import stats
-from kernels.evaluator import Evidence
+from kernels.evidence import Evidence
 from kernels.outcome import Outcome
 from kernels.space import DesignSpace, Parameter
 
@@ -376,7 +376,7 @@ class TuningCache:
             params: parameter name -> value, one per ``tune_params_keys`` entry.
 
         Returns:
-            :class:`~kernels.evaluator.Evidence` with
+            :class:`~kernels.evidence.Evidence` with
 
             - ``ok``: metrics ``latency_ms`` (the recorded ``time``, Kernel Tuner's mean of
               the per-iteration ``times``, ms), ``latency_median_ms``, ``latency_iqr_ms``,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernels import config
-from kernels.toolchain import ToolTimeout, failure, run_tool
+from kernels.toolchain import CompileError, ToolTimeout, compiler_ids, failure, run_tool
 
 FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 # Link flags: fail at compile time (compile_error) on undefined symbols, not at dlopen.
@@ -59,14 +59,6 @@ def prune_cache(cache: Path, max_bytes: int, keep: Path | None = None) -> int:
     return freed
 
 
-class CompileError(Exception):
-    """The compiler rejected a source or timed out; ``log`` holds its output."""
-
-    def __init__(self, message: str, log: str) -> None:
-        super().__init__(message)
-        self.log = log
-
-
 @dataclass(frozen=True)
 class Artifact:
     """A compiled candidate.
@@ -102,14 +94,6 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def _compiler_ids() -> tuple[int, int] | None:
-    """(uid, gid) the compiler runs as: the sandbox user when this process is root, else None
-    (the compiler runs as this process's user)."""
-    from kernels.sandbox import SandboxPolicy  # noqa: PLC0415  (sandbox imports config only)
-
-    return SandboxPolicy.from_env().ids()
 
 
 class CpuBackend:
@@ -170,7 +154,7 @@ class CpuBackend:
                 pass
             return Artifact(target, "", key, True)
         cc = config.compiler()
-        ids = _compiler_ids()
+        ids = compiler_ids()
         # Built outside the cache: the compiler may run as the sandbox user, who can neither
         # reach nor write the cache (nor any file only root may read: #include and .incbin
         # see what that user sees).

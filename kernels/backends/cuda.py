@@ -31,16 +31,14 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernels import config, static
-from kernels.backends.cpu import CompileError
+from kernels.toolchain import CompileError
 from kernels.launch_plan import (
     Launch, LaunchArg, LaunchPlan, LaunchPlanError, ResolvedLaunch, plan_env, plan_names,
 )
-
-if TYPE_CHECKING:
-    from kernels.timing import BenchRun, BenchSettings
+from kernels.timing import BenchRun, BenchSettings
 
 __all__ = [
     "CompileError",
@@ -363,8 +361,6 @@ def bench_events_run(
         :class:`kernels.timing.BenchRun`: the raw samples in ms (one per timed call) and the
         first warm-up call's device time (ms).
     """
-    from kernels.timing import BenchRun  # noqa: PLC0415  (kernels.timing imports numpy; this module does not)
-
     start, end = cp.cuda.Event(), cp.cuda.Event()
     warm: list[float] = []
     spent = 0.0
@@ -650,8 +646,6 @@ class CudaBackend:
         Raises:
             ImportError: cupy is missing.
         """
-        from kernels.timing import BenchSettings  # noqa: PLC0415
-
         cp = import_cupy()
         kernels = load_kernels(cp, artifact.module_spec(), {l.kernel for l in launches})
         prepare_kernels(kernels, launches)

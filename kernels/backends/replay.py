@@ -7,6 +7,9 @@ is compiled, no child process is started, the source is ignored. Recorded data i
 Data sets are found by name (the file name without ``.json`` / ``.json.gz``) in
 :func:`kernels.config.replay_dirs` (``$KERNELS_REPLAY_DIRS`` or
 ``shared/datasets/tuning-cache``) and among files added with :func:`register_dataset`.
+
+This module also provides the design-space domains ``replay:<dataset>`` (the configurations
+a data set records; registered with :func:`kernels.space.register_domain_kind`).
 """
 
 from __future__ import annotations
@@ -16,14 +19,12 @@ import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernels import config
-from kernels.evaluator import Evidence
+from kernels.evidence import Evidence
+from kernels.space import DesignSpace, Domain, SpaceError, register_domain_kind
 from kernels.tuning_cache import TuningCache, dataset_name, load_cache, load_resolved
-
-if TYPE_CHECKING:
-    from kernels.space import DesignSpace
 
 __all__ = [
     "PREFIX",
@@ -125,6 +126,30 @@ def get_dataset(name: str) -> TuningCache:
         TuningCacheError: the file is not a readable cache.
     """
     return load_resolved(dataset_path(name))  # registered and listed paths are resolved
+
+
+def _resolve_domain(domain: str) -> Domain:
+    """The points of domain ``replay:<dataset>``: the configurations the data set records, in
+    its order (resolved once per process and file version).
+
+    Raises:
+        SpaceError: unknown data set (or a file that is not a readable cache).
+    """
+    try:
+        cache = get_dataset(domain.partition(":")[2])
+    except KeyError as exc:
+        raise SpaceError(f"domain {domain!r}: {exc.args[0]}") from None
+    key = (domain, cache.sha256)
+    with _domain_lock:
+        found = _domains.get(key)
+        if found is None:
+            found = _domains[key] = Domain.of(domain, (cache.params_of(k) for k in cache.entries))
+        return found
+
+
+_domains: dict[tuple[str, str], Domain] = {}
+_domain_lock = threading.Lock()
+register_domain_kind("replay", _resolve_domain, "replay:<dataset>")
 
 
 def _dataset_of(target: str) -> str:

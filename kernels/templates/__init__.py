@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from kernels.space import DesignSpace, Parameter
+from kernels.templates.cuda import cuda_space
+from kernels.templates.cuda import default_launch_plan as _cuda_launch_plan
 
 _DIR = Path(__file__).resolve().parent
 _SUFFIX = {"cpu": ".c", "cuda": ".cu"}
@@ -163,8 +165,6 @@ def default_space(workload: str, backend: str = "cpu") -> DesignSpace:
         KeyError: unknown workload or backend.
     """
     if backend == "cuda":
-        from kernels.templates.cuda import cuda_space  # noqa: PLC0415
-
         return cuda_space(workload)
     if backend != "cpu":
         raise KeyError(f"no default spaces for backend '{backend}' (known: cpu, cuda)")
@@ -181,6 +181,4 @@ def default_launch_plan(workload: str, params: Mapping[str, Any] | None = None) 
     Raises:
         KeyError: no CUDA template for ``workload``.
     """
-    from kernels.templates.cuda import default_launch_plan as plan  # noqa: PLC0415
-
-    return plan(workload, params)
+    return _cuda_launch_plan(workload, params)

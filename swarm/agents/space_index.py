@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from kernels import DesignSpace
+from kernels.space import resolve_domain
 
 ENUMERATE_LIMIT = 50_000  # as DesignSpace.sample, which enumerates up to this size too
 _CACHE_SIZE = 8
@@ -86,9 +87,7 @@ def index_of(space: DesignSpace) -> SpaceIndex | None:
     """
     token: Any = None
     if space.domain is not None:
-        from kernels.domains import resolve
-
-        token = resolve(space.domain).point_keys  # identity changes with the file's content
+        token = resolve_domain(space.domain).point_keys  # identity changes with the file's content
     elif space.cartesian_size() > ENUMERATE_LIMIT:
         return None
     # Spelled values, not the space: DesignSpace equality says 32 == 32.0 and 0.0 == -0.0,

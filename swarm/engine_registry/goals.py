@@ -13,7 +13,7 @@ from typing import Any
 from engines import goals as engine_goals
 from engines._timing import SCENARIOS
 from engines.goals import engine_space, goal_workload, is_engine_workload, parse_goal_workload
-from kernels.evaluator import Evidence
+from kernels.evidence import Evidence
 from swarm.engine_registry.registry import DbRegistry
 from swarm.models import Goal
 

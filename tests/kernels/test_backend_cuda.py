@@ -754,9 +754,9 @@ def test_an_exploding_reference_is_invalid_input_on_the_cuda_path_and_is_not_sto
     import numpy as np
 
     from kernels.validation_store import ValidationStore
-    from kernels.workloads import base
+    from kernels.workloads import registry
 
-    real = base.WORKLOADS["rmsnorm"]
+    real = registry.WORKLOADS["rmsnorm"]
 
     def reference(inputs, attrs):  # inf wherever the shape is the odd validation shape
         out = real.reference(inputs, attrs)
@@ -764,7 +764,7 @@ def test_an_exploding_reference_is_invalid_input_on_the_cuda_path_and_is_not_sto
             out["y"][0, 0] = np.inf
         return out
 
-    monkeypatch.setitem(base.WORKLOADS, "rmsnorm", dataclasses.replace(real, reference=reference))
+    monkeypatch.setitem(registry.WORKLOADS, "rmsnorm", dataclasses.replace(real, reference=reference))
     store = ValidationStore(tmp_path / "store")
     ev = _run_in_process(_evaluation(validation_store=store), tmp_path, monkeypatch)
     assert ev.status == Outcome.invalid_input, ev.log

@@ -132,7 +132,7 @@ def test_the_imported_definitions_are_shape_sets_of_the_registered_workloads():
 
 def test_without_the_folder_or_with_a_broken_one_the_registry_is_unchanged(tmp_path):
     from kernels.flashinfer_trace import with_imported_shape_sets
-    from kernels.workloads.base import WORKLOADS as registry
+    from kernels.workloads.registry import WORKLOADS as registry
 
     own = dict(registry)
     (tmp_path / "empty").mkdir()
@@ -147,7 +147,7 @@ def test_without_the_folder_or_with_a_broken_one_the_registry_is_unchanged(tmp_p
 @pytest.mark.parametrize("break_it", ["const-value", "axes-list", "not-utf8", "name-list"])
 def test_a_malformed_folder_is_a_warning_and_imports_nothing(tmp_path, break_it):
     from kernels.flashinfer_trace import with_imported_shape_sets
-    from kernels.workloads.base import WORKLOADS as registry
+    from kernels.workloads.registry import WORKLOADS as registry
 
     for sub in ("definitions/rmsnorm", "workloads/rmsnorm"):
         shutil.copytree(DATA / sub, tmp_path / sub)
@@ -300,7 +300,7 @@ def test_constraints_that_parse_are_enforced_on_the_shapes(tmp_path):
 
 def test_constraints_in_prose_or_over_tensor_contents_are_kept_and_flagged(tmp_path):
     from kernels.flashinfer_trace import with_imported_shape_sets
-    from kernels.workloads.base import WORKLOADS as registry
+    from kernels.workloads.registry import WORKLOADS as registry
 
     constraints = ["M must be even", "K == A.shape[1]", "N == 4096"]
     folder = gemm_folder(tmp_path, constraints=constraints)
@@ -317,7 +317,7 @@ def test_a_definition_whose_constraints_no_entry_meets_is_refused(tmp_path):
     import dataclasses
 
     from kernels.flashinfer_trace import with_imported_shape_sets
-    from kernels.workloads.base import WORKLOADS as registry
+    from kernels.workloads.registry import WORKLOADS as registry
 
     folder = gemm_folder(tmp_path, constraints=["M > 100000"])
     with pytest.raises(FlashInferTraceError, match="every workload entry breaks a constraint"):

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from kernels import BenchSettings, Outcome, ValidationStore, evaluate, load_template
-from kernels.evaluator import _plan
+from kernels.judge import _plan
 from kernels.reference_check import reference_problems
-from kernels.workloads import base as registry
-from kernels.workloads.base import FLOAT32_MAX, MAGNITUDE_HEADROOM, WORKLOADS, default_magnitude_bound
+from kernels.workloads import registry
+from kernels.workloads.base import FLOAT32_MAX, MAGNITUDE_HEADROOM, default_magnitude_bound
+from kernels.workloads.registry import WORKLOADS
 
 pytestmark = pytest.mark.timeout(90)
 
