@@ -96,7 +96,7 @@ def ceilings(cp) -> dict[str, Any]:
     n = 1 << 28  # 1 GiB of float32
     a = cp.random.random(n, dtype=cp.float32)
     b = cp.empty_like(a)
-    t = float(np.median(_events_ms(cp, lambda: cp.copyto(b, a), reps=10)))
+    t = float(np.median(_events_ms(cp, lambda dst=b, src=a: cp.copyto(dst, src), reps=10)))
     copy_gbps = 2 * a.nbytes / (t * 1e-3) / 1e9
     del a, b
     m = 4096

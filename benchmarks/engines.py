@@ -145,7 +145,7 @@ def losses(r: dict) -> list[str]:
 
 def markdown(r: dict, argv: list[str]) -> str:
     env = r["host"]
-    parts = [f"# Inference engines against PyTorch and sentence-transformers\n",
+    parts = ["# Inference engines against PyTorch and sentence-transformers\n",
              f"Host `{env['hostname']}` ({env['cpus']} CPUs, {env['machine']}), {env['date']}; "
              f"`python -m benchmarks.engines {' '.join(argv)}`: {r['seconds']:.0f} s, {r['threads']} threads a side, "
              f"{r['rounds']} interleaved rounds, medians. Load average at the start "

@@ -499,8 +499,9 @@ def figure(rows: list[dict], out_dir: Path) -> tuple[Path, Path | None]:
     fig.write_html(html, include_plotlyjs=True)
     png = out_dir / "search_efficiency.png"
     try:
-        from playwright.sync_api import sync_playwright
         import shutil
+
+        from playwright.sync_api import sync_playwright
 
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox", "--disable-gpu"])

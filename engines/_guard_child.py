@@ -46,9 +46,9 @@ FRESH_SETS = 3  # input sets each timed item rotates between (engines._fresh)
 
 def load_modules() -> None:
     """Everything the candidate phase imports, loaded now (the lockdown hides the project)."""
-    import threadpoolctl  # noqa: F401, PLC0415
     import scipy.special  # noqa: F401, PLC0415  (GELU baseline)
     import scipy.stats  # noqa: F401, PLC0415
+    import threadpoolctl  # noqa: F401, PLC0415
 
     import engines._baselines  # noqa: F401, PLC0415
     import engines._coverage  # noqa: F401, PLC0415

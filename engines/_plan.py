@@ -15,9 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kernels.space import DesignSpace, Parameter
-
 from engines._binding import CHOICE_NAMES, PRODUCTION
+from kernels.space import DesignSpace, Parameter
 
 
 def kernel_param(workload: str) -> str:

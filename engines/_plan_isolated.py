@@ -27,6 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engines._plan import Plan
+from engines._plan_registry import plan_kernels
+from engines.minilm import SENTENCES, reference_embeddings
+from engines.registry import engine_class
 from kernels.backends import get_backend
 from kernels.backends.cpu import CompileError
 from kernels.outcome import Outcome
@@ -34,11 +38,6 @@ from kernels.sandbox import ChildRun, SandboxError, SandboxPolicy
 from kernels.sandbox_side import SandboxSide
 from kernels.space import SpaceError, format_defines
 from kernels.timing import omp_environment
-
-from engines._plan import Plan
-from engines._plan_registry import plan_kernels
-from engines.minilm import SENTENCES, reference_embeddings
-from engines.registry import engine_class
 
 RUNNER = "engines._plan_child"
 _TAIL = 2000  # characters of the child's stderr kept in a failure's message

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import Callable
 
 import numpy as np
 

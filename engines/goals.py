@@ -29,16 +29,15 @@ import secrets
 import time
 from typing import Any
 
-from kernels import stats
-from kernels.evidence import Evidence
-from kernels.outcome import Outcome
-from kernels.timing import omp_environment
-
 from engines._binding import NoProduction
 from engines._plan import Plan
 from engines._plan_isolated import run_plan_isolated
 from engines._timing import SCENARIOS
 from engines.registry import CONFIGS, engine_class
+from kernels import stats
+from kernels.evidence import Evidence
+from kernels.outcome import Outcome
+from kernels.timing import omp_environment
 
 PREFIX = "engine:"
 

@@ -8,8 +8,8 @@ from kernels.backends import replay as _replay  # noqa: F401  (provides the repl
 from kernels.evaluator import BenchSettings, Evidence, evaluate
 from kernels.hashing import candidate_hash
 from kernels.outcome import Outcome
-from kernels.space import DesignSpace, Parameter, SpaceError, point_key
 from kernels.sandbox import SandboxPolicy
+from kernels.space import DesignSpace, Parameter, SpaceError, point_key
 from kernels.stats import Comparison, compare, summarize
 from kernels.templates import default_space, load_template
 from kernels.validation_store import ValidationStore

@@ -29,8 +29,17 @@ import numpy as np
 
 from kernels._child_common import request_workload, save_new
 from kernels.backends.cuda import (
-    ResolvedLaunch, arch_of_device, bench_events_run, bind_launches, device_info, import_cupy,
-    kernel_attributes, load_kernels, make_l2_flush, prepare_kernels, run_bound,
+    ResolvedLaunch,
+    arch_of_device,
+    bench_events_run,
+    bind_launches,
+    device_info,
+    import_cupy,
+    kernel_attributes,
+    load_kernels,
+    make_l2_flush,
+    prepare_kernels,
+    run_bound,
 )
 from kernels.timing import BenchSettings
 

@@ -32,12 +32,12 @@ from typing import Any
 
 from kernels import config, static
 from kernels.backends.cuda import CompileError, CudaBackend, import_cupy
-from kernels.launch_plan import LaunchPlan, LaunchPlanError, plan_env, plan_names
 from kernels.evidence import Evidence
 from kernels.first_call import first_call_note
 from kernels.guard_pages import GUARD_ELEMS
 from kernels.hashing import candidate_hash
 from kernels.judge import _judge, _plan, reference_notes
+from kernels.launch_plan import LaunchPlan, LaunchPlanError, plan_env, plan_names
 from kernels.outcome import Outcome
 from kernels.sandbox import ChildRun, SandboxPolicy, make_workdir, private_tempdir, remove_tree, run_child
 from kernels.space import SpaceError, format_defines

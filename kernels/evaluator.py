@@ -79,7 +79,15 @@ from kernels.hashing import candidate_hash
 from kernels.judge import _SENTINELS_ONLY, Expected, _judge, _plan, _reported_flush, _run_failure, reference_notes
 from kernels.outcome import Outcome
 from kernels.sandbox import (
-    ChildRun, PendingChild, SandboxPolicy, hand_over, make_workdir, place, private_tempdir, remove_tree, start_child,
+    ChildRun,
+    PendingChild,
+    SandboxPolicy,
+    hand_over,
+    make_workdir,
+    place,
+    private_tempdir,
+    remove_tree,
+    start_child,
 )
 from kernels.space import SpaceError, format_defines
 from kernels.timing import BenchSettings, evict_library, omp_environment

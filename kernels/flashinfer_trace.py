@@ -43,9 +43,21 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kernels.flashinfer_shapes import (
-    DEFINITION_MAP, IMPORTED_PREFIX, Definition, FlashInferTraceError, ShapeSetImport, WorkloadEntry,
-    _rename, _workload_of, check_index_tensors, entry_shape, load_definitions, load_workloads,
-    parse_constraints, read_shape_sets, with_imported_shape_sets,
+    DEFINITION_MAP,
+    IMPORTED_PREFIX,
+    Definition,
+    FlashInferTraceError,
+    ShapeSetImport,
+    WorkloadEntry,
+    _rename,
+    _workload_of,
+    check_index_tensors,
+    entry_shape,
+    load_definitions,
+    load_workloads,
+    parse_constraints,
+    read_shape_sets,
+    with_imported_shape_sets,
 )
 from kernels.outcome import Outcome
 from kernels.space import format_defines

@@ -172,7 +172,7 @@ def _measure(key: str) -> HostLimits:
         raise HostPerfError(f"host measurement failed (rc={proc.returncode}): {proc.stderr[-2000:]}") from None
     if not (copy > 0 and fma > 0):
         raise HostPerfError(f"host measurement gave non-positive figures: {data}")
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     return HostLimits(copy, fma, threads, key, now)
 
 

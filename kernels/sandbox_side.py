@@ -17,7 +17,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from kernels.sandbox import (
-    ChildRun, PendingChild, SandboxPolicy, TurnFailed, hand_over, make_workdir, private_tempdir, remove_tree,
+    ChildRun,
+    PendingChild,
+    SandboxPolicy,
+    TurnFailed,
+    hand_over,
+    make_workdir,
+    private_tempdir,
+    remove_tree,
     start_child,
 )
 

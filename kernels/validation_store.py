@@ -124,7 +124,7 @@ class ValidationStore:
             "shape": case.shape,
             "seed": case.seed,
             "reason": reason[:500],
-            "added": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "added": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "candidate": candidate,
         }) + "\n"  # shape keeps the workload's axis order
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from swarm.pareto import pareto_front
 
-
 COLD_START_EVALUATIONS = 8
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, timezone as dt_timezone
+from datetime import UTC, datetime
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -60,7 +60,7 @@ class DbFloorStore:
             raise ValueError(f"a noise floor entry needs a floor >= 0, got {floor!r}")
         target, workload, shape_set = _split_key(key)
         at = entry.get("measured_at")
-        measured_at = (datetime.fromtimestamp(at, tz=dt_timezone.utc)
+        measured_at = (datetime.fromtimestamp(at, tz=UTC)
                        if isinstance(at, (int, float)) and math.isfinite(at) else timezone.now())
         fields = dict(target=str(entry.get("target") or target)[:64], workload=str(entry.get("workload") or workload)[:64],
                       shape_set=str(entry.get("shape_set") or shape_set)[:64],

@@ -18,10 +18,10 @@ import os
 import secrets
 import socket
 import zlib
+from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
-from typing import Any, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
@@ -56,7 +56,7 @@ from swarm.results import results
 log = logging.getLogger(__name__)
 
 EvaluateFn = Callable[..., Any]
-_EPOCH = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_REUSE_ROUNDS = 100
 
 

@@ -16,8 +16,9 @@ stored floor; None: the stored or measured one). Missing keys take the library's
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Q

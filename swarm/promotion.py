@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -46,7 +47,13 @@ from kernels.verdict import judge_rounds
 from swarm import noise_floors, orchestrator, paired_runs
 from swarm.dispatch import VALIDATE_PROMOTION, queue_for, send_on_commit
 from swarm.models import (
-    UNJUDGED_STATUSES, AuditEvent, Candidate, CandidateStatus, Promotion, PromotionRequest, constraints_met,
+    UNJUDGED_STATUSES,
+    AuditEvent,
+    Candidate,
+    CandidateStatus,
+    Promotion,
+    PromotionRequest,
+    constraints_met,
 )
 
 log = logging.getLogger(__name__)

@@ -133,7 +133,7 @@ class _Segment:
     params: dict[str, str]
     metrics: dict[str, str]
 
-    def __add__(self, other: "_Segment") -> "_Segment":
+    def __add__(self, other: _Segment) -> _Segment:
         def cat(a: str, b: str) -> str:
             return a + "," + b if a and b else a or b
 

@@ -34,11 +34,17 @@ from pathlib import Path
 from typing import Any
 
 from kernels import config, static
-from kernels.toolchain import CompileError
 from kernels.launch_plan import (
-    Launch, LaunchArg, LaunchPlan, LaunchPlanError, ResolvedLaunch, plan_env, plan_names,
+    Launch,
+    LaunchArg,
+    LaunchPlan,
+    LaunchPlanError,
+    ResolvedLaunch,
+    plan_env,
+    plan_names,
 )
 from kernels.timing import BenchRun, BenchSettings
+from kernels.toolchain import CompileError
 
 __all__ = [
     "CompileError",

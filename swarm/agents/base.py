@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import abc
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -32,7 +32,6 @@ from swarm.dispatch import dispatch
 from swarm.models import AuditEvent, Candidate, Direction, Goal, Insight, Promotion, PromotionRequest, Run
 from swarm.promotion import PromotionRefused, request_promotion, rollback
 
-
 EVENTS_PAGE = 5000  # events per page of /api/runs/<id>/events/
 
 

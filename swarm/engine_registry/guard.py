@@ -28,8 +28,9 @@ approver may override a blocked check only with a written reason
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone

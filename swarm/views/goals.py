@@ -16,8 +16,7 @@ import kernels
 from kernels.space import format_defines
 from swarm import baselines, orchestrator
 from swarm.dispatch import dispatch
-from swarm.forms import (GoalForm, RunForm, default_template, empty_space_message, format_parameters, parse_parameters,
-                         space_size)
+from swarm.forms import GoalForm, RunForm, default_template, empty_space_message, format_parameters, parse_parameters, space_size
 from swarm.models import AuditEvent, Goal, Run, target_backend
 from swarm.views._common import best_candidate, highlighted, source_css
 

@@ -1,7 +1,6 @@
 """The evaluator-overhead benchmark's budgets, tables and fixed + per-second fit, on rows whose
 answer is known (the measurements themselves need a compiler and time: not a unit test)."""
 
-import numpy as np
 import pytest
 
 from benchmarks import evaluator_overhead as eo

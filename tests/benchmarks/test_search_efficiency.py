@@ -6,8 +6,17 @@ from pathlib import Path
 import pytest
 
 from benchmarks.search_efficiency import (
-    KT_BUDGET_FREE, Dataset, _Recorded, best_ratio, evals_to, hypervolume, load_dataset, run_kt, run_optuna_tpe,
-    summarise, verdict,
+    KT_BUDGET_FREE,
+    Dataset,
+    _Recorded,
+    best_ratio,
+    evals_to,
+    hypervolume,
+    load_dataset,
+    run_kt,
+    run_optuna_tpe,
+    summarise,
+    verdict,
 )
 
 ENERGY_FILE = Path(__file__).resolve().parents[2].parent / "shared/datasets/tuning-cache/gemm-xgemm-energy_A100-PCIE-40GB_partial.json.gz"

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
-
 from kernels import DesignSpace
 from swarm.agents import Observation, RunView, make_agent
 

@@ -5,9 +5,9 @@ override only with a written reason, which is audited."""
 import pytest
 
 from engines._isolated import GuardSettings
+from kernels import load_template
 from swarm.engine_registry import guard
 from swarm.engine_registry.models import EngineBenchmark, GuardCheck, ProductionEngine
-from kernels import load_template
 from swarm.models import AuditEvent, Candidate, Evidence, Goal, Promotion, Run
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.django_db]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from engines._isolated import GuardSettings, check_engine_isolated
-from swarm.engine_registry.guard import judge
 from kernels import load_template
+from swarm.engine_registry.guard import judge
 from tests.kernels.test_hostile_cpu import HEAD, NEEDS_THE_NETWORK, RMS_ROW, SIG, WRITES_OUTSIDE, _Listener
 
 pytestmark = pytest.mark.timeout(600)

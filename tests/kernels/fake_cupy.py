@@ -15,9 +15,9 @@ import time
 import types
 from pathlib import Path
 
+import cuda_emu
 import numpy as np
 
-import cuda_emu
 from kernels.backends.cuda import ResolvedLaunch
 
 __version__ = "0.0-fake"

@@ -16,15 +16,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cuda_emu
 import numpy as np
 import pytest
 
-import cuda_emu
 from kernels import static
 from kernels.backends import BACKENDS, get_backend
 from kernels.backends.cuda import (
-    CompileError, CompileOptions, CudaBackend, LaunchPlan, LaunchPlanError, plan_env, plan_names,
-    roofline_for, target_arch,
+    CompileError,
+    CompileOptions,
+    CudaBackend,
+    LaunchPlan,
+    LaunchPlanError,
+    plan_env,
+    plan_names,
+    roofline_for,
+    target_arch,
 )
 from kernels.outcome import Outcome
 from kernels.space import format_defines
@@ -598,7 +605,7 @@ def _emulate(workload: str, params: dict, shape: dict, tmp_path: Path, seed: int
     out = cuda_emu.run(format_defines(params) + load_template(workload, "cuda"), launches, bufs,
                        {k: G for k in bufs}, tmp_path / "run", cache)
     ref = wl.reference(inputs, wl.attrs)
-    for k, v in inputs.items():
+    for k in inputs:
         assert np.array_equal(out[k].view(np.uint32), bufs[k].view(np.uint32)), f"input {k} changed"
     worst = 0.0
     for k, n in sizes.items():

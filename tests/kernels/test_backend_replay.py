@@ -10,11 +10,9 @@ import time
 import pytest
 
 import kernels.evaluator
-from kernels import Outcome, config, evaluate
-from kernels.backends import BACKENDS, get_backend
-from kernels.backends import replay
+from kernels import Outcome, config, evaluate, tuning_cache
+from kernels.backends import BACKENDS, get_backend, replay
 from kernels.backends.replay import ReplayBackend, list_datasets, register_dataset
-from kernels import tuning_cache
 from kernels.tuning_cache import NOT_RECORDED_LOG, TuningCacheError, load_cache
 
 DATA = config.shared_dataset_dir("tuning-cache")

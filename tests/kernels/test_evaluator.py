@@ -123,8 +123,8 @@ def test_a_result_file_whose_header_claims_a_huge_array_is_broken_not_a_crash(tm
 def test_result_files_are_judged_only_as_the_child_reported_them(tmp_path):
     import numpy as np
 
-    from kernels.judge import _Broken, _load, _Tampered
     from kernels.hashing import array_digest
+    from kernels.judge import _Broken, _load, _Tampered
 
     saved = np.arange(4, dtype=np.float32)
     np.save(tmp_path / "a.npy", saved)
@@ -351,8 +351,8 @@ def test_the_parent_judges_the_reported_input_checks(tmp_path):
     import numpy as np
 
     from kernels.guard_pages import GUARD_ELEMS as G
-    from kernels.judge import _Broken, _check_inputs
     from kernels.hashing import array_digest
+    from kernels.judge import _Broken, _check_inputs
 
     inputs = {"x": np.arange(4, dtype=np.float32), "w": np.ones(2, np.float32)}
     digests = {k: array_digest(v) for k, v in inputs.items()}

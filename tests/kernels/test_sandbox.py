@@ -10,11 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from test_hostile_cpu import FILLS_THE_DISK, WRITES_OUTSIDE, k  # tests/kernels is on sys.path (rootdir-relative imports)
 
 from kernels import Outcome, SandboxPolicy, evaluate
 from kernels.sandbox import SandboxError, child_env
-
-from test_hostile_cpu import FILLS_THE_DISK, WRITES_OUTSIDE, k  # tests/kernels is on sys.path (rootdir-relative imports)
 
 ROOT = os.geteuid() == 0
 PROJECT = Path(__file__).resolve().parents[2]
@@ -142,9 +141,9 @@ def test_the_child_sees_only_its_own_environment(monkeypatch, quick_bench):
 
 
 def test_the_compile_cache_is_out_of_reach_and_unchanged(quick_bench):
-    from kernels import config
-
     import hashlib
+
+    from kernels import config
 
     def contents(cache):  # the cache's hits touch their libraries' mtimes (LRU): compare bytes
         return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in cache.iterdir() if p.is_file()}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -94,7 +95,7 @@ def test_the_file_store_keeps_floors_and_survives_a_damaged_file(tmp_path):
     assert store.get(key) is None
     store.put(key, {"floor": 0.03})
     assert store.get(key)["floor"] == 0.03
-    path.write_text('{"%s": {"floor": "high"}}' % key)
+    path.write_text(json.dumps({key: {"floor": "high"}}))
     assert store.get(key) is None
 
 

@@ -146,7 +146,7 @@ class ChatServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def __enter__(self) -> "ChatServer":
+    def __enter__(self) -> ChatServer:
         self.thread.start()
         return self
 

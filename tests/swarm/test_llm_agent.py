@@ -2,6 +2,7 @@
 
 import json
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -9,8 +10,6 @@ from swarm import orchestrator
 from swarm.agents import make_agent
 from swarm.agents.llm_prompt import DATA_NOTE
 from swarm.models import Candidate, LaneRequest, ProposalFailure
-from dataclasses import replace
-
 from tests.contracts.agent_contract import view as synthetic_view
 from tests.swarm.chat_server import ChatServer
 
@@ -260,7 +259,7 @@ def test_a_compile_error_is_repaired_in_its_conversation_and_the_repair_reaches_
     assert "error" in msgs[3]["content"]  # the compiler's log went back
     client.force_login(owner)
     page = client.get(f"/candidates/{repaired.pk}/").content.decode()
-    assert 'id="transcript"' in page and "attempt 2 of 3" in page and f"repair of <a" in page
+    assert 'id="transcript"' in page and "attempt 2 of 3" in page and "repair of <a" in page
     assert "The semicolon was missing." in page and "did not compile" in page
     run_page = client.get(f"/runs/{run.pk}/").content.decode()
     assert 'id="llm-lanes"' in run_page and "no limit" in run_page

@@ -1,6 +1,6 @@
 """The incremental view of a goal's history equals the one built from scratch, whatever changes."""
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from kernels.space import point_key
 from swarm import observations
@@ -14,7 +14,7 @@ NAMES = ("A", "B")
 def row(i, status="ok", latency=None, params=None, gen=1):
     metrics = None if status in ("queued", "running") else {"latency_ms": latency if latency is not None else float(i)}
     return Row(i, 1, gen, "random", status, params or {"A": i, "B": 2 * i}, metrics,
-               None if metrics is None else datetime(2026, 1, 1, tzinfo=timezone.utc))
+               None if metrics is None else datetime(2026, 1, 1, tzinfo=UTC))
 
 
 def from_scratch(constraints, names, rows):
