@@ -1,10 +1,11 @@
 // Steering: the direction form (its fields follow the kind; parameters, agents and metrics come
-// from the snapshot), accepting a suggested restriction, and the list of the run's directions.
-// Both post with fetch and show the server's refusal in place.
+// from the snapshot), accepting a suggested restriction, the list of the run's directions, and
+// the stop button. All post with fetch (the page and its event log stay) and show the server's
+// refusal in place; without the script the forms post and the page reloads.
 import { $, el } from "./dom.js";
 import { log } from "./log.js";
 import { schedule } from "./scheduler.js";
-import { C, cfg, dirty, meta } from "./state.js";
+import { C, cfg, dirty, meta, setRunState } from "./state.js";
 
 function csrf() {
   const input = document.querySelector("input[name=csrfmiddlewaretoken]");
@@ -72,6 +73,29 @@ export function initSteering() {
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     await post(form.action, new FormData(form), $("direction-error"), form.querySelector("button[type=submit]"));
+  });
+}
+
+// "Stop run now": the run's new state comes back and is shown at once (its "run" event follows).
+export function initStop() {
+  const form = $("stop-form");
+  if (!form) return;
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const button = form.querySelector("button[type=submit]"), errorEl = $("stop-error");
+    errorEl.textContent = "";
+    button.disabled = true;
+    try {
+      const resp = await fetch(form.action, { method: "POST", body: new FormData(form), credentials: "same-origin",
+                                              headers: { Accept: "application/json", "X-CSRFToken": csrf() } });
+      const data = await resp.json().catch(() => ({ ok: false, error: `HTTP ${resp.status}` }));
+      if (!data.ok) { errorEl.textContent = data.error || data.detail || `HTTP ${resp.status}`; return; }
+      if (meta) { setRunState(data.run); schedule(); }
+    } catch (e) {
+      errorEl.textContent = `could not stop: ${e}`;
+    } finally {
+      button.disabled = false;
+    }
   });
 }
 

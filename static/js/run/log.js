@@ -23,6 +23,21 @@ export function flushLog() {
   while (ol.children.length > LOG_MAX) ol.lastElementChild.remove();
 }
 
+// Lines from the run's stored events ({event, seq, data, at}, oldest first), below the lines
+// already shown (the stored events precede them); the oldest go past LOG_MAX.
+export function appendStored(events) {
+  const ol = $("event-log");
+  const frag = document.createDocumentFragment();
+  for (const e of events) {
+    const at = e.at ? new Date(e.at) : null;
+    for (const [text, cls] of describe(e)) {
+      frag.prepend(el("li", { class: `${cls} stored`.trim() }, el("time", { datetime: e.at || "" }, at ? at.toLocaleTimeString() : ""), " ", text));
+    }
+  }
+  ol.append(frag);
+  while (ol.children.length > LOG_MAX) ol.lastElementChild.remove();
+}
+
 // The line of a finished candidate ({id, status, agent, metrics}): [text, class].
 export function candidateLine(c) {
   const ok = c.status === "ok";

@@ -6,14 +6,16 @@
 // Modules: state.js (config and columnar data), events.js (an event into the data), stream.js
 // (websocket and sequence gaps), derived.js and bins.js (frontier, top, convergence; screen
 // cells), render.js (a redraw), charts/ (Plotly charts), best.js, agents.js, status.js,
-// insights.js, directions.js (panels and steering), axes.js (axis controls), log.js (event
-// log), format.js and dom.js (helpers), scheduler.js (one redraw per frame; timings).
+// insights.js, directions.js (panels, steering, stop), axes.js (axis controls), log.js and
+// history.js (event log, its first lines from the stored events), format.js and dom.js
+// (helpers), scheduler.js (one redraw per frame; timings).
 import { initAxes } from "./axes.js";
 import { initCompare } from "./best.js";
 import { initFrontier } from "./charts/frontier.js";
 import { initParcoords } from "./charts/parcoords.js";
-import { initSteering } from "./directions.js";
+import { initSteering, initStop } from "./directions.js";
 import { receive } from "./events.js";
+import { loadStoredLog } from "./history.js";
 import { redraw } from "./render.js";
 import { flush, onRedraw, timings } from "./scheduler.js";
 import { C } from "./state.js";
@@ -23,6 +25,7 @@ onRedraw(redraw);
 initAxes();
 initCompare();
 initSteering();
+initStop();
 initParcoords();
 
 // for tests and benchmarks: feed events, wait for the next complete redraw
@@ -30,5 +33,11 @@ window.runPage = {
   receive, timings, seqStats, lastSeq: stream.lastSeq, settled: stream.settled, flush,
   count: () => C.n,
 };
-connect(receive); // first: the snapshot is built while the charts initialise
+
+function onEvent(msg) {
+  receive(msg);
+  if (msg.event === "snapshot") loadStoredLog(msg.seq);
+}
+
+connect(onEvent); // first: the snapshot is built while the charts initialise
 initFrontier();
