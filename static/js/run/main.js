@@ -17,8 +17,8 @@ import { initSteering, initStop } from "./directions.js";
 import { receive } from "./events.js";
 import { loadStoredLog } from "./history.js";
 import { redraw } from "./render.js";
-import { flush, onRedraw, timings } from "./scheduler.js";
-import { C } from "./state.js";
+import { flush, onRedraw, schedule, timings } from "./scheduler.js";
+import { C, dirty, running } from "./state.js";
 import { connect, seqStats, stream } from "./stream.js";
 
 onRedraw(redraw);
@@ -38,6 +38,10 @@ function onEvent(msg) {
   receive(msg);
   if (msg.event === "snapshot") loadStoredLog(msg.seq);
 }
+
+// While the run runs, time passes without events: the convergence chart's time line follows.
+const CLOCK_MS = 1000;
+setInterval(() => { if (running()) { dirty.clock = true; schedule(); } }, CLOCK_MS);
 
 connect(onEvent); // first: the snapshot is built while the charts initialise
 initFrontier();

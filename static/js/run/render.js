@@ -27,6 +27,7 @@ export async function redraw() {
     renderTop();
     dirty.state = true;
   }
+  else if (dirty.clock) jobs.push(timed("convergence", drawConvergence)); // time passed: the line reaches now
   if (dirty.state) renderState();
   if (dirty.agents) { renderAgents(); jobs.push(timed("shares", drawShares)); }
   if (dirty.insights) renderInsights();
