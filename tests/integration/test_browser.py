@@ -335,3 +335,30 @@ def test_the_convergence_time_line_reaches_now_while_the_run_runs(stack, demo_us
     assert page.evaluate(end) == x2 >= x1
     w.check_clean()
 
+
+def test_the_parallel_coordinates_follow_live_candidates_throttled(stack, demo_user, browser):
+    from swarm.goals import default_goal
+
+    goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", name="live parcoords")
+    run = _quiet_run(goal)
+    w = Watched(browser, stack)
+    page = w.page
+    w.login(*demo_user)
+    _watch_run(w, f"{stack}/runs/{run.pk}/")
+    page.locator("#parcoords-chart").scroll_into_view_if_needed()
+    batches = [_candidates(goal, 9_100_000 + 100 * b, 4, generation=b + 1) for b in range(30)]
+    # 30 batches over 3 s: the chart follows without a click, at most about once a second
+    draws = page.evaluate("""async (batches) => {
+        const before = runPage.timings.parcoordsDraws;
+        for (const items of batches) {
+            runPage.receive({event: "candidates", data: {items}});
+            await new Promise((r) => setTimeout(r, 100));
+        }
+        return runPage.timings.parcoordsDraws - before;
+    }""", batches)
+    page.wait_for_function("document.getElementById('pc-count').textContent === '120'", timeout=30_000)
+    assert 2 <= draws <= 5, (draws, page.evaluate("runPage.timings.parts.parcoords"))
+    assert page.evaluate("document.getElementById('parcoords-chart').data[0].dimensions[0].values.length") == 120
+    assert not page.locator("#pc-draw").count(), "no redraw button: the chart is live"
+    w.shot("run_parcoords_live")
+    w.check_clean()

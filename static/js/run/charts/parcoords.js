@@ -1,35 +1,32 @@
 // Parallel coordinates over parameters, coloured by the chosen objective. WebGL parcoords is
 // the slowest chart to draw (seconds under software rendering, whatever the number of lines),
-// so it is drawn only while visible, after the other panels; it follows live events (at most
-// every PC_MIN_GAP ms, or 5x its own draw time) only while one draw takes under PC_LIVE_MAX ms,
-// and for runs of more than PC_AUTO_MAX candidates it waits for the engineer's click.
+// so it is drawn only while visible, after the other panels, and it follows live candidates
+// throttled: one draw at most every PC_MIN_GAP ms, and at most every PC_COST_GAP times the
+// time a draw takes (the shorter of the last two: a one-off slow draw, as WebGL sets up, does
+// not hold the chart back).
 import { $ } from "../dom.js";
 import { timings } from "../scheduler.js";
 import { C, directionOf, meta, primary, statusOf } from "../state.js";
 import { plotConfig } from "./plotly.js";
 
-const PC_MIN_GAP = 3000, PC_LIVE_MAX = 300, PC_AUTO_MAX = 5000;
-const pc = { visible: false, stale: true, drawnAt: 0, cost: 0, timer: null, allowed: false };
+const PC_MIN_GAP = 1000, PC_COST_GAP = 3;
+// pending: a draw is due (timer set, or waiting for an idle moment); token: the latest one asked
+const pc = { visible: false, stale: true, drawnAt: 0, costs: [0, 0], pending: false, timer: null, token: 0 };
+const idle = window.requestIdleCallback || ((f) => setTimeout(f, 0));
 
-// The data changed (force: draw now, the engineer asked).
-export function requestParcoords(force) {
+// The data changed (now: draw at once, e.g. another colour was chosen).
+export function requestParcoords(now) {
   pc.stale = true;
-  if (force) pc.allowed = true;
-  const auto = C.n <= PC_AUTO_MAX && (pc.drawnAt === 0 || pc.cost < PC_LIVE_MAX);
-  const button = $("pc-draw");
-  if (!pc.allowed && !auto) {
-    button.hidden = false;
-    button.textContent = pc.drawnAt ? "Redraw with the latest candidates" : "Draw the parallel coordinates";
-    return;
-  }
-  pc.allowed = false;
-  button.hidden = true;
-  if (!pc.visible || pc.timer) return;
-  const wait = force ? 0 : Math.max(0, pc.drawnAt + Math.max(PC_MIN_GAP, 5 * pc.cost) - Date.now());
-  pc.timer = setTimeout(() => {
-    pc.timer = null;
-    (window.requestIdleCallback || ((f) => setTimeout(f, 0)))(() => drawParcoords(), { timeout: 1000 });
-  }, wait);
+  if (!pc.visible || (pc.pending && !now)) return; // the draw already due includes this change
+  clearTimeout(pc.timer);
+  const token = ++pc.token;
+  const gap = Math.max(PC_MIN_GAP, PC_COST_GAP * Math.min(...pc.costs));
+  pc.pending = true;
+  pc.timer = setTimeout(() => idle(() => {
+    if (token !== pc.token) return; // superseded by a later request
+    pc.pending = false;
+    drawParcoords();
+  }, { timeout: 1000 }), now ? 0 : Math.max(0, pc.drawnAt + gap - Date.now()));
 }
 
 function drawParcoords() {
@@ -55,19 +52,19 @@ function drawParcoords() {
     line: { color, colorscale: "Viridis", reversescale: directionOf(colorBy) === "minimize", showscale: true, colorbar: { title: { text: colorBy } } },
   }], { margin: { t: 40, r: 60, b: 20, l: 60 } }, plotConfig);
   pc.drawnAt = Date.now();
-  pc.cost = performance.now() - t0;
-  timings.parts.parcoords = pc.cost;
+  const cost = performance.now() - t0;
+  pc.costs = [pc.costs[1], cost];
+  timings.parts.parcoords = cost;
   timings.parcoordsAt = performance.now();
   timings.parcoordsDraws += 1;
   return done;
 }
 
-// Draws while the chart is in view (or about to be), and on the engineer's request.
+// Draws while the chart is in view (or about to be).
 export function initParcoords() {
   new IntersectionObserver((entries) => {
     pc.visible = entries.some((e) => e.isIntersecting);
-    if (pc.visible && pc.stale) requestParcoords(pc.allowed);
+    if (pc.visible && pc.stale) requestParcoords();
   }, { rootMargin: "200px" }).observe($("parcoords-chart"));
-  $("pc-draw").addEventListener("click", () => requestParcoords(true));
   $("pc-color").addEventListener("change", () => requestParcoords(true));
 }
