@@ -270,8 +270,6 @@ def main() -> int:
             const t0 = performance.now();
             document.getElementById('parcoords-chart').scrollIntoView();
             await new Promise((r) => setTimeout(r, 100));
-            const button = document.getElementById('pc-draw');
-            if (!button.hidden) button.click();  // large runs draw it on request
             while (runPage.timings.parcoordsAt === null || runPage.timings.parcoordsAt < t0) {
                 await new Promise((r) => setTimeout(r, 20));
             }

@@ -224,12 +224,13 @@ STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", Path(plotly.__file__).parent
 # server alike): from STATIC_ROOT, under content-hashed names from collectstatic's manifest, which
 # WhiteNoise serves with a far-future "immutable" Cache-Control (a returning visit downloads
 # nothing, a changed file gets a new name), with the gzip copies collectstatic wrote
-# (plotly.min.js: 1.5 MB instead of 4.8 MB). Hashed names need the manifest, hence the switch.
+# (plotly.min.js: 1.5 MB instead of 4.8 MB), and relative ES module imports rewritten to the
+# hashed names (int21_site/static_storage.py). Hashed names need the manifest, hence the switch.
 WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage" if WHITENOISE_USE_FINDERS
-                    else "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+                    else "int21_site.static_storage.ManifestStorage"},
 }
 WHITENOISE_AUTOREFRESH = DEBUG
 

@@ -131,15 +131,16 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["get"])
     def events(self, request, pk=None):
         """The run's websocket events after sequence number ``after``, in order:
-        ``{"events": [{"event", "seq", "data"}], "last_seq": int, "more": bool}``. ``last_seq`` is
-        the run's last event when the page was read; ``more`` says to ask again from the last
-        ``seq`` returned. The run page fills gaps in its live stream from here."""
+        ``{"events": [{"event", "seq", "data", "at"}], "last_seq": int, "more": bool}`` (``at``:
+        when it was published, ISO 8601). ``last_seq`` is the run's last event when the page was
+        read; ``more`` says to ask again from the last ``seq`` returned. The run page fills gaps
+        in its live stream from here, and its event log's first lines."""
         run = self.get_object()
         after, limit = _int_param(request, "after", 0, 0), _int_param(request, "limit", EVENTS_PAGE, 1)
         limit = min(limit, EVENTS_PAGE)
         last = events.last_seq(run.pk)
         rows = list(run.events.filter(seq__gt=after, seq__lte=last).order_by("seq")[:limit])
-        return Response({"events": [e.to_dict() for e in rows], "last_seq": last,
+        return Response({"events": [{**e.to_dict(), "at": e.at.isoformat()} for e in rows], "last_seq": last,
                          "more": bool(rows) and rows[-1].seq < last})
 
     @extend_schema(responses=OpenApiTypes.OBJECT)

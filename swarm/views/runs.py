@@ -66,8 +66,13 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @permission_required("swarm.change_run", raise_exception=True)
 def run_stop(request: HttpRequest, pk: int) -> HttpResponse:
+    """Stop the run; back to its page, or ``{"ok": true, "run": run_state}`` to a JSON request
+    (the page's fetch, which keeps the page as it is)."""
     run = get_object_or_404(Run, pk=pk)
     orchestrator.stop_run(run, request.user, via="the run page")
+    if wants_json(request):
+        run.refresh_from_db()
+        return JsonResponse({"ok": True, "run": orchestrator.run_state(run)})
     return redirect("run-detail", run.pk)
 
 

@@ -189,3 +189,176 @@ def test_steer_a_running_run_and_read_the_api_docs(stack, demo_user, browser):
     page.wait_for_selector(".swagger-ui .opblock", timeout=60_000)
     w.shot("api_docs")
     w.check_clean()
+
+
+def _watch_run(w, url: str) -> None:
+    w.page.goto(url)
+    w.page.wait_for_function("document.querySelector('#ws-state').textContent === 'connected'", timeout=30_000)
+    w.page.wait_for_function("document.body.dataset.drawn === '1'", timeout=60_000)
+
+
+def _log_lines(page) -> list[str]:
+    return page.eval_on_selector_all("#event-log li", "(lis) => lis.map((li) => li.textContent)")
+
+
+def test_stopping_keeps_the_event_log_and_a_reload_shows_the_stored_events(stack, demo_user, browser):
+    from swarm.goals import default_goal
+    from swarm.models import Run
+
+    goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", name="stop and log")
+    w = Watched(browser, stack)
+    page = w.page
+    w.login(*demo_user)
+    page.goto(f"{stack}/goals/{goal.pk}/")
+    page.fill("input[name=budget]", "400")
+    page.fill("input[name=batch_size]", "2")
+    page.click("button:has-text('Start run')")
+    page.wait_for_selector("#ws-state")
+    page.wait_for_function("document.querySelector('#ws-state').textContent === 'connected'", timeout=30_000)
+    run_id = int(re.search(r"/runs/(\d+)/", page.url).group(1))
+    candidate_line = "[...document.querySelectorAll('#event-log li')].filter((li) => / · /.test(li.textContent)).length"
+    page.wait_for_function(f"{candidate_line} >= 2", timeout=240_000)
+    before = _log_lines(page)
+    page.evaluate("window.stillThisPage = true")
+    page.click("#stop-form button")
+    page.wait_for_function("document.querySelector('#run-state').textContent === 'stopped'", timeout=60_000)
+    assert page.evaluate("window.stillThisPage") is True, "the page posted the stop with fetch, no reload"
+    assert not page.locator("#stop-form").count() and "stopped by engineer" in page.inner_text("#run-end")
+    page.wait_for_function("[...document.querySelectorAll('#event-log li')].some((li) => li.textContent.includes('run stopped'))",
+                           timeout=30_000)
+    after = _log_lines(page)
+    assert all(line in after for line in before), "the lines shown before the stop are still there"
+    w.shot("run_stopped")
+
+    # a new page of the stopped run: its log opens with the run's stored events
+    run = Run.objects.get(pk=run_id)
+    _watch_run(w, f"{stack}/runs/{run_id}/")
+    page.wait_for_function("document.querySelectorAll('#event-log li.stored').length >= 3", timeout=30_000)
+    stored = page.eval_on_selector_all("#event-log li.stored", "(lis) => lis.map((li) => li.textContent)")
+    assert any("run stopped" in s for s in stored) and any(re.search(r"#\d+ \w+.* · ", s) for s in stored), stored
+    assert any("snapshot:" in s for s in _log_lines(page)[:3]), "the live lines above the stored ones"
+    assert all(page.eval_on_selector_all("#event-log li.stored time", "(ts) => ts.map((t) => t.textContent !== '')")), \
+        "each stored line says when"
+    # the finished convergence line runs to the run's end, not to the last improvement
+    page.wait_for_function("document.getElementById('convergence-chart').data[1].x.length >= 2", timeout=30_000)
+    xs = page.evaluate("document.getElementById('convergence-chart').data[1].x")
+    ran_s = (run.finished_at - run.started_at).total_seconds()
+    assert abs(xs[-1] - ran_s) < 1.0 and xs[-1] >= xs[-2], (xs, ran_s)
+    w.check_clean()
+
+
+def _quiet_run(goal):
+    """A stopped run of `goal` with two agents that have proposed but have no evaluation yet
+    (their UCB score infinite, stored as 1e9): nothing in the factory acts on it."""
+    from django.utils import timezone
+
+    from swarm.models import AgentRecord, Run
+
+    run = Run.objects.create(goal=goal, budget=50, batch_size=4, seed=1, space=goal.space, constraints=goal.constraints,
+                             generation=1, state=Run.State.STOPPED, end_kind=Run.EndKind.STOPPED,
+                             end_reason="stopped by the test", finished_at=timezone.now())
+    for name in ("random", "evolutionary"):
+        AgentRecord.objects.create(run=run, name=name, kind=name, score=1e9, last_share=2)
+    return run
+
+
+def _candidates(goal, first_id: int, n: int, generation: int = 1) -> list[dict]:
+    """Candidate events of `n` ok candidates of `goal`'s space (feasible, latency falling)."""
+    params = goal.space["parameters"]
+    return [{"id": first_id + i, "generation": generation, "agent": "random", "status": "ok",
+             "params": {p["name"]: p["values"][(i + j) % len(p["values"])] for j, p in enumerate(params)},
+             "metrics": {"latency_ms": 0.5 / (1 + i), "max_rel_error": 1e-7, "gbps": 10.0 * (1 + i)}} for i in range(n)]
+
+
+def test_agents_without_evaluations_show_no_data_yet(stack, demo_user, browser):
+    from swarm.goals import default_goal
+
+    goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", name="agents no data")
+    run = _quiet_run(goal)
+    w = Watched(browser, stack)
+    page = w.page
+    w.login(*demo_user)
+    _watch_run(w, f"{stack}/runs/{run.pk}/")
+    rows = page.locator("#agents-table tbody tr")
+    assert rows.count() == 2
+    for i in range(2):
+        cells = rows.nth(i).locator("td")
+        for col in (2, 3, 4, 6):  # evaluations, improvements, credit, score
+            assert cells.nth(col).inner_text() == "–" and cells.nth(col).get_attribute("title") == "no data yet"
+    assert "1e+9" not in page.inner_text("#agents-table") and "1.00e+9" not in page.inner_text("#agents-table")
+    page.locator("#agents-table").scroll_into_view_if_needed()
+    w.shot("run_agents_no_data")
+    # once an agent has evaluations and a real score, its figures are shown
+    page.evaluate("""async () => {
+        const agent = (name, evaluations, score) => ({name, kind: name, paused: false, boost: 1, evaluations,
+            improvements: evaluations ? 1 : 0, credit: evaluations ? 1 / evaluations : 0, failed_proposals: 0, share: 2, score});
+        runPage.receive({event: "generation_finished", data: {number: 1, improvements: {random: 1},
+            agents: [agent("random", 4, 0.75), agent("evolutionary", 0, 1e9)]}});
+        await runPage.flush();
+    }""")
+    first = rows.nth(0).locator("td")
+    assert first.nth(0).inner_text() == "random" and first.nth(2).inner_text() == "4" and first.nth(6).inner_text() == "0.7500"
+    assert rows.nth(1).locator("td").nth(6).get_attribute("title") == "no data yet"
+    w.check_clean()
+
+
+def test_the_convergence_time_line_reaches_now_while_the_run_runs(stack, demo_user, browser):
+    from swarm.goals import default_goal
+
+    goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", name="convergence to now")
+    run = _quiet_run(goal)
+    w = Watched(browser, stack)
+    page = w.page
+    w.login(*demo_user)
+    _watch_run(w, f"{stack}/runs/{run.pk}/")
+    # seen by the page as a running run with three improvements, then no event for a while
+    page.evaluate("""async (items) => {
+        runPage.receive({event: "run", data: {id: 0, state: "running", generation: 1, budget: 50, end_kind: "", end_reason: ""}});
+        runPage.receive({event: "candidates", data: {items}});
+        await runPage.flush();
+    }""", _candidates(goal, 9_000_000, 3))
+    end = "(() => { const x = document.getElementById('convergence-chart').data[1].x; return x[x.length - 1]; })()"
+    t0, x0 = page.evaluate(f"[Date.now(), {end}]")
+    page.wait_for_timeout(2500)
+    t1, x1 = page.evaluate(f"[Date.now(), {end}]")
+    last_improvement = page.evaluate("document.getElementById('convergence-chart').data[1].x.slice(-2)[0]")
+    assert x1 > last_improvement and abs((x1 - x0) - (t1 - t0) / 1000) < 1.2, (x0, x1, t0, t1)
+    page.locator("#convergence-chart").scroll_into_view_if_needed()
+    w.shot("run_convergence_to_now")
+    # once the run has ended, the line stops at its end
+    page.evaluate("""async () => {
+        runPage.receive({event: "run", data: {id: 0, state: "finished", generation: 1, budget: 50, end_kind: "budget", end_reason: "budget spent"}});
+        await runPage.flush();
+    }""")
+    x2 = page.evaluate(end)
+    page.wait_for_timeout(1500)
+    assert page.evaluate(end) == x2 >= x1
+    w.check_clean()
+
+
+def test_the_parallel_coordinates_follow_live_candidates_throttled(stack, demo_user, browser):
+    from swarm.goals import default_goal
+
+    goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", name="live parcoords")
+    run = _quiet_run(goal)
+    w = Watched(browser, stack)
+    page = w.page
+    w.login(*demo_user)
+    _watch_run(w, f"{stack}/runs/{run.pk}/")
+    page.locator("#parcoords-chart").scroll_into_view_if_needed()
+    batches = [_candidates(goal, 9_100_000 + 100 * b, 4, generation=b + 1) for b in range(30)]
+    # 30 batches over 3 s: the chart follows without a click, at most about once a second
+    draws = page.evaluate("""async (batches) => {
+        const before = runPage.timings.parcoordsDraws;
+        for (const items of batches) {
+            runPage.receive({event: "candidates", data: {items}});
+            await new Promise((r) => setTimeout(r, 100));
+        }
+        return runPage.timings.parcoordsDraws - before;
+    }""", batches)
+    page.wait_for_function("document.getElementById('pc-count').textContent === '120'", timeout=30_000)
+    assert 2 <= draws <= 5, (draws, page.evaluate("runPage.timings.parts.parcoords"))
+    assert page.evaluate("document.getElementById('parcoords-chart').data[0].dimensions[0].values.length") == 120
+    assert not page.locator("#pc-draw").count(), "no redraw button: the chart is live"
+    w.shot("run_parcoords_live")
+    w.check_clean()

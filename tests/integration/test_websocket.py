@@ -92,7 +92,7 @@ def test_an_idle_run_websocket_stays_open(stack, demo_user):
 def test_every_event_of_a_stressed_run_is_shown_live_or_backfilled(stack, demo_user):
     """200 tasks publish 100 events each through :func:`swarm.events.publish` to one subscriber.
 
-    The subscriber follows the run page's protocol (:class:`EventFollower`, as ``static/js/run.js``):
+    The subscriber follows the run page's protocol (:class:`EventFollower`, as ``static/js/run/stream.js``):
     live events in sequence, a gap backfilled from ``/api/runs/<id>/events/?after=N``, and a last
     look at the same endpoint once the socket is quiet. Every one of the 20,000 events is shown
     exactly once, in sequence order.
@@ -152,7 +152,7 @@ def test_every_event_of_a_stressed_run_is_shown_live_or_backfilled(stack, demo_u
 
 
 class EventFollower:
-    """The run page's event protocol (``static/js/run.js``) in Python.
+    """The run page's event protocol (``static/js/run/stream.js``) in Python.
 
     The snapshot carries ``seq``, the sequence number of the last event it includes. Each event
     carries its ``seq`` (1, 2, ... per run). An event at ``last + 1`` is shown; one at or below
@@ -161,7 +161,7 @@ class EventFollower:
     ``{"events", "more"}``).
     """
 
-    GAP_WAIT_S = 0.3  # run.js GAP_WAIT_MS
+    GAP_WAIT_S = 0.3  # stream.js GAP_WAIT_MS
 
     def __init__(self, session, run_id: int, seq: int) -> None:
         self.session, self.run_id, self.last = session, run_id, seq

@@ -151,7 +151,7 @@ def test_the_run_page_has_the_no_feasible_notice_and_its_script(big_goal, owner)
     c = Client()
     c.force_login(owner)
     page = c.get(f"/runs/{run.pk}/").content.decode()
-    assert 'id="no-feasible"' in page and "js/violation.js" in page
-    script = c.get("/static/js/run.js")
+    assert 'id="no-feasible"' in page and "js/violation.js" in page and "js/run/main.js" in page
+    script = c.get("/static/js/run/best.js")
     text = b"".join(script.streaming_content).decode()
     assert "No feasible candidate: none of the" in text and "totalViolation(meta.constraints" in text

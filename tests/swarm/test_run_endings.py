@@ -114,6 +114,11 @@ def test_stopping_says_who_stopped_and_how(owner, client):
     # The run page shows it.
     page = client.get(reverse("run-detail", args=[run2.pk])).content.decode()
     assert 'id="run-end"' in page and "stopped by owner through the run page" in page
+    # The page's script stops with fetch: the run's state comes back, the page stays.
+    run3, _ = started(synthetic_goal(name="fetch"), budget=40)
+    r = client.post(reverse("run-stop", args=[run3.pk]), HTTP_ACCEPT="application/json")
+    assert r.status_code == 200 and r.json()["ok"] is True
+    assert r.json()["run"]["state"] == "stopped" and "through the run page" in r.json()["run"]["end_reason"]
 
 
 @pytest.mark.django_db

@@ -33,7 +33,9 @@ def test_the_events_endpoint_pages_from_a_sequence_number(run, owner):
     api.force_authenticate(owner)
     page = api.get(f"/api/runs/{run.pk}/events/?after=2&limit=3").json()
     assert [e["seq"] for e in page["events"]] == [3, 4, 5] and page["more"] and page["last_seq"] == 7
-    assert page["events"][0] == {"event": "probe", "seq": 3, "data": {"i": 2}}
+    first = page["events"][0]
+    assert {k: first[k] for k in ("event", "seq", "data")} == {"event": "probe", "seq": 3, "data": {"i": 2}}
+    assert first["at"] == run.events.get(seq=3).at.isoformat()
     page = api.get(f"/api/runs/{run.pk}/events/?after=5").json()
     assert [e["seq"] for e in page["events"]] == [6, 7] and not page["more"]
     bad = api.get(f"/api/runs/{run.pk}/events/?after=x")

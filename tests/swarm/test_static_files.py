@@ -1,7 +1,9 @@
 """Static files: plotly.js from the installed package, compressed once collectstatic has run,
-under content-hashed names cached for good when served collected."""
+under content-hashed names cached for good when served collected; the run page's ES modules
+import each other under those names."""
 
 import os
+import posixpath
 import re
 import subprocess
 import sys
@@ -32,7 +34,7 @@ def _collected(tmp_path, settings):
     settings.STATIC_ROOT = str(tmp_path)
     settings.WHITENOISE_USE_FINDERS = False
     settings.STORAGES = {**settings.STORAGES,
-                         "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"}}
+                         "staticfiles": {"BACKEND": "int21_site.static_storage.ManifestStorage"}}
     call_command("collectstatic", "--noinput", "-v", "0")
 
 
@@ -58,5 +60,39 @@ def test_the_settings_pick_hashed_names_when_serving_collected_files():
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "int21_site.settings"}
     out = {flag: subprocess.run([sys.executable, "-c", code], env={**env, "WHITENOISE_USE_FINDERS": flag},
                                 capture_output=True, text=True, check=True).stdout.strip() for flag in ("0", "1")}
-    assert out == {"0": "whitenoise.storage.CompressedManifestStaticFilesStorage",
+    assert out == {"0": "int21_site.static_storage.ManifestStorage",
                    "1": "whitenoise.storage.CompressedStaticFilesStorage"}
+
+
+IMPORT = re.compile(r"""^(?:import|export)\s[^;]*?\sfrom\s+"([^"]+)";?$""", re.M)
+
+
+def test_the_collected_run_page_loads_its_whole_module_graph(tmp_path, settings, owner, small_goal):
+    from swarm.models import Run
+
+    _collected(tmp_path, settings)
+    run = Run.objects.create(goal=small_goal, budget=1, seed=1, space=small_goal.space)
+    client = Client()
+    client.force_login(owner)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    entry = re.search(r'<script type="module" src="(/static/js/run/main\.[0-9a-f]{12}\.js)"', page)
+    assert entry, "the run page loads its entry module under its content-hashed name"
+    seen, todo = set(), [entry.group(1)]
+    while todo:
+        url = todo.pop()
+        if url in seen:
+            continue
+        seen.add(url)
+        r = client.get(url)
+        assert r.status_code == 200, url
+        assert "immutable" in r["Cache-Control"], url
+        text = b"".join(r.streaming_content).decode()
+        for spec in IMPORT.findall(text):
+            assert spec.startswith("."), (url, spec)
+            target = posixpath.normpath(posixpath.join(posixpath.dirname(url), spec))
+            assert re.search(r"\.[0-9a-f]{12}\.js$", target), f"{url} imports {spec} under its plain name"
+            todo.append(target)
+    modules = {re.sub(r"\.[0-9a-f]{12}\.js$", ".js", u) for u in seen}
+    on_disk = {"/static/" + p.relative_to(settings.BASE_DIR / "static").as_posix()
+               for p in (settings.BASE_DIR / "static" / "js" / "run").rglob("*.js")}
+    assert modules == on_disk, "every module of static/js/run/ is reached from main.js, and nothing else"
