@@ -5,16 +5,14 @@ Nothing is saved unless the whole form is valid; a goal is saved in one statemen
 
 from __future__ import annotations
 
-import itertools
-import math
 import re
 from typing import Any
 
-import numpy as np
 from django import forms
 
 import kernels
-from swarm.models import Direction, Goal, target_backend
+from swarm.goal_validation import GoalInvalid, validate_goal
+from swarm.models import Direction, Goal
 
 TARGETS = [
     ("cpu-x86_64", "cpu-x86_64 (C + OpenMP, system compiler)"),
@@ -29,9 +27,7 @@ METRICS = [
     ("roofline_pct", "% of roofline"),
 ]
 DIRECTIONS = [("minimize", "minimise"), ("maximize", "maximise")]
-CONSTRAINT_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=)\s*(\S+)\s*$")
-ENUMERATE_LIMIT = 50_000  # spaces up to this size are counted exactly; larger ones estimated
-ESTIMATE_SAMPLES = 20_000
+CONSTRAINT_LINE = re.compile(r"^\s*(\S+?)\s*([<>=!]+)\s*(\S+)\s*$")  # metric, op, value: checked by validate_goal
 
 
 def parse_parameters(text: str) -> list[dict]:
@@ -71,10 +67,11 @@ def format_parameters(space: dict) -> str:
 
 
 def parse_constraints(text: str) -> list[dict]:
-    """Parse ``METRIC <= VALUE`` / ``METRIC >= VALUE`` lines into constraint dicts.
+    """Parse ``METRIC OP VALUE`` lines into ``[{"metric", "op", "value": str}]``; the metric,
+    the op (``<=`` or ``>=``) and the value are checked by :func:`swarm.goal_validation.validate_goal`.
 
     Raises:
-        forms.ValidationError: a malformed line or a value that is not a finite number.
+        forms.ValidationError: a line that is not ``METRIC OP VALUE``.
     """
     out = []
     for lineno, raw in enumerate(text.splitlines(), start=1):
@@ -83,13 +80,7 @@ def parse_constraints(text: str) -> list[dict]:
         m = CONSTRAINT_LINE.match(raw)
         if not m:
             raise forms.ValidationError(f"line {lineno} ({raw.strip()!r}): expected 'METRIC <= VALUE' or 'METRIC >= VALUE'")
-        try:
-            value = float(m.group(3))
-        except ValueError:
-            raise forms.ValidationError(f"line {lineno}: {m.group(3)!r} is not a number") from None
-        if not math.isfinite(value):
-            raise forms.ValidationError(f"line {lineno}: the bound must be a finite number")
-        out.append({"metric": m.group(1), "op": m.group(2), "value": value})
+        out.append({"metric": m.group(1), "op": m.group(2), "value": m.group(3)})
     return out
 
 
@@ -97,52 +88,12 @@ def format_constraints(constraints: list[dict], skip: str | None = None) -> str:
     return "\n".join(f"{c['metric']} {c['op']} {c['value']:g}" for c in constraints if c["metric"] != skip)
 
 
-def space_size(space: kernels.DesignSpace) -> dict[str, Any]:
-    """Size of a design space: ``{"cartesian", "valid", "exact"}``.
+class OfferedChoiceField(forms.ChoiceField):
+    """A select whose choices are offered, not enforced: :func:`swarm.goal_validation.validate_goal`
+    says what is wrong with a value outside them."""
 
-    Spaces up to :data:`ENUMERATE_LIMIT` points are enumerated (``valid`` exact); larger ones
-    are estimated from :data:`ESTIMATE_SAMPLES` uniform random points (seeded).
-    """
-    cartesian = space.cartesian_size()
-    if not space.restrictions and space.domain is None:
-        return {"cartesian": cartesian, "valid": cartesian, "exact": True}
-    if cartesian <= ENUMERATE_LIMIT or space.domain is not None:
-        return {"cartesian": cartesian, "valid": sum(1 for _ in space.iter_valid()), "exact": True}
-    rng = np.random.default_rng(0)
-    idx = [rng.integers(0, len(p.values), ESTIMATE_SAMPLES) for p in space.parameters]
-    hits = sum(
-        space.satisfies_restrictions({p.name: p.values[int(i[k])] for p, i in zip(space.parameters, idx)})
-        for k in range(ESTIMATE_SAMPLES)
-    )
-    return {"cartesian": cartesian, "valid": round(cartesian * hits / ESTIMATE_SAMPLES), "exact": False}
-
-
-FAILURE_PROBES = 256  # points tried to say why restrictions exclude a whole space
-
-
-def empty_space_message(space: kernels.DesignSpace, size: dict[str, Any]) -> str:
-    """What to say when ``space``'s restrictions exclude every point: the count, and for each
-    restriction that cannot be evaluated (a power over the exponent cap, a division by zero)
-    why, at the first of up to :data:`FAILURE_PROBES` points where it fails."""
-    text = f"the restrictions exclude every one of the {size['cartesian']} points"
-    why: dict[str, str] = {}
-    names = [p.name for p in space.parameters]
-    for values in itertools.islice(itertools.product(*(p.values for p in space.parameters)), FAILURE_PROBES):
-        point = dict(zip(names, values))
-        for restriction, failure in space.restriction_failures(point).items():
-            if restriction not in why:
-                at = " ".join(f"{k}={v}" for k, v in point.items())
-                why[restriction] = f"restriction '{restriction}' cannot be evaluated at {at}: {failure}"
-    return "; ".join([text, *why.values()])
-
-
-def default_template(workload: str, target: str) -> str:
-    """The workload's template for the target's backend.
-
-    Raises:
-        KeyError: no template for that pair (message lists the known ones).
-    """
-    return kernels.load_template(workload, target_backend(target))
+    def valid_value(self, value: Any) -> bool:
+        return True
 
 
 class ShapeSetSelect(forms.Select):
@@ -161,9 +112,9 @@ class GoalForm(forms.Form):
     already has runs cannot change (its candidates were measured on them)."""
 
     name = forms.CharField(max_length=200)
-    workload = forms.ChoiceField()
+    workload = OfferedChoiceField()
     target = forms.ChoiceField(choices=TARGETS)
-    shape_set = forms.ChoiceField(widget=ShapeSetSelect)
+    shape_set = OfferedChoiceField(widget=ShapeSetSelect)
     objective = forms.ChoiceField(choices=METRICS, initial="latency_ms", label="Primary objective")
     objective_direction = forms.ChoiceField(choices=DIRECTIONS, initial="minimize")
     second_objective = forms.ChoiceField(choices=[("", "(none)")] + METRICS, initial="max_rel_error", required=False)
@@ -214,45 +165,47 @@ class GoalForm(forms.Form):
         return parse_constraints(self.cleaned_data.get("constraints") or "")
 
     def clean(self) -> dict:
+        """Check the goal with :func:`swarm.goal_validation.validate_goal`; its messages go to
+        the fields that hold the input (objective ``i`` and the constraint lines to theirs,
+        the design space's to ``parameters`` / ``restrictions``)."""
         data = super().clean()
-        workload, target = data.get("workload"), data.get("target")
-        if workload and data.get("shape_set") and data["shape_set"] not in kernels.get_workload(workload).shape_sets:
-            self.add_error("shape_set", f"shape set {data['shape_set']!r} is not one of {workload}'s: "
-                                        f"{', '.join(kernels.get_workload(workload).shape_sets)}")
-        if data.get("objective") and data.get("objective") == data.get("second_objective"):
-            self.add_error("second_objective", "pick a different metric than the primary objective")
-        goal = self.instance
-        if goal is not None and goal.pk and goal.runs.exists():
-            for f in ("workload", "target", "shape_set"):
-                if f in data and data[f] != getattr(goal, f):
-                    self.add_error(f, f"this goal has {goal.runs.count()} run(s) measured on {f.replace('_', ' ')} "
-                                      f"{getattr(goal, f)!r}; create a new goal to change it")
-        if workload and target and not (data.get("source") or "").strip():
-            try:
-                data["source"] = default_template(workload, target)
-            except (KeyError, ValueError) as exc:
-                self.add_error("target", f"no default template: {str(exc).strip(chr(34) + chr(39))}; paste one in Template")
+        fields = {f: data[f] for f in ("name", "workload", "target", "shape_set", "source") if f in data}
+        if data.get("objective") and data.get("objective_direction"):
+            fields["objectives"] = [{"metric": data["objective"], "direction": data["objective_direction"]}]
+            if data.get("second_objective") and data.get("second_direction"):
+                fields["objectives"].append({"metric": data["second_objective"], "direction": data["second_direction"]})
+        has_max_rel = data.get("max_rel_error") is not None
+        if "constraints" in data:
+            fields["constraints"] = ([{"metric": "max_rel_error", "op": "<=", "value": data["max_rel_error"]}]
+                                     if has_max_rel else []) + data["constraints"]
         if "parameters" in data:
             restrictions = [r.strip() for r in data.get("restrictions", "").splitlines() if r.strip()]
-            try:
-                space = kernels.DesignSpace.from_dict({"parameters": data["parameters"], "restrictions": restrictions})
-            except kernels.SpaceError as exc:
-                field = "restrictions" if "restriction" in str(exc) else "parameters"
-                self.add_error(field, str(exc))
-            else:
-                size = space_size(space)
-                if size["valid"] == 0:
-                    self.add_error("restrictions", empty_space_message(space, size))
-                data["space"] = space.to_dict()
+            fields["space"] = {"parameters": data["parameters"], "restrictions": restrictions}
+        try:
+            cleaned = validate_goal(fields, goal=self.instance)
+        except GoalInvalid as exc:
+            for p in exc.problems:
+                self.add_error(self._field_of(p.field, p.index, has_max_rel), p.message)
+            return data
+        data.update({k: v for k, v in cleaned.items() if k in ("source", "space", "constraints")})
         return data
+
+    @staticmethod
+    def _field_of(field: str, index: int | None, has_max_rel: bool) -> str:
+        """The form field that shows a :class:`swarm.goal_validation.FieldError` on ``field``."""
+        if field == "objectives":
+            return "second_objective" if index == 1 else "objective"
+        if field == "constraints":
+            return "max_rel_error" if index == 0 and has_max_rel else "constraints"
+        return field
 
     def goal_fields(self) -> dict[str, Any]:
         d = self.cleaned_data
         objectives = [{"metric": d["objective"], "direction": d["objective_direction"]}]
         if d.get("second_objective"):
             objectives.append({"metric": d["second_objective"], "direction": d["second_direction"]})
-        constraints = [{"metric": "max_rel_error", "op": "<=", "value": d["max_rel_error"]}]
-        constraints += [c for c in d.get("constraints") or [] if c["metric"] != "max_rel_error"]
+        max_rel, *others = d["constraints"]
+        constraints = [max_rel] + [c for c in others if c["metric"] != "max_rel_error"]
         return dict(
             name=d["name"], workload=d["workload"], target=d["target"], shape_set=d["shape_set"],
             objectives=objectives, constraints=constraints, space=d["space"], source=d["source"],

@@ -3,18 +3,14 @@ with messages that say how to fix the input (the same rules as the pages' forms)
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from rest_framework import serializers
 
-import kernels
-from swarm.forms import default_template, empty_space_message, space_size
+from swarm.goal_validation import GoalInvalid, space_size, validate_goal
 from swarm.launch import launch_plan
-from swarm.models import Candidate, Direction, Goal, Run, target_backend
+from swarm.models import Candidate, Direction, Goal, Run
 from swarm.progress import run_state
-
-METRIC_DIRECTIONS = ("minimize", "maximize")
 
 
 class GoalSerializer(serializers.ModelSerializer):
@@ -41,98 +37,19 @@ class GoalSerializer(serializers.ModelSerializer):
     def get_space_size(self, goal: Goal) -> dict[str, Any]:
         return space_size(goal.design_space())
 
-    def _replay(self) -> bool:
-        """Whether the goal being changed is a replay goal."""
-        return self.instance is not None and self.instance.backend == "replay"
-
-    def validate_workload(self, value: str) -> str:
-        if self._replay() and value == self.instance.workload:
-            return value  # a recorded kernel's name, not one of ``kernels.WORKLOADS``
-        if value not in kernels.WORKLOADS:
-            raise serializers.ValidationError(f"unknown workload {value!r}; known: {', '.join(sorted(kernels.WORKLOADS))}")
-        return value
-
-    def validate_target(self, value: str) -> str:
-        try:
-            backend = target_backend(value)
-        except ValueError as exc:
-            raise serializers.ValidationError(str(exc)) from None
-        if backend == "replay" and not (self._replay() and value == self.instance.target):
-            raise serializers.ValidationError(
-                "a replay goal is made from a Kernel Tuner cache file: manage.py factory import-cache <file>")
-        return value
-
-    def validate_objectives(self, value: Any) -> list[dict]:
-        if not isinstance(value, list) or not value:
-            raise serializers.ValidationError('give a non-empty list of {"metric", "direction"} objects')
-        for i, o in enumerate(value):
-            if not isinstance(o, dict) or set(o) != {"metric", "direction"} or not isinstance(o["metric"], str):
-                raise serializers.ValidationError(f'objectives[{i}] must be {{"metric": str, "direction": "minimize"|"maximize"}}')
-            if o["direction"] not in METRIC_DIRECTIONS:
-                raise serializers.ValidationError(f"objectives[{i}]: direction must be minimize or maximize")
-        if len({o["metric"] for o in value}) != len(value):
-            raise serializers.ValidationError("each objective needs a different metric")
-        return value
-
-    def validate_constraints(self, value: Any) -> list[dict]:
-        if not isinstance(value, list):
-            raise serializers.ValidationError('give a list of {"metric", "op", "value"} objects')
-        out = []
-        for i, c in enumerate(value):
-            if not isinstance(c, dict) or set(c) != {"metric", "op", "value"} or c.get("op") not in ("<=", ">="):
-                raise serializers.ValidationError(f'constraints[{i}] must be {{"metric": str, "op": "<=" | ">=", "value": number}}')
-            try:
-                v = float(c["value"])
-            except (TypeError, ValueError):
-                raise serializers.ValidationError(f"constraints[{i}]: value {c['value']!r} is not a number") from None
-            if not math.isfinite(v):
-                raise serializers.ValidationError(f"constraints[{i}]: value must be finite")
-            out.append({"metric": str(c["metric"]), "op": c["op"], "value": v})
-        return out
-
-    def validate_space(self, value: Any) -> dict:
-        try:
-            space = kernels.DesignSpace.from_dict(value)
-        except kernels.SpaceError as exc:
-            raise serializers.ValidationError(str(exc)) from None
-        domain = self.instance.space.get("domain") if self._replay() else None
-        if space.domain != domain:
-            raise serializers.ValidationError(
-                f"this goal's space keeps its domain {domain!r} (the recorded configurations)" if domain else
-                "'domain' belongs to replay goals (made by manage.py factory import-cache); leave it out")
-        if domain:
-            self.instance.ensure_dataset()  # the domain's points come from the recorded file
-        size = space_size(space)
-        if size["valid"] == 0:
-            raise serializers.ValidationError(empty_space_message(space, size))
-        return space.to_dict()
-
     def validate(self, attrs: dict) -> dict:
-        goal = self.instance
-        merged = {f: attrs.get(f, getattr(goal, f, None)) for f in ("workload", "target", "shape_set", "source")}
-        if self._replay():
-            for f in ("workload", "target", "shape_set"):
-                if f in attrs and attrs[f] != getattr(goal, f):
-                    raise serializers.ValidationError({f: f"a replay goal's {f} is its recorded data set's "
-                                                          f"({getattr(goal, f)!r}); import another cache file "
-                                                          "(manage.py factory import-cache) for another one"})
-            return attrs  # no template: a replay candidate is a recorded configuration
-        if merged["workload"] and merged["shape_set"]:
-            sets = kernels.get_workload(merged["workload"]).shape_sets
-            if merged["shape_set"] not in sets:
-                raise serializers.ValidationError({"shape_set": f"{merged['shape_set']!r} is not one of "
-                                                                f"{merged['workload']}'s: {', '.join(sets)}"})
-        if goal is not None and goal.runs.exists():
-            for f in ("workload", "target", "shape_set"):
-                if f in attrs and attrs[f] != getattr(goal, f):
-                    raise serializers.ValidationError({f: f"this goal has runs measured on {getattr(goal, f)!r}; "
-                                                          "create a new goal to change it"})
-        if not (merged["source"] or "").strip():
-            try:
-                attrs["source"] = default_template(merged["workload"], merged["target"])
-            except (KeyError, ValueError) as exc:
-                raise serializers.ValidationError({"source": f"no default template ({str(exc).strip(chr(39))}); give one"}) from None
-        return attrs
+        """Check the goal with :func:`swarm.goal_validation.validate_goal`; its messages go to
+        the fields given (the design space's to ``space``)."""
+        try:
+            return validate_goal(attrs, goal=self.instance)
+        except GoalInvalid as exc:
+            errors: dict[str, list[str]] = {}
+            for p in exc.problems:
+                errors.setdefault(SPACE_PARTS.get(p.field, p.field), []).append(p.message)
+            raise serializers.ValidationError(errors) from None
+
+
+SPACE_PARTS = {"parameters": "space", "restrictions": "space"}  # FieldError fields shown on the space
 
 
 class RunSerializer(serializers.ModelSerializer):

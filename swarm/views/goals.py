@@ -16,7 +16,8 @@ import kernels
 from kernels.space import format_defines
 from swarm import baselines, orchestrator
 from swarm.dispatch import dispatch
-from swarm.forms import GoalForm, RunForm, default_template, empty_space_message, format_parameters, parse_parameters, space_size
+from swarm.forms import GoalForm, RunForm, format_parameters, parse_parameters
+from swarm.goal_validation import GoalInvalid, check_space, default_template, empty_space_message, space_size, template_problem
 from swarm.models import AuditEvent, Goal, Run, target_backend
 from swarm.views._common import best_candidate, highlighted, source_css
 
@@ -121,21 +122,25 @@ def goal_check_space(request: HttpRequest) -> JsonResponse:
         return JsonResponse({"ok": False, "errors": {"parameters": exc.messages[0]}})
     restrictions = [r.strip() for r in request.POST.get("restrictions", "").splitlines() if r.strip()]
     try:
-        space = kernels.DesignSpace.from_dict({"parameters": parameters, "restrictions": restrictions})
-    except kernels.SpaceError as exc:
-        field = "restrictions" if "restriction" in str(exc) else "parameters"
-        return JsonResponse({"ok": False, "errors": {field: str(exc)}})
-    size = space_size(space)
+        space, size = check_space({"parameters": parameters, "restrictions": restrictions})
+    except GoalInvalid as exc:
+        return JsonResponse({"ok": False, "errors": {f: m[0] for f, m in exc.errors.items()}})
     if size["valid"] == 0:
         errors["restrictions"] = empty_space_message(space, size)
     source = request.POST.get("source", "")
     backend = "cpu"
     try:
         backend = target_backend(request.POST.get("target", "cpu-x86_64"))
-        if not source.strip():
-            source = default_template(request.POST.get("workload", ""), request.POST.get("target", ""))
-    except (KeyError, ValueError) as exc:
+    except ValueError as exc:
         errors.setdefault("target", str(exc).strip("'\""))
+    else:
+        if not source.strip():
+            workload, target = request.POST.get("workload", ""), request.POST.get("target", "")
+            why = template_problem(workload, target)
+            if why:
+                errors.setdefault("target", why)
+            else:
+                source = default_template(workload, target)
     point = next(iter(space.sample(np.random.default_rng(0), 1)), None) if size["valid"] else None
     point = point or {p.name: p.values[0] for p in space.parameters}
     preview = highlighted(format_defines(point, order=space.names) + source, backend) if source else ""
