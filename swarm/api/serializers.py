@@ -43,7 +43,7 @@ class GoalSerializer(serializers.ModelSerializer):
 
     def _replay(self) -> bool:
         """Whether the goal being changed is a replay goal."""
-        return self.instance is not None and self.instance.backend == "replay"
+        return self.instance is not None and self.instance.capabilities.recorded
 
     def validate_workload(self, value: str) -> str:
         if self._replay() and value == self.instance.workload:
@@ -57,7 +57,7 @@ class GoalSerializer(serializers.ModelSerializer):
             backend = target_backend(value)
         except ValueError as exc:
             raise serializers.ValidationError(str(exc)) from None
-        if backend == "replay" and not (self._replay() and value == self.instance.target):
+        if kernels.backends.capabilities(backend).recorded and not (self._replay() and value == self.instance.target):
             raise serializers.ValidationError(
                 "a replay goal is made from a Kernel Tuner cache file: manage.py factory import-cache <file>")
         return value
