@@ -2,6 +2,11 @@
 
 Framework-free: depends on numpy and the standard library (scipy, imported lazily, for
 :func:`compare`; cupy for the CUDA backend), never on Django.
+
+Backends (:mod:`kernels.backends`) implement :class:`kernels.backends.Backend` and describe
+what they do with :class:`kernels.backends.Capabilities` (``capabilities("replay").batchable``),
+which callers ask instead of comparing backend names; :func:`evaluate` is the one evaluation
+pipeline for all of them.
 """
 
 from kernels.backends import replay as _replay  # noqa: F401  (provides the replay:<dataset> domains)

@@ -48,6 +48,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from kernels.backends import capabilities
+
 __all__ = ["main"]
 
 QUICK_BENCH = {"warmup_ms": 1.0, "rep_ms": 5.0, "min_reps": 5, "max_reps": 20, "flush_bytes": 1 << 20}
@@ -158,7 +160,7 @@ def _source(workload: str, backend: str, path: str | None, option: str = "--sour
             raise _UsageError(f"cannot read {option} {path}: {exc}") from None
         except UnicodeDecodeError as exc:
             raise _UsageError(f"{option} {path} is not UTF-8 text (a kernel source is expected): {exc}") from None
-    if backend == "replay":
+    if capabilities(backend).recorded:
         return ""
     from kernels.templates import load_template  # noqa: PLC0415
 
@@ -295,9 +297,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if not isinstance(params, dict):
         raise _UsageError("--params must be a JSON object")
     _check_backend(args.backend)
-    shape_set = _shape_set(args.workload, args.shape) if args.backend != "replay" else (args.shape or "")
+    shape_set = _shape_set(args.workload, args.shape) if not capabilities(args.backend).recorded else (args.shape or "")
     source = _source(args.workload, args.backend, args.source)
-    if args.source is None and args.backend in ("cpu", "cuda"):
+    if args.source is None and not capabilities(args.backend).recorded:
         cuda = args.backend == "cuda" or (args.target or "").startswith("cuda-")
         _check_template_params(args.workload, "cuda" if cuda else "cpu", params, source)
     if args.flashinfer_out is not None:

@@ -69,7 +69,7 @@ import numpy as np
 
 from kernels import config, hostperf
 from kernels._cuda_eval import evaluate_cuda
-from kernels.backends import get_backend
+from kernels.backends import Backend, get_backend
 from kernels.backends.cpu import CompileError, CpuBackend
 from kernels.backends.replay import evaluate_replay
 from kernels.evidence import Evidence
@@ -97,7 +97,7 @@ from kernels.workloads import Workload, get_workload
 __all__ = ["BenchSettings", "Evidence", "evaluate"]
 
 
-def _evict_library(be: Any, bench: BenchSettings, sections: list[str]) -> Path | None:
+def _evict_library(be: Backend, bench: BenchSettings, sections: list[str]) -> Path | None:
     """The compiled native timing helper (CPU backend), or None: the cache eviction of the
     ``"evict"`` flush and the start of the OpenMP thread team before the candidate's first
     call (:func:`kernels.timing.team_starter`), whatever the flush.
@@ -106,7 +106,7 @@ def _evict_library(be: Any, bench: BenchSettings, sections: list[str]) -> Path |
     failure is logged: the timing child falls back to the ``"rewrite"`` flush, and the
     candidate's first call starts the thread team.
     """
-    if getattr(be, "name", "") != "cpu":
+    if not be.capabilities.native_helpers:
         return None
     try:
         return evict_library()
@@ -131,13 +131,14 @@ def _fault_library(sections: list[str]) -> Path | None:
         return None
 
 
-def _limits(be: Any) -> dict:
+def _limits(be: Backend) -> dict:
     """Physical limits of ``be``'s target: the backend's own ``physical_limits()`` if it has
-    one, this host's (:func:`kernels.hostperf.physical_limits`) for ``cpu``, else none."""
+    one, this host's (:func:`kernels.hostperf.physical_limits`) where its capabilities say
+    ``host_limits`` (cpu), else none."""
     own = getattr(be, "physical_limits", None)
     if callable(own):
         return dict(own())
-    if getattr(be, "name", "") == "cpu":
+    if be.capabilities.host_limits:
         return hostperf.physical_limits()
     return {}
 
@@ -184,7 +185,10 @@ def evaluate(
         source: candidate source defining the workload's C entry point.
         params: parameter values, prepended as ``#define NAME value`` lines.
         shape_set: the workload's shape set to time (and validate, plus odd shapes).
-        backend: registered backend name.
+        backend: registered backend name; ``replay`` (or a ``replay:`` target) and ``cuda``
+            (or a ``cuda-`` target) route to their backend's evaluation, every other backend
+            runs here, its :class:`~kernels.backends.Capabilities` deciding the host limits and
+            the native helpers.
         timeout_s: wall-clock limit (s) of the two children together (validation, then
             timing gets what is left); compile has its own 60 s limit.
         bench: timing protocol; default :class:`BenchSettings()`.
@@ -254,9 +258,9 @@ def evaluate(
     cases_plan, timed = _plan(wl, shape_set, base_seed, stored)
     # Inaccessible pages around every buffer of the CPU child, and its fault helper (compiled
     # once per compile cache, before the validation child starts: that child needs it).
-    cpu = getattr(be, "name", "") == "cpu"
-    layout = GuardLayout.for_host() if cpu else _SENTINELS_ONLY
-    fault_lib = _fault_library(sections) if cpu else None
+    native = be.capabilities.native_helpers
+    layout = GuardLayout.for_host() if native else _SENTINELS_ONLY
+    fault_lib = _fault_library(sections) if native else None
     # One private directory per child: nothing the validation child writes (it could replace
     # the library) reaches the timing child. Inputs depend only on the plan: generated once,
     # while the compiler runs, into the directory of the child that uses them.

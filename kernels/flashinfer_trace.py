@@ -42,6 +42,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from kernels.backends import backend_for_target, capabilities
 from kernels.flashinfer_shapes import (
     DEFINITION_MAP,
     IMPORTED_PREFIX,
@@ -209,9 +210,13 @@ def export_solution(
         raise FlashInferTraceError("a FlashInfer Solution needs a non-empty name and author")
     if not isinstance(source, str) or not source.strip():
         raise FlashInferTraceError("a FlashInfer Solution needs non-empty source")
-    if target.startswith("cpu-"):
+    try:
+        source_language = capabilities(backend_for_target(target)).language
+    except ValueError:
+        source_language = ""
+    if source_language == "c":
         language, path, symbol, hardware = "cpp", "kernel.c", workload, ["cpu"]
-    elif target.startswith("cuda-"):
+    elif source_language == "cuda":
         m = _CUDA_KERNEL.search(source)
         language, path, symbol = "cuda", "kernel.cu", m.group(1) if m else workload
         hardware = _HARDWARE.get(target, [target])

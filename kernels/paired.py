@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.backends import get_backend
+from kernels.backends import capabilities, get_backend
 from kernels.backends.cpu import CompileError
 from kernels.guard_pages import GuardLayout
 from kernels.noise_floor import FileFloorStore, FloorStore, floor_from_ratios, floor_key
@@ -415,7 +415,7 @@ def compare_paired(
     started = time.monotonic()
     if noise_floor is not None and not noise_floor >= 0:
         raise ValueError(f"compare_paired: noise_floor must be a fraction >= 0, not {noise_floor!r}")
-    if getattr(get_backend(backend), "name", backend) != "cpu":
+    if not capabilities(backend).paired_turns:
         raise ValueError(f"paired comparison runs on the cpu backend's turn-taking child, not {backend!r}")
     ctx = _Setup(workload, shape_set, shapes, settings, sandbox, target)
     wl, chosen, settings, policy, env, request = ctx.wl, ctx.shapes, ctx.settings, ctx.policy, ctx.env, ctx.request

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from kernels.backends import capabilities
 from swarm.dispatch import EMBEDDED_QUEUE, MEASURE_BASELINE, send_on_commit
 from swarm.models import Baseline, Goal, target_backend
 
@@ -33,7 +34,7 @@ def available(workload: str, target: str) -> str | None:
         backend = target_backend(target)
     except ValueError as exc:
         return str(exc)
-    if backend != "cpu":
+    if not capabilities(backend).measures_baseline:
         return f"no baseline on {target}: the NumPy baselines run on the CPU"
     try:
         from kernels.baselines import NUMPY_BASELINES  # noqa: PLC0415

@@ -24,7 +24,7 @@ def candidate_static(candidate) -> dict[str, Any]:
     shared memory, and per launch the theoretical occupancy and its limiting factor.
     """
     goal = candidate.goal
-    if goal.backend != "cuda":
+    if not goal.capabilities.static_report:
         return {"available": False, "reason": f"static analysis applies to CUDA targets; this goal runs on {goal.target}"}
     try:
         from kernels import static as ks  # noqa: PLC0415

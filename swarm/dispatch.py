@@ -13,6 +13,7 @@ from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
+from kernels.backends import capabilities
 from swarm.models import Candidate
 
 #: Task names (``@shared_task(name=...)`` in :mod:`swarm.tasks`).
@@ -56,7 +57,7 @@ def dispatch(candidates: Iterable[Candidate]) -> None:
     singles: list[tuple[int, str]] = []
     chunks: dict[str, list[int]] = {}
     for c in candidates:
-        if c.goal.backend == "replay":
+        if capabilities(c.goal.backend).batchable:
             chunks.setdefault(queue_for(c), []).append(c.pk)
         else:
             singles.append((c.pk, queue_for(c)))

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 import kernels
+import kernels.backends
 from swarm.models import Goal, target_backend
 
 NAME_MAX_LENGTH = 200
@@ -60,8 +61,8 @@ class GoalInvalid(ValueError):
 
 
 def is_replay(goal: Goal | None) -> bool:
-    """Whether ``goal`` (the goal being changed, if any) is a replay goal."""
-    return goal is not None and goal.backend == "replay"
+    """Whether ``goal`` (the goal being changed, if any) is a replay goal (recorded evaluations)."""
+    return goal is not None and goal.capabilities.recorded
 
 
 def space_size(space: kernels.DesignSpace) -> dict[str, Any]:
@@ -155,7 +156,7 @@ def _target_problem(value: Any, replay: bool, goal: Goal | None) -> str | None:
         backend = target_backend(str(value))
     except ValueError as exc:
         return str(exc)
-    if backend == "replay" and not (replay and value == goal.target):
+    if kernels.backends.capabilities(backend).recorded and not (replay and value == goal.target):
         return "a replay goal is made from a Kernel Tuner cache file: manage.py factory import-cache <file>"
     return None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernels.backends import capabilities
 from kernels.space import format_defines
 
 
@@ -18,10 +19,11 @@ def launch_plan(candidate) -> dict[str, Any]:
     goal = candidate.goal
     backend = goal.backend
     defines = format_defines(candidate.params)
-    if backend == "replay":
-        return {"backend": "replay", "dataset": goal.target.split(":", 1)[1], "params": candidate.params}
+    caps = capabilities(backend)
+    if caps.recorded:
+        return {"backend": backend, "dataset": goal.target.split(":", 1)[1], "params": candidate.params}
     own = getattr(candidate, "launch_plan", None)
-    if backend == "cuda":
+    if caps.launch_plan:
         plan = own
         if not plan:
             from kernels.templates import default_launch_plan  # noqa: PLC0415

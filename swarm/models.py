@@ -14,7 +14,7 @@ from django.db import models
 from django.utils import timezone
 
 from kernels import DesignSpace
-from kernels.backends import replay
+from kernels.backends import Capabilities, backend_for_target, capabilities, replay
 from swarm.launch import launch_plan
 
 
@@ -56,6 +56,11 @@ class Goal(models.Model):
     def backend(self) -> str:
         """Backend that drives this goal's target (``cpu-x86_64`` -> ``cpu``)."""
         return target_backend(self.target)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the goal's backend does (:class:`kernels.backends.Capabilities`)."""
+        return capabilities(self.backend)
 
     @property
     def queue(self) -> str:
@@ -106,13 +111,7 @@ def constraints_met(constraints: list[dict], metrics: dict[str, float]) -> bool:
 
 def target_backend(target: str) -> str:
     """Map a target name to its backend: ``cpu-*`` -> cpu, ``cuda-*`` -> cuda, ``replay:*``."""
-    if target.startswith("cpu-"):
-        return "cpu"
-    if target.startswith("cuda-"):
-        return "cuda"
-    if target.startswith("replay:"):
-        return "replay"
-    raise ValueError(f"unknown target {target!r}: expected cpu-*, cuda-* or replay:<dataset>")
+    return backend_for_target(target)
 
 
 class Run(models.Model):

@@ -63,9 +63,9 @@ MAX_REUSE_ROUNDS = 100
 def backend_fingerprint(goal: Goal) -> dict[str, Any]:
     """Environment fingerprint of the goal's target: compiler, flags and CPU on this host, or
     the recorded data set of a ``replay:`` target."""
-    if goal.backend == "replay":
+    if goal.capabilities.recorded:
         goal.ensure_dataset()
-        return _fingerprint("replay", goal.target)
+        return _fingerprint(goal.backend, goal.target)
     return _fingerprint(goal.backend, None)
 
 
@@ -887,9 +887,9 @@ def _evaluate(candidate: Candidate, evaluate: EvaluateFn) -> dict[str, Any]:
     """Evidence of one candidate as a dict; an evaluator crash becomes ``runtime_error``."""
     goal = candidate.goal
     kwargs: dict[str, Any] = dict(shape_set=goal.shape_set, backend=goal.backend, timeout_s=settings.EVAL_TIMEOUT_S)
-    if goal.backend == "replay":
+    if goal.capabilities.recorded:
         goal.ensure_dataset()
-    if goal.backend in ("replay", "cuda"):
+    if goal.capabilities.needs_target:
         kwargs["target"] = goal.target
     try:
         return evaluate(goal.workload, candidate.source, candidate.params, **kwargs).to_dict()

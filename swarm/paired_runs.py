@@ -56,7 +56,7 @@ def pair_settings() -> tuple[PairSettings, float | None]:
 def no_kernel_reason(candidate: Candidate) -> str:
     """Why ``candidate`` cannot be measured paired ("" when it can)."""
     goal = candidate.goal
-    if goal.backend == "replay":
+    if goal.capabilities.recorded:
         return (f"candidate {candidate.pk} is a recorded measurement ({goal.target}): there is no kernel "
                 "to measure")
     return ""

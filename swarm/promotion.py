@@ -84,7 +84,7 @@ def active_promotion(workload: str, target: str, shape_set: str) -> Promotion | 
 
 def _check_candidate(candidate: Candidate) -> None:
     goal = candidate.goal
-    if goal.backend == "replay":
+    if goal.capabilities.recorded:
         raise PromotionRefused(
             f"candidate {candidate.pk} is a recorded measurement ({goal.target}): there is no kernel to "
             "re-validate or to serve")
@@ -270,10 +270,10 @@ def _extended_validation(req: PromotionRequest, evaluate, bench, compare) -> tup
     candidate = req.candidate
     goal = candidate.goal
     incumbent = req.incumbent.candidate if req.incumbent_id else None
-    turns = goal.backend != "cuda"  # the cpu backend has the turn-taking child of a paired comparison
+    turns = goal.capabilities.paired_turns  # a turn-taking child of a paired comparison
     kwargs: dict[str, Any] = dict(shape_set=goal.shape_set, backend=goal.backend,
                                   timeout_s=settings.EVAL_TIMEOUT_S * 2, bench=bench)
-    if goal.backend == "cuda":
+    if goal.capabilities.needs_target:
         kwargs["target"] = goal.target
     # The order of evaluations: the candidate's validations, then the incumbent once (its own
     # correctness); on CUDA the speed rounds alternate C I, I C, ... so drift affects both alike.

@@ -33,7 +33,7 @@ def ceilings(goal, evidence) -> dict[str, Any]:
         return {"gbps": configured.get("gbps"), "gflops": configured.get("gflops"),
                 "source": configured.get("source", f"settings.ROOFLINE_PEAKS[{goal.target!r}]")}
     limits = ((evidence.fingerprint or {}).get("limits") or {}) if evidence else {}
-    if goal.backend == "cpu":
+    if goal.capabilities.host_limits:
         if limits.get("copy_gbps") and limits.get("fma_gflops"):
             return {"gbps": limits["copy_gbps"], "gflops": limits["fma_gflops"],
                     "source": f"measured on the evaluating host by kernels.hostperf ({limits.get('source', '')}): "
@@ -46,7 +46,7 @@ def ceilings(goal, evidence) -> dict[str, Any]:
             return {"gbps": None, "gflops": None, "source": f"unavailable: {exc}"}
         return {"gbps": hl.copy_gbps, "gflops": hl.fma_gflops,
                 "source": f"measured on this web host by kernels.hostperf at {hl.measured_at} (the evidence has no limits)"}
-    if goal.backend == "cuda":
+    if goal.capabilities.datasheet_limits:
         if limits.get("peak_gbps") and limits.get("peak_gflops"):
             return {"gbps": limits["peak_gbps"], "gflops": limits["peak_gflops"],
                     "source": limits.get("source", "the evaluating worker's device limits")}

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernels import config
+from kernels.backends import CAPABILITIES, TARGET_PREFIXES
 from kernels.toolchain import CompileError, ToolTimeout, compiler_ids, failure, run_tool
 
 FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
@@ -100,6 +101,8 @@ class CpuBackend:
     """Compiles C sources with ``$CC`` (default ``cc``) and OpenMP for this host's CPU."""
 
     name = "cpu"
+    target_prefix = TARGET_PREFIXES["cpu"]
+    capabilities = CAPABILITIES["cpu"]
 
     def supports(self, target: str) -> bool:
         """True for ``cpu-<this machine>`` targets, e.g. ``cpu-x86_64``."""

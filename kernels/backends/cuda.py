@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from kernels import config, static
+from kernels.backends import CAPABILITIES, TARGET_PREFIXES
 from kernels.launch_plan import (
     Launch,
     LaunchArg,
@@ -528,6 +529,8 @@ class CudaBackend:
     """
 
     name = "cuda"
+    target_prefix = TARGET_PREFIXES["cuda"]
+    capabilities = CAPABILITIES["cuda"]
 
     def __init__(self, target: str | None = None) -> None:
         self.target = target or os.environ.get("KERNELS_CUDA_TARGET") or DEFAULT_TARGET

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kernels import config
+from kernels.backends import CAPABILITIES, TARGET_PREFIXES
 from kernels.evidence import Evidence
 from kernels.space import DesignSpace, Domain, SpaceError, register_domain_kind
 from kernels.tuning_cache import TuningCache, dataset_name, load_cache, load_resolved
@@ -36,7 +37,7 @@ __all__ = [
     "register_dataset",
 ]
 
-PREFIX = "replay:"
+PREFIX = TARGET_PREFIXES["replay"]
 _SUFFIXES = (".json", ".json.gz")
 _registered: dict[str, Path] = {}
 _lock = threading.Lock()
@@ -167,6 +168,8 @@ class ReplayBackend:
     """
 
     name = "replay"
+    target_prefix = TARGET_PREFIXES["replay"]
+    capabilities = CAPABILITIES["replay"]
 
     def __init__(self, target: str | None = None) -> None:
         self.target = target

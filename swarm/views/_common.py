@@ -10,6 +10,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import CLexer, CudaLexer
 
+from kernels.backends import capabilities
 from swarm.models import Candidate, CandidateStatus, Goal
 
 SOURCE_CSS_CLASS = "source"
@@ -17,7 +18,7 @@ SOURCE_CSS_CLASS = "source"
 
 def highlighted(source: str, backend: str = "cpu", *, linenos: bool = True) -> str:
     """Source as highlighted HTML (Pygments; C for cpu, CUDA for cuda)."""
-    lexer = CudaLexer() if backend == "cuda" else CLexer()
+    lexer = CudaLexer() if capabilities(backend).language == "cuda" else CLexer()
     formatter = HtmlFormatter(linenos="table" if linenos else False, cssclass=SOURCE_CSS_CLASS)
     return highlight(source, lexer, formatter)
 

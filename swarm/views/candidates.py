@@ -53,7 +53,7 @@ def candidate_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "reused_by": candidate.reused_by.count(),
         "launch_plan": json.dumps(launch_plan(candidate), indent=2),
         "static": static,
-        "is_cuda": goal.backend == "cuda",
+        "is_cuda": goal.capabilities.static_report,
         "requests": PromotionRequest.objects.filter(candidate=candidate).select_related("requested_by")[:5],
         "incumbent": active_promotion(goal.workload, goal.target, goal.shape_set),
         "charts": charts,

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kernels.backends import get_backend
+from kernels.backends import capabilities, get_backend
 from swarm import orchestrator, replay_goals, sweeper
 from swarm.goals import default_goal
 from swarm.models import Goal, target_backend
@@ -97,7 +97,7 @@ class Command(BaseCommand):
                 task = progress.add_task(f"run {run.pk}: {goal.workload} on {goal.target}", total=run.budget)
                 self._drive(run, pending, progress=(progress, task))
         summary = orchestrator.run_summary(run)
-        if not opts["no_baseline"] and goal.backend == "cpu":
+        if not opts["no_baseline"] and goal.capabilities.measures_baseline:
             summary["baseline"] = self._baseline(goal, summary)
         if opts["json"]:
             self.stdout.write(json.dumps(summary, indent=2))
@@ -112,7 +112,7 @@ class Command(BaseCommand):
                 raise CommandError(f"no goal with id {opts['goal']}") from None
         try:
             backend = target_backend(opts["target"])
-            if backend == "cpu" and not get_backend(backend).supports(opts["target"]):
+            if capabilities(backend).host_target and not get_backend(backend).supports(opts["target"]):
                 raise ValueError(f"this machine cannot run target {opts['target']!r} (it is cpu-{platform.machine()})")
             get_backend(backend)
             return default_goal(opts["workload"], opts["target"], opts["shape_set"])
@@ -124,7 +124,7 @@ class Command(BaseCommand):
         # The same orchestrator functions the Celery task calls, evaluated one at a time so
         # that timings are not disturbed by a concurrent candidate.
         while pending:
-            if pending[0].goal.backend == "replay":  # lookups cost nothing: batch the writes
+            if pending[0].goal.capabilities.batchable:  # lookups cost nothing: batch the writes
                 orchestrator.evaluate_batch([c.pk for c in pending])
                 if progress:
                     progress[0].advance(progress[1], len(pending))
