@@ -1,13 +1,37 @@
-"""Helpers shared by the workloads: row-normalised errors (all but kda) and LLM-like
-activations (the inference-engine workloads)."""
+"""Helpers shared by the workloads: row-normalised errors (all but kda), LLM-like
+activations (the inference-engine workloads) and the launch plan of the row-wise CUDA
+templates (rmsnorm, fused_add_rmsnorm, softmax)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
 from kernels.workloads.base import Arrays
+
+#: Largest row cache (bytes of dynamic shared memory) of the row-wise CUDA templates
+#: (``SMEM_CACHE_MAX`` in rmsnorm's, fused_add_rmsnorm's and softmax's template.cu).
+SMEM_CACHE_MAX = 200 * 1024
+
+
+def rows_launch_plan(kernel: str, rows_axis: str, row_len_axis: str, args: list[str]) -> dict[str, Any]:
+    """Launch plan (JSON dict) of a row-wise CUDA template: ``BLOCK_SIZE // THREADS_PER_ROW``
+    rows per block of ``BLOCK_SIZE`` threads, and with ``USE_SMEM`` a cache of those rows in
+    dynamic shared memory when it fits :data:`SMEM_CACHE_MAX` (as the kernel decides)."""
+    rpb = "(BLOCK_SIZE // THREADS_PER_ROW)"
+    row_bytes = f"{rpb} * {row_len_axis} * 4"
+    return {
+        "launches": [{
+            "kernel": kernel,
+            "grid": [f"({rows_axis} + {rpb} - 1) // {rpb}"],
+            "block": ["BLOCK_SIZE"],
+            "shared_mem_bytes": f"USE_SMEM * {row_bytes} * ({row_bytes} <= {SMEM_CACHE_MAX})",
+            "args": args,
+        }]
+    }
+
 
 # Denominator floor of the row-normalised error: an all-zero reference row cannot blow it up.
 REL_FLOOR = 1e-12

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from kernels.space import DesignSpace, Parameter
 from kernels.workloads._common import activations, f32, row_error_definition, row_errors
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
@@ -62,6 +63,16 @@ def nbytes(shape: Shape) -> float:
     return 12.0 * shape["rows"] * shape["inter"]
 
 
+# template.c
+CPU_SPACE = DesignSpace(
+    parameters=(
+        Parameter("CHUNK", (512, 2048, 8192)),
+        Parameter("SIGMOID", (0, 1)),
+    ),
+    restrictions=(),
+)
+
+
 SWIGLU = Workload(
     name="swiglu",
     c_signature="void swiglu(const float *x, float *y, int rows, int inter)",
@@ -83,4 +94,8 @@ SWIGLU = Workload(
     flops=flops,
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
+    spaces={"cpu": CPU_SPACE},
 )
+
+#: The workload of this folder (found by :mod:`kernels.workloads.registry`).
+WORKLOAD = SWIGLU

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from kernels.space import DesignSpace, Parameter
 from kernels.workloads._common import activations, f32, gelu64, row_error_definition, row_errors
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
@@ -56,6 +57,16 @@ def nbytes(shape: Shape) -> float:
     return 8.0 * shape["rows"] * shape["cols"]
 
 
+# template.c
+CPU_SPACE = DesignSpace(
+    parameters=(
+        Parameter("ERF_IMPL", (0, 1)),
+        Parameter("CHUNK", (1024, 4096, 16384)),
+    ),
+    restrictions=(),
+)
+
+
 GELU = Workload(
     name="gelu",
     c_signature="void gelu(const float *x, float *y, int rows, int cols)",
@@ -79,4 +90,8 @@ GELU = Workload(
     flops=flops,
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
+    spaces={"cpu": CPU_SPACE},
 )
+
+#: The workload of this folder (found by :mod:`kernels.workloads.registry`).
+WORKLOAD = GELU

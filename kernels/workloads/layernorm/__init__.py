@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from kernels.space import DesignSpace, Parameter
 from kernels.workloads._common import f32, row_error_definition, row_errors
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
@@ -70,6 +71,18 @@ def nbytes(shape: Shape) -> float:
     return 4.0 * (2.0 * shape["rows"] * shape["hidden"] + 2.0 * shape["hidden"])
 
 
+# template.c: ALGO 0 two-pass, 1 shifted one-pass (both exact enough); LANES partial sums.
+CPU_SPACE = DesignSpace(
+    parameters=(
+        Parameter("ROWS_PER_CHUNK", (1, 2, 4, 8, 16, 32)),
+        Parameter("LANES", (1, 4, 8, 16, 32)),
+        Parameter("ACC_DOUBLE", (0, 1)),
+        Parameter("ALGO", (0, 1)),
+    ),
+    restrictions=(),
+)
+
+
 LAYERNORM = Workload(
     name="layernorm",
     c_signature="void layernorm(const float *x, const float *w, const float *b, float *y, int rows, int hidden, float eps)",
@@ -94,4 +107,8 @@ LAYERNORM = Workload(
     flops=flops,
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
+    spaces={"cpu": CPU_SPACE},
 )
+
+#: The workload of this folder (found by :mod:`kernels.workloads.registry`).
+WORKLOAD = LAYERNORM

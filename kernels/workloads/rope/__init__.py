@@ -21,6 +21,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from kernels.space import DesignSpace, Parameter
 from kernels.workloads._common import activations, f32, row_error_definition, row_errors
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
@@ -82,6 +83,16 @@ def _s(t: int, h: int, d: int = 128) -> Shape:
     return {"tokens": t, "heads": h, "head_dim": d}
 
 
+# template.c
+CPU_SPACE = DesignSpace(
+    parameters=(
+        Parameter("ROWS_PER_CHUNK", (1, 4, 8, 32)),
+        Parameter("PAR_MIN_ROWS", (1, 64, 1024)),
+    ),
+    restrictions=(),
+)
+
+
 ROPE = Workload(
     name="rope",
     c_signature="void rope(const float *x, const float *cos, const float *sin, float *y, int tokens, int heads, int head_dim)",
@@ -106,4 +117,8 @@ ROPE = Workload(
     flops=flops,
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
+    spaces={"cpu": CPU_SPACE},
 )
+
+#: The workload of this folder (found by :mod:`kernels.workloads.registry`).
+WORKLOAD = ROPE

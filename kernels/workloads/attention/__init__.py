@@ -22,6 +22,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from kernels.space import DesignSpace, Parameter
 from kernels.workloads._common import f32, row_error_definition, row_errors
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
@@ -117,6 +118,17 @@ def _s(b: int, s: int, h: int, kvh: int, d: int) -> Shape:
     return {"batch": b, "seq": s, "heads": h, "kv_heads": kvh, "head_dim": d}
 
 
+# template.c
+CPU_SPACE = DesignSpace(
+    parameters=(
+        Parameter("BQ", (1, 2, 4, 8)),
+        Parameter("BK", (16, 32, 64, 128)),
+        Parameter("SCHEDULE", (0, 1)),
+    ),
+    restrictions=(),
+)
+
+
 ATTENTION = Workload(
     name="attention",
     c_signature=("void attention(const float *q, const float *k, const float *v, float *o, int batch, int seq, "
@@ -145,4 +157,8 @@ ATTENTION = Workload(
     flops=flops,
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
+    spaces={"cpu": CPU_SPACE},
 )
+
+#: The workload of this folder (found by :mod:`kernels.workloads.registry`).
+WORKLOAD = ATTENTION

@@ -20,10 +20,14 @@ Rows are decode/prefill batch sizes seen in FlashInfer Trace's
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
+from kernels.space import DesignSpace, Parameter
+from kernels.workloads._common import rows_launch_plan
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
+from kernels.workloads.rmsnorm import CUDA_SPACE as _RMSNORM_CUDA_SPACE
 from kernels.workloads.rmsnorm import ERROR_DEFINITION as _RMSNORM_ERRORS
 from kernels.workloads.rmsnorm import TOLERANCE, errors
 
@@ -94,6 +98,27 @@ def nbytes(shape: Shape) -> float:
 
 _ROWS = (1, 16, 64, 170)
 
+# template.c
+CPU_SPACE = DesignSpace(
+    parameters=(
+        Parameter("ROWS_PER_CHUNK", (1, 2, 4, 8, 16, 32)),
+        Parameter("UNROLL", (1, 2, 4, 8)),
+        Parameter("VEC", (1, 4, 8, 16)),
+        Parameter("ACC_DOUBLE", (0, 1)),
+        Parameter("RECOMPUTE", (0, 1)),
+    ),
+    restrictions=("UNROLL * VEC <= 64",),
+)
+# template.cu: the kernel structure and tunables of rmsnorm's
+CUDA_SPACE = _RMSNORM_CUDA_SPACE
+
+
+def launch_plan(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Launch plan of template.cu: one row-wise launch (:func:`rows_launch_plan`)."""
+    return rows_launch_plan("fused_add_rmsnorm_kernel", "rows", "hidden",
+                            ["x", "residual", "w", "y", "residual_out", "rows", "hidden", "eps"])
+
+
 FUSED_ADD_RMSNORM = Workload(
     name="fused_add_rmsnorm",
     c_signature=(
@@ -131,4 +156,9 @@ FUSED_ADD_RMSNORM = Workload(
     flops=flops,
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
+    spaces={"cpu": CPU_SPACE, "cuda": CUDA_SPACE},
+    launch_plan=launch_plan,
 )
+
+#: The workload of this folder (found by :mod:`kernels.workloads.registry`).
+WORKLOAD = FUSED_ADD_RMSNORM

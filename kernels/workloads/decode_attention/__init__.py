@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from kernels.space import DesignSpace, Parameter
 from kernels.workloads._common import f32, row_error_definition, row_errors
 from kernels.workloads.attention import attend64, qkv
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
@@ -65,6 +66,16 @@ def _s(b: int, n: int, h: int, kvh: int, d: int) -> Shape:
     return {"batch": b, "kv_len": n, "heads": h, "kv_heads": kvh, "head_dim": d}
 
 
+# template.c
+CPU_SPACE = DesignSpace(
+    parameters=(
+        Parameter("BK", (16, 32, 64, 128, 256)),
+        Parameter("GROUP", (0, 1)),
+    ),
+    restrictions=(),
+)
+
+
 DECODE_ATTENTION = Workload(
     name="decode_attention",
     c_signature=("void decode_attention(const float *q, const float *k, const float *v, float *o, int batch, "
@@ -87,4 +98,8 @@ DECODE_ATTENTION = Workload(
     flops=flops,
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
+    spaces={"cpu": CPU_SPACE},
 )
+
+#: The workload of this folder (found by :mod:`kernels.workloads.registry`).
+WORKLOAD = DECODE_ATTENTION
