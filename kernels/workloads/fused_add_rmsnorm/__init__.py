@@ -29,7 +29,7 @@ from kernels.workloads._common import rows_launch_plan
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 from kernels.workloads.rmsnorm import CUDA_SPACE as _RMSNORM_CUDA_SPACE
 from kernels.workloads.rmsnorm import ERROR_DEFINITION as _RMSNORM_ERRORS
-from kernels.workloads.rmsnorm import TOLERANCE, errors
+from kernels.workloads.rmsnorm import TOLERANCE, errors, numpy_rmsnorm
 
 EPS = 1e-5
 ERROR_DEFINITION = (
@@ -98,6 +98,19 @@ def nbytes(shape: Shape) -> float:
 
 _ROWS = (1, 16, 64, 170)
 
+def numpy_fused_add_rmsnorm(
+    x: np.ndarray, residual: np.ndarray, w: np.ndarray, eps: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Plain NumPy float32 fused add + RMSNorm: ``(y, residual_out)``, each [rows, hidden]."""
+    r = x + residual
+    return numpy_rmsnorm(r, w, eps), r
+
+
+def numpy_baseline(inputs: Arrays, attrs: Mapping[str, float], out: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The NumPy baseline (:attr:`Workload.numpy_baseline`): :func:`numpy_fused_add_rmsnorm`."""
+    return numpy_fused_add_rmsnorm(inputs["x"], inputs["residual"], inputs["w"], attrs["eps"])
+
+
 # template.c
 CPU_SPACE = DesignSpace(
     parameters=(
@@ -158,6 +171,7 @@ FUSED_ADD_RMSNORM = Workload(
     error_definition=ERROR_DEFINITION,
     spaces={"cpu": CPU_SPACE, "cuda": CUDA_SPACE},
     launch_plan=launch_plan,
+    numpy_baseline=numpy_baseline,
 )
 
 #: The workload of this folder (found by :mod:`kernels.workloads.registry`).

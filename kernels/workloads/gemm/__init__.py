@@ -160,6 +160,18 @@ def _odd(k: int, ms: tuple[int, ...] = (7, 35)) -> tuple[Shape, ...]:
     return tuple({"M": m, "N": 263, "K": k + 3} for m in ms)
 
 
+def numpy_gemm(A: np.ndarray, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``A @ B^T`` with ``numpy.matmul`` (BLAS): A [M, K], B [N, K] -> [M, N] float32."""
+    return np.matmul(A, B.T, out=out)
+
+
+def numpy_baseline(inputs: Arrays, attrs: Mapping[str, float], out: dict) -> np.ndarray:
+    """The NumPy baseline (:attr:`Workload.numpy_baseline`): :func:`numpy_gemm` into a
+    preallocated ``out["C"]``."""
+    A, B = inputs["A"], inputs["B"]
+    return numpy_gemm(A, B, out=out.setdefault("C", np.empty((A.shape[0], B.shape[0]), np.float32)))
+
+
 # The register and cache tiling of template.c, shared with gemm_bias's (same blocking code).
 CPU_TILING = (
     Parameter("MR", (1, 2, 4, 6, 8)),
@@ -272,6 +284,7 @@ GEMM = Workload(
     salted_reference=salted_reference,
     spaces={"cpu": CPU_SPACE, "cuda": CUDA_SPACE},
     launch_plan=launch_plan,
+    numpy_baseline=numpy_baseline,
 )
 
 #: The workload of this folder (found by :mod:`kernels.workloads.registry`).

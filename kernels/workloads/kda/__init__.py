@@ -200,6 +200,33 @@ def _shape(bh: int, t: int, dk: int = 128, dv: int = 128) -> Shape:
     return {"batch_heads": bh, "seq": t, "dk": dk, "dv": dv}
 
 
+def numpy_kda(q, k, v, g, beta) -> tuple[np.ndarray, np.ndarray]:
+    """Token-by-token KDA in float32, vectorised over heads (the recurrence above).
+
+    Args: q, k, g [BH, T, dk]; v [BH, T, dv]; beta [BH, T], float32.
+
+    Returns:
+        ``(o [BH, T, dv], state [BH, dk, dv])``, float32.
+    """
+    bh, t, dk = q.shape
+    dv = v.shape[-1]
+    a = np.exp(g)
+    qs = q * np.float32(dk**-0.5)
+    S = np.zeros((bh, dk, dv), dtype=np.float32)
+    o = np.empty((bh, t, dv), dtype=np.float32)
+    for i in range(t):
+        S *= a[:, i, :, None]
+        pred = np.einsum("bk,bkv->bv", k[:, i], S)
+        S += k[:, i, :, None] * (beta[:, i, None] * (v[:, i] - pred))[:, None, :]
+        o[:, i] = np.einsum("bk,bkv->bv", qs[:, i], S)
+    return o, S
+
+
+def numpy_baseline(inputs: Arrays, attrs: Mapping[str, float], out: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The NumPy baseline (:attr:`Workload.numpy_baseline`): :func:`numpy_kda`."""
+    return numpy_kda(inputs["q"], inputs["k"], inputs["v"], inputs["g"], inputs["beta"])
+
+
 # template.c: DV_BLOCK and FUSE belong to the recurrent algorithm, CHUNK to the chunked one.
 CPU_SPACE = DesignSpace(
     parameters=(
@@ -316,6 +343,7 @@ KDA = Workload(
     salted_reference=batched_salted_reference(reference),
     spaces={"cpu": CPU_SPACE, "cuda": CUDA_SPACE},
     launch_plan=launch_plan,
+    numpy_baseline=numpy_baseline,
 )
 
 #: The workload of this folder (found by :mod:`kernels.workloads.registry`).

@@ -89,6 +89,16 @@ def nbytes(shape: Shape) -> float:
     return (2.0 * shape["rows"] * shape["hidden"] + shape["hidden"]) * 4.0
 
 
+def numpy_rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """Plain NumPy float32 RMSNorm: ``x`` [rows, hidden], ``w`` [hidden] -> [rows, hidden]."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(eps)) * w
+
+
+def numpy_baseline(inputs: Arrays, attrs: Mapping[str, float], out: dict) -> np.ndarray:
+    """The NumPy baseline (:attr:`Workload.numpy_baseline`): :func:`numpy_rmsnorm`."""
+    return numpy_rmsnorm(inputs["x"], inputs["w"], attrs["eps"])
+
+
 # template.c
 CPU_SPACE = DesignSpace(
     parameters=(
@@ -158,6 +168,7 @@ RMSNORM = Workload(
     error_definition=ERROR_DEFINITION,
     spaces={"cpu": CPU_SPACE, "cuda": CUDA_SPACE},
     launch_plan=launch_plan,
+    numpy_baseline=numpy_baseline,
 )
 
 #: The workload of this folder (found by :mod:`kernels.workloads.registry`).

@@ -109,6 +109,18 @@ def nbytes(shape: Shape) -> float:
     return 8.0 * shape["rows"] * shape["cols"]
 
 
+def numpy_softmax(x: np.ndarray) -> np.ndarray:
+    """Numerically stable row softmax in float32: [rows, cols] -> [rows, cols]."""
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    e /= np.sum(e, axis=-1, keepdims=True)
+    return e
+
+
+def numpy_baseline(inputs: Arrays, attrs: Mapping[str, float], out: dict) -> np.ndarray:
+    """The NumPy baseline (:attr:`Workload.numpy_baseline`): :func:`numpy_softmax`."""
+    return numpy_softmax(inputs["x"])
+
+
 # template.c: EXP_DEGREE only matters with the polynomial exp, BLOCK only for ALGO 1.
 CPU_SPACE = DesignSpace(
     parameters=(
@@ -175,6 +187,7 @@ SOFTMAX = Workload(
     salted_reference=batched_salted_reference(reference),
     spaces={"cpu": CPU_SPACE, "cuda": CUDA_SPACE},
     launch_plan=launch_plan,
+    numpy_baseline=numpy_baseline,
 )
 
 #: The workload of this folder (found by :mod:`kernels.workloads.registry`).
