@@ -172,6 +172,8 @@ FUSED_ADD_RMSNORM = Workload(
     spaces={"cpu": CPU_SPACE, "cuda": CUDA_SPACE},
     launch_plan=launch_plan,
     numpy_baseline=numpy_baseline,
+    # FlashInfer Trace definition of this math (definitions/rmsnorm/fused_add_rmsnorm_h4096.json)
+    flashinfer={"fused_add_rmsnorm_h4096": {"batch_size": "rows", "hidden_size": "hidden"}},
 )
 
 #: The workload of this folder (found by :mod:`kernels.workloads.registry`).

@@ -285,6 +285,9 @@ GEMM = Workload(
     spaces={"cpu": CPU_SPACE, "cuda": CUDA_SPACE},
     launch_plan=launch_plan,
     numpy_baseline=numpy_baseline,
+    # FlashInfer Trace definitions of this math (definitions/gemm/*.json)
+    flashinfer={"gemm_n4096_k4096": {"M": "M", "N": "N", "K": "K"},
+                "gemm_n6144_k4096": {"M": "M", "N": "N", "K": "K"}},
 )
 
 #: The workload of this folder (found by :mod:`kernels.workloads.registry`).

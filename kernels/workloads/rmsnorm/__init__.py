@@ -169,6 +169,8 @@ RMSNORM = Workload(
     spaces={"cpu": CPU_SPACE, "cuda": CUDA_SPACE},
     launch_plan=launch_plan,
     numpy_baseline=numpy_baseline,
+    # FlashInfer Trace definition of this math (definitions/rmsnorm/rmsnorm_h4096.json)
+    flashinfer={"rmsnorm_h4096": {"batch_size": "rows", "hidden_size": "hidden"}},
 )
 
 #: The workload of this folder (found by :mod:`kernels.workloads.registry`).
