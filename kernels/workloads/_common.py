@@ -11,6 +11,29 @@ import numpy as np
 
 from kernels.workloads.base import Arrays
 
+_SQRT1_2 = np.float32(0.7071067811865476)
+
+
+def gelu_(x: np.ndarray) -> np.ndarray:
+    """Exact GELU of float32 ``x`` in place: ``0.5 x (1 + erf(x / sqrt 2))`` (scipy's erf)."""
+    from scipy.special import erf  # noqa: PLC0415 - scipy is imported on first use only
+
+    t = x * _SQRT1_2
+    erf(t, out=t)
+    t += np.float32(1.0)
+    x *= t
+    x *= np.float32(0.5)
+    return x
+
+
+def softmax_rows_(sc: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis of float32 ``sc`` in place (max subtracted first)."""
+    sc -= sc.max(axis=-1, keepdims=True)
+    np.exp(sc, out=sc)
+    sc /= sc.sum(axis=-1, keepdims=True)
+    return sc
+
+
 #: Largest row cache (bytes of dynamic shared memory) of the row-wise CUDA templates
 #: (``SMEM_CACHE_MAX`` in rmsnorm's, fused_add_rmsnorm's and softmax's template.cu).
 SMEM_CACHE_MAX = 200 * 1024

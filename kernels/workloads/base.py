@@ -118,6 +118,10 @@ class Workload:
         numpy_baseline: optional ``(inputs, attrs, out) -> outputs``: the workload in plain
             NumPy float32, run once per call (``out``: a per-input-set dict the function may
             fill with preallocated outputs); timed by :func:`kernels.baselines.baseline_latency_ms`.
+        numpy_into: optional ``(inputs, outputs, shape, attrs) -> None``: the workload in
+            NumPy float32 (+ BLAS) writing every output into the preallocated float32 arrays
+            of ``outputs`` (inputs read-only, C-contiguous); what an inference engine
+            (``engines/``) runs for an operator without a compiled kernel.
         flashinfer: FlashInfer Trace definitions this workload implements: definition name ->
             (FlashInfer axis -> our axis, in our axis order), e.g.
             ``{"rmsnorm_h4096": {"batch_size": "rows", "hidden_size": "hidden"}}``.
@@ -143,6 +147,7 @@ class Workload:
     spaces: Mapping[str, DesignSpace] = field(default_factory=dict)
     launch_plan: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
     numpy_baseline: Callable[[Arrays, Mapping[str, float], dict], object] | None = None
+    numpy_into: Callable[[Mapping[str, np.ndarray], dict, Shape, Mapping[str, float]], None] | None = None
     flashinfer: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @property

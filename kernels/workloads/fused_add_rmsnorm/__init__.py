@@ -30,6 +30,7 @@ from kernels.workloads.base import Arg, Arrays, Shape, Workload
 from kernels.workloads.rmsnorm import CUDA_SPACE as _RMSNORM_CUDA_SPACE
 from kernels.workloads.rmsnorm import ERROR_DEFINITION as _RMSNORM_ERRORS
 from kernels.workloads.rmsnorm import TOLERANCE, errors, numpy_rmsnorm
+from kernels.workloads.rmsnorm import numpy_into as _rmsnorm_into
 
 EPS = 1e-5
 ERROR_DEFINITION = (
@@ -111,6 +112,13 @@ def numpy_baseline(inputs: Arrays, attrs: Mapping[str, float], out: dict) -> tup
     return numpy_fused_add_rmsnorm(inputs["x"], inputs["residual"], inputs["w"], attrs["eps"])
 
 
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: ``residual_out = x + residual``, then rmsnorm's."""
+    r = o["residual_out"]
+    np.add(i["x"], i["residual"], out=r)
+    _rmsnorm_into({"x": r, "w": i["w"]}, {"y": o["y"]}, s, a)
+
+
 # template.c
 CPU_SPACE = DesignSpace(
     parameters=(
@@ -174,6 +182,7 @@ FUSED_ADD_RMSNORM = Workload(
     numpy_baseline=numpy_baseline,
     # FlashInfer Trace definition of this math (definitions/rmsnorm/fused_add_rmsnorm_h4096.json)
     flashinfer={"fused_add_rmsnorm_h4096": {"batch_size": "rows", "hidden_size": "hidden"}},
+    numpy_into=numpy_into,
 )
 
 #: The workload of this folder (found by :mod:`kernels.workloads.registry`).

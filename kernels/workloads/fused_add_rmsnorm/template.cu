@@ -6,7 +6,7 @@
  *   residual_out = x + residual
  *   y = residual_out / sqrt(mean(residual_out^2) + eps) * w          (per row)
  *
- * Launch plan (kernels.templates.cuda): grid.x = ceil(rows / ROWS_PER_BLOCK), block.x =
+ * Launch plan (launch_plan in this folder's __init__.py): grid.x = ceil(rows / ROWS_PER_BLOCK), block.x =
  * BLOCK_SIZE, dynamic shared memory = ROWS_PER_BLOCK * hidden * 4 bytes when USE_SMEM and
  * that is at most SMEM_CACHE_MAX (200 KiB), else 0.
  *

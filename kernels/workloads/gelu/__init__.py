@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from kernels.space import DesignSpace, Parameter
-from kernels.workloads._common import activations, f32, gelu64, row_error_definition, row_errors
+from kernels.workloads._common import activations, f32, gelu64, gelu_, row_error_definition, row_errors
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
 # Row-normalised bound: float32 erff is ~1 ulp, a good polynomial erf (Abramowitz & Stegun
@@ -57,6 +57,12 @@ def nbytes(shape: Shape) -> float:
     return 8.0 * shape["rows"] * shape["cols"]
 
 
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: exact GELU (scipy's erf)."""
+    np.copyto(o["y"], i["x"])
+    gelu_(o["y"])
+
+
 # template.c
 CPU_SPACE = DesignSpace(
     parameters=(
@@ -91,6 +97,7 @@ GELU = Workload(
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
     spaces={"cpu": CPU_SPACE},
+    numpy_into=numpy_into,
 )
 
 #: The workload of this folder (found by :mod:`kernels.workloads.registry`).

@@ -172,6 +172,11 @@ def numpy_baseline(inputs: Arrays, attrs: Mapping[str, float], out: dict) -> np.
     return numpy_gemm(A, B, out=out.setdefault("C", np.empty((A.shape[0], B.shape[0]), np.float32)))
 
 
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: ``numpy.matmul`` (BLAS) into ``C``."""
+    np.matmul(i["A"], i["B"].T, out=o["C"])
+
+
 # The register and cache tiling of template.c, shared with gemm_bias's (same blocking code).
 CPU_TILING = (
     Parameter("MR", (1, 2, 4, 6, 8)),
@@ -288,6 +293,7 @@ GEMM = Workload(
     # FlashInfer Trace definitions of this math (definitions/gemm/*.json)
     flashinfer={"gemm_n4096_k4096": {"M": "M", "N": "N", "K": "K"},
                 "gemm_n6144_k4096": {"M": "M", "N": "N", "K": "K"}},
+    numpy_into=numpy_into,
 )
 
 #: The workload of this folder (found by :mod:`kernels.workloads.registry`).

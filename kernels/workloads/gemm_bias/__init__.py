@@ -19,7 +19,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from kernels.space import DesignSpace, Parameter
-from kernels.workloads._common import activations, f32, gelu64, row_error_definition, row_errors
+from kernels.workloads._common import activations, f32, gelu64, gelu_, row_error_definition, row_errors
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 from kernels.workloads.gemm import CPU_TILING, CPU_TILING_RESTRICTIONS
 
@@ -74,6 +74,15 @@ def _odd(k: int) -> tuple[Shape, ...]:
     return ({"M": 7, "N": 263, "K": k + 3}, {"M": 35, "N": 263, "K": k + 3})
 
 
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: ``numpy.matmul`` (BLAS), the bias, and GELU when ``act`` is 1."""
+    C = o["C"]
+    np.matmul(i["A"], i["B"].T, out=C)
+    C += i["bias"]
+    if float(a.get("act", 0.0)) == 1.0:
+        gelu_(C)
+
+
 # template.c: gemm's space plus the erf of the GELU epilogue.
 CPU_SPACE = DesignSpace(
     parameters=(*CPU_TILING, Parameter("ERF_IMPL", (0, 1))),
@@ -115,6 +124,7 @@ GEMM_BIAS = Workload(
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
     spaces={"cpu": CPU_SPACE},
+    numpy_into=numpy_into,
 )
 
 #: The workload of this folder (found by :mod:`kernels.workloads.registry`).

@@ -71,6 +71,17 @@ def nbytes(shape: Shape) -> float:
     return 4.0 * (2.0 * shape["rows"] * shape["hidden"] + 2.0 * shape["hidden"])
 
 
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: two-pass mean and variance per row."""
+    x, y = i["x"], o["y"]
+    mu = x.mean(axis=1, keepdims=True)
+    np.subtract(x, mu, out=y)
+    var = np.einsum("ij,ij->i", y, y, dtype=np.float32)[:, None] / np.float32(x.shape[1])
+    y *= 1.0 / np.sqrt(var + np.float32(a["eps"]))
+    y *= i["w"]
+    y += i["b"]
+
+
 # template.c: ALGO 0 two-pass, 1 shifted one-pass (both exact enough); LANES partial sums.
 CPU_SPACE = DesignSpace(
     parameters=(
@@ -108,6 +119,7 @@ LAYERNORM = Workload(
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
     spaces={"cpu": CPU_SPACE},
+    numpy_into=numpy_into,
 )
 
 #: The workload of this folder (found by :mod:`kernels.workloads.registry`).

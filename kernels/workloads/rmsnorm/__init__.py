@@ -99,6 +99,14 @@ def numpy_baseline(inputs: Arrays, attrs: Mapping[str, float], out: dict) -> np.
     return numpy_rmsnorm(inputs["x"], inputs["w"], attrs["eps"])
 
 
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: ``y`` from one einsum sum of squares per row."""
+    x = i["x"]
+    ms = np.einsum("ij,ij->i", x, x, dtype=np.float32)[:, None] / np.float32(x.shape[1])
+    np.multiply(x, 1.0 / np.sqrt(ms + np.float32(a["eps"])), out=o["y"])
+    o["y"] *= i["w"]
+
+
 # template.c
 CPU_SPACE = DesignSpace(
     parameters=(
@@ -171,6 +179,7 @@ RMSNORM = Workload(
     numpy_baseline=numpy_baseline,
     # FlashInfer Trace definition of this math (definitions/rmsnorm/rmsnorm_h4096.json)
     flashinfer={"rmsnorm_h4096": {"batch_size": "rows", "hidden_size": "hidden"}},
+    numpy_into=numpy_into,
 )
 
 #: The workload of this folder (found by :mod:`kernels.workloads.registry`).

@@ -4,7 +4,7 @@
  *                                             int rows, int hidden, float eps)
  *   y[r, i] = x[r, i] / sqrt(mean_i(x[r, i]^2) + eps) * w[i]
  *
- * Launch plan (kernels.templates.cuda): grid.x = ceil(rows / ROWS_PER_BLOCK), block.x =
+ * Launch plan (launch_plan in this folder's __init__.py): grid.x = ceil(rows / ROWS_PER_BLOCK), block.x =
  * BLOCK_SIZE, dynamic shared memory = ROWS_PER_BLOCK * hidden * 4 bytes when USE_SMEM and
  * that is at most SMEM_CACHE_MAX (200 KiB), else 0 (then the row is re-read from global).
  *

@@ -83,6 +83,16 @@ def _s(t: int, h: int, d: int = 128) -> Shape:
     return {"tokens": t, "heads": h, "head_dim": d}
 
 
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: the rotate-half form on the two halves of the last axis."""
+    x, y = i["x"], o["y"]
+    half = x.shape[-1] // 2
+    c, sn = i["cos"][:, None, :], i["sin"][:, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    np.subtract(x1 * c, x2 * sn, out=y[..., :half])
+    np.add(x2 * c, x1 * sn, out=y[..., half:])
+
+
 # template.c
 CPU_SPACE = DesignSpace(
     parameters=(
@@ -118,6 +128,7 @@ ROPE = Workload(
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
     spaces={"cpu": CPU_SPACE},
+    numpy_into=numpy_into,
 )
 
 #: The workload of this folder (found by :mod:`kernels.workloads.registry`).

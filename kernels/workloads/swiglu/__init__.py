@@ -63,6 +63,18 @@ def nbytes(shape: Shape) -> float:
     return 12.0 * shape["rows"] * shape["inter"]
 
 
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: ``silu(gate) * up`` with ``gate, up = x[:, :n], x[:, n:]``."""
+    x, y = i["x"], o["y"]
+    n = y.shape[1]
+    g = x[:, :n]
+    with np.errstate(over="ignore"):
+        np.exp(-g, out=y)
+    y += np.float32(1.0)
+    np.divide(g, y, out=y)
+    y *= x[:, n:]
+
+
 # template.c
 CPU_SPACE = DesignSpace(
     parameters=(
@@ -95,6 +107,7 @@ SWIGLU = Workload(
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
     spaces={"cpu": CPU_SPACE},
+    numpy_into=numpy_into,
 )
 
 #: The workload of this folder (found by :mod:`kernels.workloads.registry`).
