@@ -11,6 +11,13 @@ import numpy as np
 
 from kernels.workloads.base import Arrays
 
+
+def axes_2d(name: str, a: str, b: str) -> Callable[[Mapping[str, np.ndarray]], dict[str, int]]:
+    """A ``shape_of`` (:class:`~kernels.workloads.base.Workload`) reading axes ``a`` and
+    ``b`` from the two dimensions of input ``name``."""
+    return lambda i: {a: int(i[name].shape[0]), b: int(i[name].shape[1])}
+
+
 _SQRT1_2 = np.float32(0.7071067811865476)
 
 

@@ -118,6 +118,9 @@ class Workload:
         numpy_baseline: optional ``(inputs, attrs, out) -> outputs``: the workload in plain
             NumPy float32, run once per call (``out``: a per-input-set dict the function may
             fill with preallocated outputs); timed by :func:`kernels.baselines.baseline_latency_ms`.
+        shape_of: optional ``inputs -> shape``: the axes of a call (what the C entry point
+            receives as ints) read from its input arrays' shapes; how an inference engine
+            (``engines/``) sizes an operator's call.
         numpy_into: optional ``(inputs, outputs, shape, attrs) -> None``: the workload in
             NumPy float32 (+ BLAS) writing every output into the preallocated float32 arrays
             of ``outputs`` (inputs read-only, C-contiguous); what an inference engine
@@ -147,6 +150,7 @@ class Workload:
     spaces: Mapping[str, DesignSpace] = field(default_factory=dict)
     launch_plan: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
     numpy_baseline: Callable[[Arrays, Mapping[str, float], dict], object] | None = None
+    shape_of: Callable[[Mapping[str, np.ndarray]], dict[str, int]] | None = None
     numpy_into: Callable[[Mapping[str, np.ndarray], dict, Shape, Mapping[str, float]], None] | None = None
     flashinfer: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 

@@ -175,6 +175,8 @@ ATTENTION = Workload(
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
     spaces={"cpu": CPU_SPACE},
+    shape_of=lambda i: {**dict(zip(("batch", "seq", "heads", "head_dim"), map(int, i["q"].shape))),
+                          "kv_heads": int(i["k"].shape[2])},
     numpy_into=numpy_into,
 )
 

@@ -111,6 +111,9 @@ DECODE_ATTENTION = Workload(
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
     spaces={"cpu": CPU_SPACE},
+    shape_of=lambda i: {"batch": int(i["q"].shape[0]), "heads": int(i["q"].shape[1]),
+                          "head_dim": int(i["q"].shape[2]), "kv_len": int(i["k"].shape[1]),
+                          "kv_heads": int(i["k"].shape[2])},
     numpy_into=numpy_into,
 )
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from kernels.space import DesignSpace, Parameter
-from kernels.workloads._common import rows_launch_plan
+from kernels.workloads._common import axes_2d, rows_launch_plan
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 from kernels.workloads.rmsnorm import CUDA_SPACE as _RMSNORM_CUDA_SPACE
 from kernels.workloads.rmsnorm import ERROR_DEFINITION as _RMSNORM_ERRORS
@@ -182,6 +182,7 @@ FUSED_ADD_RMSNORM = Workload(
     numpy_baseline=numpy_baseline,
     # FlashInfer Trace definition of this math (definitions/rmsnorm/fused_add_rmsnorm_h4096.json)
     flashinfer={"fused_add_rmsnorm_h4096": {"batch_size": "rows", "hidden_size": "hidden"}},
+    shape_of=axes_2d("x", "rows", "hidden"),
     numpy_into=numpy_into,
 )
 

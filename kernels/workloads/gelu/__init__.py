@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from kernels.space import DesignSpace, Parameter
-from kernels.workloads._common import activations, f32, gelu64, gelu_, row_error_definition, row_errors
+from kernels.workloads._common import activations, axes_2d, f32, gelu64, gelu_, row_error_definition, row_errors
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
 # Row-normalised bound: float32 erff is ~1 ulp, a good polynomial erf (Abramowitz & Stegun
@@ -97,6 +97,7 @@ GELU = Workload(
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
     spaces={"cpu": CPU_SPACE},
+    shape_of=axes_2d("x", "rows", "cols"),
     numpy_into=numpy_into,
 )
 

@@ -293,6 +293,7 @@ GEMM = Workload(
     # FlashInfer Trace definitions of this math (definitions/gemm/*.json)
     flashinfer={"gemm_n4096_k4096": {"M": "M", "N": "N", "K": "K"},
                 "gemm_n6144_k4096": {"M": "M", "N": "N", "K": "K"}},
+    shape_of=lambda i: {"M": int(i["A"].shape[0]), "N": int(i["B"].shape[0]), "K": int(i["A"].shape[1])},
     numpy_into=numpy_into,
 )
 

@@ -353,6 +353,8 @@ KDA = Workload(
     spaces={"cpu": CPU_SPACE, "cuda": CUDA_SPACE},
     launch_plan=launch_plan,
     numpy_baseline=numpy_baseline,
+    shape_of=lambda i: {"batch_heads": int(i["q"].shape[0]), "seq": int(i["q"].shape[1]),
+                      "dk": int(i["q"].shape[2]), "dv": int(i["v"].shape[2])},
     numpy_into=numpy_into,
 )
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from kernels.space import DesignSpace, Parameter
-from kernels.workloads._common import f32, row_error_definition, row_errors
+from kernels.workloads._common import axes_2d, f32, row_error_definition, row_errors
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
 EPS = 1e-12
@@ -119,6 +119,7 @@ LAYERNORM = Workload(
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
     spaces={"cpu": CPU_SPACE},
+    shape_of=axes_2d("x", "rows", "hidden"),
     numpy_into=numpy_into,
 )
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from kernels.space import DesignSpace, Parameter
-from kernels.workloads._common import row_errors, rows_launch_plan
+from kernels.workloads._common import axes_2d, row_errors, rows_launch_plan
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
 EPS = 1e-5
@@ -179,6 +179,7 @@ RMSNORM = Workload(
     numpy_baseline=numpy_baseline,
     # FlashInfer Trace definition of this math (definitions/rmsnorm/rmsnorm_h4096.json)
     flashinfer={"rmsnorm_h4096": {"batch_size": "rows", "hidden_size": "hidden"}},
+    shape_of=axes_2d("x", "rows", "hidden"),
     numpy_into=numpy_into,
 )
 

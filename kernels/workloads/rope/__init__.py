@@ -128,6 +128,7 @@ ROPE = Workload(
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
     spaces={"cpu": CPU_SPACE},
+    shape_of=lambda i: dict(zip(("tokens", "heads", "head_dim"), map(int, i["x"].shape))),
     numpy_into=numpy_into,
 )
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from kernels.space import DesignSpace, Parameter
-from kernels.workloads._common import batched_salted_reference, row_errors, rows_launch_plan
+from kernels.workloads._common import axes_2d, batched_salted_reference, row_errors, rows_launch_plan
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
 VOCAB = 128256
@@ -196,6 +196,7 @@ SOFTMAX = Workload(
     spaces={"cpu": CPU_SPACE, "cuda": CUDA_SPACE},
     launch_plan=launch_plan,
     numpy_baseline=numpy_baseline,
+    shape_of=axes_2d("x", "rows", "cols"),
     numpy_into=numpy_into,
 )
 

@@ -107,6 +107,7 @@ SWIGLU = Workload(
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
     spaces={"cpu": CPU_SPACE},
+    shape_of=lambda i: {"rows": int(i["x"].shape[0]), "inter": int(i["x"].shape[1]) // 2},
     numpy_into=numpy_into,
 )
 
