@@ -27,7 +27,7 @@ binds it. Which processes bind which code:
     (:func:`kernels.evaluate`: confined child, guard regions, fresh-seed validation, timing
     re-validation) *and* were promoted by an approver after the extended re-validation of
     :mod:`swarm.promotion`; or
-  - **templates** of this repository (``kernels/templates/*.c`` at default or tuned
+  - **templates** of this repository (``kernels/workloads/*/template.c`` at default or tuned
     parameters): code reviewed and versioned with the project, like NumPy itself.
 
   Production kernels have no sandbox there: a promoted kernel is as trusted as the

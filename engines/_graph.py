@@ -18,30 +18,12 @@ from typing import Any
 import numpy as np
 
 from engines._binding import PRODUCTION, BoundKernel, ProductionRegistry, bind
+from kernels.workloads import WORKLOADS
 
-
-def _axes_2d(name: str, a: str, b: str):
-    return lambda i: {a: int(i[name].shape[0]), b: int(i[name].shape[1])}
-
-
-# workload -> inputs -> the workload's shape axes (what its C entry point receives as ints)
+# workload -> inputs -> the workload's shape axes (what its C entry point receives as ints):
+# each workload's ``shape_of`` (kernels/workloads/<workload>/)
 AXES: dict[str, Callable[[Mapping[str, np.ndarray]], dict[str, int]]] = {
-    "rmsnorm": _axes_2d("x", "rows", "hidden"),
-    "fused_add_rmsnorm": _axes_2d("x", "rows", "hidden"),
-    "layernorm": _axes_2d("x", "rows", "hidden"),
-    "gelu": _axes_2d("x", "rows", "cols"),
-    "softmax": _axes_2d("x", "rows", "cols"),
-    "gemm": lambda i: {"M": int(i["A"].shape[0]), "N": int(i["B"].shape[0]), "K": int(i["A"].shape[1])},
-    "gemm_bias": lambda i: {"M": int(i["A"].shape[0]), "N": int(i["B"].shape[0]), "K": int(i["A"].shape[1])},
-    "attention": lambda i: dict(zip(("batch", "seq", "heads", "head_dim"), map(int, i["q"].shape)),
-                                kv_heads=int(i["k"].shape[2])),
-    "decode_attention": lambda i: {"batch": int(i["q"].shape[0]), "heads": int(i["q"].shape[1]),
-                                   "head_dim": int(i["q"].shape[2]), "kv_len": int(i["k"].shape[1]),
-                                   "kv_heads": int(i["k"].shape[2])},
-    "rope": lambda i: dict(zip(("tokens", "heads", "head_dim"), map(int, i["x"].shape))),
-    "swiglu": lambda i: {"rows": int(i["x"].shape[0]), "inter": int(i["x"].shape[1]) // 2},
-    "kda": lambda i: {"batch_heads": int(i["q"].shape[0]), "seq": int(i["q"].shape[1]),
-                      "dk": int(i["q"].shape[2]), "dv": int(i["v"].shape[2])},
+    name: wl.shape_of for name, wl in WORKLOADS.items() if wl.shape_of is not None
 }
 
 SubCall = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]

@@ -5,7 +5,8 @@ call's own arrays evicted, as for candidates; two rotating input sets) and summe
 compare directly with ``Evidence.metrics["latency_ms"]``:
 
 - :func:`baseline_latency_ms`: the workload in plain NumPy float32 (what a user would write
-  without a kernel; ``numpy.matmul`` uses the BLAS NumPy ships with, on its default threads);
+  without a kernel; ``numpy.matmul`` uses the BLAS NumPy ships with, on its default threads),
+  the ``numpy_baseline`` of the workload's folder (``kernels/workloads/<workload>/``);
 - :func:`copy_latency_ms`: ``numpy.copyto`` moving the workload's compulsory bytes
   (``Workload.bytes``): half read, half written. The practical bandwidth limit of a
   memory-bound kernel on this host.
@@ -21,7 +22,12 @@ import numpy as np
 from kernels import stats, timing
 from kernels.backends.cpu import CompileError
 from kernels.timing import BenchSettings
-from kernels.workloads import get_workload
+from kernels.workloads import WORKLOADS, get_workload
+from kernels.workloads.fused_add_rmsnorm import numpy_fused_add_rmsnorm
+from kernels.workloads.gemm import numpy_gemm
+from kernels.workloads.kda import numpy_kda
+from kernels.workloads.rmsnorm import numpy_rmsnorm
+from kernels.workloads.softmax import numpy_softmax
 
 __all__ = [
     "NUMPY_BASELINES",
@@ -38,63 +44,11 @@ __all__ = [
 _BASE_SEED = 12345
 
 
-def numpy_rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    """Plain NumPy float32 RMSNorm: ``x`` [rows, hidden], ``w`` [hidden] -> [rows, hidden]."""
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(eps)) * w
-
-
-def numpy_fused_add_rmsnorm(
-    x: np.ndarray, residual: np.ndarray, w: np.ndarray, eps: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Plain NumPy float32 fused add + RMSNorm: ``(y, residual_out)``, each [rows, hidden]."""
-    r = x + residual
-    return numpy_rmsnorm(r, w, eps), r
-
-
-def numpy_gemm(A: np.ndarray, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``A @ B^T`` with ``numpy.matmul`` (BLAS): A [M, K], B [N, K] -> [M, N] float32."""
-    return np.matmul(A, B.T, out=out)
-
-
-def numpy_softmax(x: np.ndarray) -> np.ndarray:
-    """Numerically stable row softmax in float32: [rows, cols] -> [rows, cols]."""
-    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
-    e /= np.sum(e, axis=-1, keepdims=True)
-    return e
-
-
-def numpy_kda(q, k, v, g, beta) -> tuple[np.ndarray, np.ndarray]:
-    """Token-by-token KDA in float32, vectorised over heads (see :mod:`kernels.workloads.kda`).
-
-    Args: q, k, g [BH, T, dk]; v [BH, T, dv]; beta [BH, T], float32.
-
-    Returns:
-        ``(o [BH, T, dv], state [BH, dk, dv])``, float32.
-    """
-    bh, t, dk = q.shape
-    dv = v.shape[-1]
-    a = np.exp(g)
-    qs = q * np.float32(dk**-0.5)
-    S = np.zeros((bh, dk, dv), dtype=np.float32)
-    o = np.empty((bh, t, dv), dtype=np.float32)
-    for i in range(t):
-        S *= a[:, i, :, None]
-        pred = np.einsum("bk,bkv->bv", k[:, i], S)
-        S += k[:, i, :, None] * (beta[:, i, None] * (v[:, i] - pred))[:, None, :]
-        o[:, i] = np.einsum("bk,bkv->bv", qs[:, i], S)
-    return o, S
-
-
-# workload name -> fn(inputs, attrs, out) running the NumPy baseline once; ``out`` is a
-# per-input-set dict the function may use for preallocated outputs.
+#: Workload name -> ``fn(inputs, attrs, out)`` running its NumPy baseline once
+#: (:attr:`kernels.workloads.base.Workload.numpy_baseline`); ``out`` is a per-input-set dict
+#: the function may use for preallocated outputs.
 NUMPY_BASELINES: Mapping[str, Callable[[dict, Mapping[str, float], dict], object]] = {
-    "rmsnorm": lambda i, a, o: numpy_rmsnorm(i["x"], i["w"], a["eps"]),
-    "fused_add_rmsnorm": lambda i, a, o: numpy_fused_add_rmsnorm(i["x"], i["residual"], i["w"], a["eps"]),
-    "gemm": lambda i, a, o: numpy_gemm(
-        i["A"], i["B"], out=o.setdefault("C", np.empty((i["A"].shape[0], i["B"].shape[0]), np.float32))
-    ),
-    "softmax": lambda i, a, o: numpy_softmax(i["x"]),
-    "kda": lambda i, a, o: numpy_kda(i["q"], i["k"], i["v"], i["g"], i["beta"]),
+    name: wl.numpy_baseline for name, wl in WORKLOADS.items() if wl.numpy_baseline is not None
 }
 
 
@@ -145,7 +99,7 @@ def time_shape_set(workload: str, shape_set: str, bench: BenchSettings | None,
 
 def baseline_latency_ms(workload: str, shape_set: str, bench: BenchSettings | None = None) -> float:
     """Latency (ms) of the workload's plain NumPy float32 implementation
-    (:data:`NUMPY_BASELINES`) on ``shape_set``: the sum of per-shape median latencies.
+    (:attr:`~kernels.workloads.base.Workload.numpy_baseline`) on ``shape_set``: the sum of per-shape median latencies.
 
     Attributes (e.g. ``eps``) are those in force for ``shape_set``.
 
@@ -153,10 +107,10 @@ def baseline_latency_ms(workload: str, shape_set: str, bench: BenchSettings | No
         KeyError: unknown workload or shape set, or no NumPy baseline for the workload.
     """
     wl = get_workload(workload)
-    try:
-        fn = NUMPY_BASELINES[workload]
-    except KeyError:
-        raise KeyError(f"no NumPy baseline for '{workload}' (known: {', '.join(sorted(NUMPY_BASELINES))})") from None
+    fn = wl.numpy_baseline
+    if fn is None:
+        known = sorted(name for name, w in WORKLOADS.items() if w.numpy_baseline is not None)
+        raise KeyError(f"no NumPy baseline for '{workload}' (known: {', '.join(known)})")
     attrs = wl.attrs_for(shape_set)
 
     def make_call(shape: dict, seed: int):

@@ -25,13 +25,13 @@ if TYPE_CHECKING:
     from kernels.workloads.base import Workload
 
 __all__ = [
-    "DEFINITION_MAP",
     "IMPORTED_PREFIX",
     "Definition",
     "FlashInferTraceError",
     "ShapeSetImport",
     "WorkloadEntry",
     "check_index_tensors",
+    "definition_map",
     "entry_shape",
     "load_definitions",
     "load_workloads",
@@ -40,13 +40,22 @@ __all__ = [
     "with_imported_shape_sets",
 ]
 
-# FlashInfer definition -> (our workload, FlashInfer axis -> our axis, in our axis order).
-DEFINITION_MAP: Mapping[str, tuple[str, Mapping[str, str]]] = {
-    "gemm_n4096_k4096": ("gemm", {"M": "M", "N": "N", "K": "K"}),
-    "gemm_n6144_k4096": ("gemm", {"M": "M", "N": "N", "K": "K"}),
-    "rmsnorm_h4096": ("rmsnorm", {"batch_size": "rows", "hidden_size": "hidden"}),
-    "fused_add_rmsnorm_h4096": ("fused_add_rmsnorm", {"batch_size": "rows", "hidden_size": "hidden"}),
-}
+def definition_map(registry: Mapping[str, Workload]) -> dict[str, tuple[str, Mapping[str, str]]]:
+    """FlashInfer definition -> (our workload, FlashInfer axis -> our axis, in our axis
+    order), from each workload's ``flashinfer`` mapping (defined in its folder), e.g.
+    ``{"rmsnorm_h4096": ("rmsnorm", {"batch_size": "rows", "hidden_size": "hidden"})}``.
+
+    Raises:
+        FlashInferTraceError: two workloads map the same definition.
+    """
+    out: dict[str, tuple[str, Mapping[str, str]]] = {}
+    for name, wl in registry.items():
+        for definition, rename in wl.flashinfer.items():
+            if definition in out and out[definition][0] != name:
+                raise FlashInferTraceError(f"definition '{definition}' is mapped by both '{out[definition][0]}' "
+                                           f"and '{name}'")
+            out[definition] = (name, dict(rename))
+    return out
 
 
 class FlashInferTraceError(ValueError):
@@ -221,30 +230,31 @@ def load_workloads(root: str | os.PathLike[str] | None = None) -> dict[str, list
     return out
 
 
-def _rename(definition: str) -> tuple[str, Mapping[str, str]]:
+def _rename(definition: str, registry: Mapping[str, Workload]) -> tuple[str, Mapping[str, str]]:
+    mapping = definition_map(registry)
     try:
-        return DEFINITION_MAP[definition]
+        return mapping[definition]
     except KeyError:
         raise FlashInferTraceError(
-            f"definition '{definition}' has no mapping to our workloads (mapped: {', '.join(DEFINITION_MAP)})"
+            f"definition '{definition}' has no mapping to our workloads (mapped: {', '.join(mapping)})"
         ) from None
 
 
 MAX_AXIS = 2**31 - 1  # axes are C ints in the kernels' signatures
 
 
-def entry_shape(definition: Definition, entry: WorkloadEntry | Mapping[str, Any]) -> dict[str, int]:
+def entry_shape(definition: Definition, entry: WorkloadEntry | Mapping[str, Any],
+                rename: Mapping[str, str]) -> dict[str, int]:
     """Our shape of one workload entry: the definition's const axes plus the entry's var
-    axes, renamed to our axis names, in our axis order.
+    axes, renamed to our axis names by ``rename`` (FlashInfer axis -> our axis, in our axis
+    order: the mapping of :func:`definition_map`).
 
     Example: ``rmsnorm_h4096`` + ``{"batch_size": 7}`` -> ``{"rows": 7, "hidden": 4096}``.
 
     Raises:
-        FlashInferTraceError: unmapped definition, an axis missing from the entry, a variable
-            axis that is not an integer in [1, 2**31 - 1], or a constant axis the entry sets
-            to another value.
+        FlashInferTraceError: an axis missing from the entry, a variable axis that is not an
+            integer in [1, 2**31 - 1], or a constant axis the entry sets to another value.
     """
-    _, rename = _rename(definition.name)
     axes = entry.axes if isinstance(entry, WorkloadEntry) else _workload_of(entry)["axes"]
     values = dict(definition.const_axes)
     for k, v in axes.items():
@@ -342,7 +352,7 @@ def _import_one(d: Definition, entries: list[WorkloadEntry], ours: str, rename: 
     shapes: dict[str, dict[str, int]] = {}
     excluded: dict[str, str] = {}
     for e in entries:
-        shape = entry_shape(d, e)
+        shape = entry_shape(d, e, rename)
         label = _label(shape)
         theirs = {**d.const_axes, **e.axes}
         broken = next((r.text for r in restrictions if not r(theirs)), None)
@@ -384,14 +394,14 @@ def read_shape_sets(root: str | os.PathLike[str] | None,
     Raises:
         FileNotFoundError: no folder.
         FlashInferTraceError: malformed files, or a workload of ``registry`` whose axes differ
-            from :data:`DEFINITION_MAP` (names both).
+            from its ``flashinfer`` mapping (:func:`definition_map`; names both).
     """
     folder = _root(root)
     definitions = load_definitions(folder)
     workloads = load_workloads(folder)
     out: dict[str, ShapeSetImport] = {}
     refused: dict[str, str] = {}
-    for name, (ours, rename) in DEFINITION_MAP.items():
+    for name, (ours, rename) in definition_map(registry).items():
         d = definitions.get(name)
         entries = workloads.get(name, [])
         if d is None or not entries:
@@ -401,8 +411,8 @@ def read_shape_sets(root: str | os.PathLike[str] | None,
             theirs = {k for shapes in wl.shape_sets.values() for s in shapes for k in s}
             if theirs and theirs != set(rename.values()):
                 raise FlashInferTraceError(
-                    f"workload '{ours}' has axes {sorted(theirs)} but DEFINITION_MAP maps '{name}' to "
-                    f"{sorted(rename.values())}: update kernels/flashinfer_trace.py"
+                    f"workload '{ours}' has axes {sorted(theirs)} but its flashinfer mapping maps '{name}' to "
+                    f"{sorted(rename.values())}: update kernels/workloads/{ours}/"
                 )
         try:
             out[name] = _import_one(d, entries, ours, rename, wl, folder)

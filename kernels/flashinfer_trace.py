@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, Any
 
 from kernels.backends import backend_for_target, capabilities
 from kernels.flashinfer_shapes import (
-    DEFINITION_MAP,
     IMPORTED_PREFIX,
     Definition,
     FlashInferTraceError,
@@ -53,13 +52,14 @@ from kernels.flashinfer_shapes import (
     _rename,
     _workload_of,
     check_index_tensors,
-    entry_shape,
+    definition_map,
     load_definitions,
     load_workloads,
     parse_constraints,
     read_shape_sets,
     with_imported_shape_sets,
 )
+from kernels.flashinfer_shapes import entry_shape as _entry_shape
 from kernels.outcome import Outcome
 from kernels.space import format_defines
 from kernels.workloads import WORKLOADS, Workload
@@ -76,6 +76,7 @@ __all__ = [
     "ShapeSetImport",
     "WorkloadEntry",
     "check_index_tensors",
+    "definition_map",
     "entry_shape",
     "export_solution",
     "export_trace",
@@ -86,6 +87,27 @@ __all__ = [
     "load_definitions",
     "load_workloads",
 ]
+
+#: FlashInfer definition -> (our workload, FlashInfer axis -> our axis, in our axis order) of
+#: the registered workloads (:func:`kernels.flashinfer_shapes.definition_map`: each
+#: workload's ``flashinfer`` mapping, defined in its folder).
+DEFINITION_MAP: Mapping[str, tuple[str, Mapping[str, str]]] = definition_map(WORKLOADS)
+
+
+def entry_shape(definition: Definition, entry: WorkloadEntry | Mapping[str, Any]) -> dict[str, int]:
+    """Our shape of one workload entry: the definition's const axes plus the entry's var
+    axes, renamed to our axis names (:data:`DEFINITION_MAP`), in our axis order.
+
+    Example: ``rmsnorm_h4096`` + ``{"batch_size": 7}`` -> ``{"rows": 7, "hidden": 4096}``.
+
+    Raises:
+        FlashInferTraceError: unmapped definition, an axis missing from the entry, a variable
+            axis that is not an integer in [1, 2**31 - 1], or a constant axis the entry sets
+            to another value.
+    """
+    _, rename = _rename(definition.name, WORKLOADS)
+    return _entry_shape(definition, entry, rename)
+
 
 # Our outcome -> FlashInfer ``EvaluationStatus``. FlashInfer has no "broke a rule" status:
 # ``invalid`` (wrote past an output, modified an input, bad parameters, faster than the
@@ -150,7 +172,7 @@ _CUDA_KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\
 
 def _definition_for(workload: str, definition: str | None) -> str:
     if definition is not None:
-        ours, _ = _rename(definition)
+        ours, _ = _rename(definition, WORKLOADS)
         if ours != workload:
             raise FlashInferTraceError(f"definition '{definition}' maps to workload '{ours}', not '{workload}'")
         return definition
@@ -304,7 +326,7 @@ def export_trace(
         FlashInferTraceError: unmapped definition, malformed entry, or a passed evidence
             without timing for the entry's shape.
     """
-    _, rename = _rename(definition_name)
+    _, rename = _rename(definition_name, WORKLOADS)
     wl = _workload_of(workload_entry)
     status = STATUS_MAP[Outcome(evidence.status)]
     want = {rename[k]: int(v) for k, v in wl["axes"].items() if k in rename}

@@ -17,7 +17,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+import kernels
 from kernels.backends import capabilities
+from kernels.baselines import baseline_latency_ms
 from swarm.dispatch import EMBEDDED_QUEUE, MEASURE_BASELINE, send_on_commit
 from swarm.models import Baseline, Goal, target_backend
 
@@ -37,10 +39,10 @@ def available(workload: str, target: str) -> str | None:
     if not capabilities(backend).measures_baseline:
         return f"no baseline on {target}: the NumPy baselines run on the CPU"
     try:
-        from kernels.baselines import NUMPY_BASELINES  # noqa: PLC0415
-    except ImportError:  # an older kernels library: rmsnorm only
-        return None if workload == "rmsnorm" else f"no NumPy baseline for {workload}"
-    return None if workload in NUMPY_BASELINES else f"no NumPy baseline for {workload}"
+        wl = kernels.get_workload(workload)
+    except KeyError:
+        return f"no NumPy baseline for {workload}"
+    return None if wl.numpy_baseline is not None else f"no NumPy baseline for {workload}"
 
 
 def lookup(goals: Iterable[Goal], *, schedule: bool = True) -> dict[tuple[str, str, str], Baseline]:
@@ -105,15 +107,7 @@ def measure(baseline_id: int, *, timer=None) -> Baseline:
     """
     b = Baseline.objects.get(pk=baseline_id)
     if timer is None:
-        try:
-            from kernels.baselines import baseline_latency_ms as timer  # noqa: PLC0415
-        except ImportError:
-            from kernels.baselines import numpy_rmsnorm_latency_ms  # noqa: PLC0415
-
-            def timer(workload: str, shape_set: str) -> float:
-                if workload != "rmsnorm":
-                    raise KeyError(f"no NumPy baseline for '{workload}'")
-                return numpy_rmsnorm_latency_ms(shape_set)
+        timer = baseline_latency_ms
     try:
         latency = float(timer(b.workload, b.shape_set))
     except Exception as exc:  # noqa: BLE001 - recorded on the row, shown on the page

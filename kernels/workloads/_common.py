@@ -1,13 +1,67 @@
-"""Helpers shared by the workloads: row-normalised errors (all but kda) and LLM-like
-activations (the inference-engine workloads)."""
+"""Helpers shared by the workloads: row-normalised errors (all but kda), LLM-like
+activations (the inference-engine workloads) and the launch plan of the row-wise CUDA
+templates (rmsnorm, fused_add_rmsnorm, softmax)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
 from kernels.workloads.base import Arrays
+
+
+def axes_2d(name: str, a: str, b: str) -> Callable[[Mapping[str, np.ndarray]], dict[str, int]]:
+    """A ``shape_of`` (:class:`~kernels.workloads.base.Workload`) reading axes ``a`` and
+    ``b`` from the two dimensions of input ``name``."""
+    return lambda i: {a: int(i[name].shape[0]), b: int(i[name].shape[1])}
+
+
+_SQRT1_2 = np.float32(0.7071067811865476)
+
+
+def gelu_(x: np.ndarray) -> np.ndarray:
+    """Exact GELU of float32 ``x`` in place: ``0.5 x (1 + erf(x / sqrt 2))`` (scipy's erf)."""
+    from scipy.special import erf  # noqa: PLC0415 - scipy is imported on first use only
+
+    t = x * _SQRT1_2
+    erf(t, out=t)
+    t += np.float32(1.0)
+    x *= t
+    x *= np.float32(0.5)
+    return x
+
+
+def softmax_rows_(sc: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis of float32 ``sc`` in place (max subtracted first)."""
+    sc -= sc.max(axis=-1, keepdims=True)
+    np.exp(sc, out=sc)
+    sc /= sc.sum(axis=-1, keepdims=True)
+    return sc
+
+
+#: Largest row cache (bytes of dynamic shared memory) of the row-wise CUDA templates
+#: (``SMEM_CACHE_MAX`` in rmsnorm's, fused_add_rmsnorm's and softmax's template.cu).
+SMEM_CACHE_MAX = 200 * 1024
+
+
+def rows_launch_plan(kernel: str, rows_axis: str, row_len_axis: str, args: list[str]) -> dict[str, Any]:
+    """Launch plan (JSON dict) of a row-wise CUDA template: ``BLOCK_SIZE // THREADS_PER_ROW``
+    rows per block of ``BLOCK_SIZE`` threads, and with ``USE_SMEM`` a cache of those rows in
+    dynamic shared memory when it fits :data:`SMEM_CACHE_MAX` (as the kernel decides)."""
+    rpb = "(BLOCK_SIZE // THREADS_PER_ROW)"
+    row_bytes = f"{rpb} * {row_len_axis} * 4"
+    return {
+        "launches": [{
+            "kernel": kernel,
+            "grid": [f"({rows_axis} + {rpb} - 1) // {rpb}"],
+            "block": ["BLOCK_SIZE"],
+            "shared_mem_bytes": f"USE_SMEM * {row_bytes} * ({row_bytes} <= {SMEM_CACHE_MAX})",
+            "args": args,
+        }]
+    }
+
 
 # Denominator floor of the row-normalised error: an all-zero reference row cannot blow it up.
 REL_FLOOR = 1e-12

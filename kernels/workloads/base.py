@@ -7,9 +7,12 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from kernels.space import DesignSpace
 
 Shape = Mapping[str, int]
 Arrays = dict[str, np.ndarray]
@@ -107,6 +110,24 @@ class Workload:
             float64 reference of ``inputs`` may have (see :meth:`reference_bound`); default
             :func:`default_magnitude_bound`. Override it where the math allows larger outputs
             (products of more than two inputs) or to check more tightly (softmax: 1).
+        spaces: default design space of the workload's template per backend (``"cpu"`` for
+            ``template.c``, ``"cuda"`` for ``template.cu`` in the workload's folder).
+        launch_plan: ``params -> launch plan`` (JSON dict for
+            :meth:`kernels.launch_plan.LaunchPlan.from_dict`) of ``template.cu`` at a
+            parameter point; None without a CUDA template.
+        numpy_baseline: optional ``(inputs, attrs, out) -> outputs``: the workload in plain
+            NumPy float32, run once per call (``out``: a per-input-set dict the function may
+            fill with preallocated outputs); timed by :func:`kernels.baselines.baseline_latency_ms`.
+        shape_of: optional ``inputs -> shape``: the axes of a call (what the C entry point
+            receives as ints) read from its input arrays' shapes; how an inference engine
+            (``engines/``) sizes an operator's call.
+        numpy_into: optional ``(inputs, outputs, shape, attrs) -> None``: the workload in
+            NumPy float32 (+ BLAS) writing every output into the preallocated float32 arrays
+            of ``outputs`` (inputs read-only, C-contiguous); what an inference engine
+            (``engines/``) runs for an operator without a compiled kernel.
+        flashinfer: FlashInfer Trace definitions this workload implements: definition name ->
+            (FlashInfer axis -> our axis, in our axis order), e.g.
+            ``{"rmsnorm_h4096": {"batch_size": "rows", "hidden_size": "hidden"}}``.
     """
 
     name: str
@@ -126,6 +147,12 @@ class Workload:
     shape_set_attrs: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     salted_reference: Callable[[Arrays, Arrays, Mapping[str, list[int]], Mapping[str, float]], Arrays] | None = None
     magnitude_bound: Callable[[Arrays, Mapping[str, float]], float] | None = None
+    spaces: Mapping[str, DesignSpace] = field(default_factory=dict)
+    launch_plan: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    numpy_baseline: Callable[[Arrays, Mapping[str, float], dict], object] | None = None
+    shape_of: Callable[[Mapping[str, np.ndarray]], dict[str, int]] | None = None
+    numpy_into: Callable[[Mapping[str, np.ndarray], dict, Shape, Mapping[str, float]], None] | None = None
+    flashinfer: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @property
     def entry_point(self) -> str:

@@ -1,39 +1,73 @@
-"""The registry of workloads: every built-in workload, with the serving shapes recorded in
+"""The registry of workloads: one folder per workload, with the serving shapes recorded in
 FlashInfer Trace added as shape sets ``flashinfer-<definition>``
 (:func:`kernels.flashinfer_shapes.with_imported_shape_sets`), and the shape sets registered in
-this process (:func:`add_shape_set`)."""
+this process (:func:`add_shape_set`).
+
+A workload is a subpackage ``kernels/workloads/<name>/`` found by iterating this package's
+subpackages (names starting with ``_`` are skipped). Its ``__init__.py`` defines ``WORKLOAD``
+(the :class:`~kernels.workloads.base.Workload`: math, reference, shape sets, default design
+spaces, CUDA launch plan, NumPy baseline, FlashInfer definitions); the folder holds its
+source templates ``template.c`` (CPU) and ``template.cu`` (CUDA), read by
+:func:`template_path`. Discovery runs at import, before a sandbox child's lockdown.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
 from collections.abc import Mapping
+from pathlib import Path
 
 from kernels.flashinfer_shapes import with_imported_shape_sets
-from kernels.workloads.attention import ATTENTION
 from kernels.workloads.base import Workload, shape_label
-from kernels.workloads.decode_attention import DECODE_ATTENTION
-from kernels.workloads.fused_add_rmsnorm import FUSED_ADD_RMSNORM
-from kernels.workloads.gelu import GELU
-from kernels.workloads.gemm import GEMM
-from kernels.workloads.gemm_bias import GEMM_BIAS
-from kernels.workloads.kda import KDA
-from kernels.workloads.layernorm import LAYERNORM
-from kernels.workloads.rmsnorm import RMSNORM
-from kernels.workloads.rope import ROPE
-from kernels.workloads.softmax import SOFTMAX
-from kernels.workloads.swiglu import SWIGLU
 
-__all__ = ["WORKLOADS", "add_shape_set", "get_workload"]
+__all__ = ["FOLDERS", "WORKLOADS", "add_shape_set", "get_workload", "template_path"]
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE = __name__.rpartition(".")[0]
+#: Template file name per backend, in each workload's folder.
+TEMPLATE_FILES = {"cpu": "template.c", "cuda": "template.cu"}
 
 
-def _registry() -> dict[str, Workload]:
-    # Operators of the inference engines (engines/): MiniLM encoder, Llama and KDA layers.
-    engine_ops = (LAYERNORM, GELU, GEMM_BIAS, ATTENTION, ROPE, SWIGLU, DECODE_ATTENTION)
-    # Plus the serving shapes recorded in FlashInfer Trace, as shape sets flashinfer-<definition>.
-    return with_imported_shape_sets({w.name: w for w in (RMSNORM, GEMM, SOFTMAX, FUSED_ADD_RMSNORM, KDA, *engine_ops)})
+def _discover() -> tuple[dict[str, Workload], dict[str, Path]]:
+    """``({name: Workload}, {name: folder})`` of every subpackage of :mod:`kernels.workloads`.
+
+    Raises:
+        TypeError: a subpackage without a ``WORKLOAD``, or two folders of one name.
+    """
+    workloads: dict[str, Workload] = {}
+    found: dict[str, Path] = {}
+    for info in sorted(pkgutil.iter_modules([str(_PACKAGE_DIR)]), key=lambda i: i.name):
+        if not info.ispkg or info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{_PACKAGE}.{info.name}")
+        wl = getattr(module, "WORKLOAD", None)
+        if not isinstance(wl, Workload):
+            raise TypeError(f"kernels/workloads/{info.name}/__init__.py defines no WORKLOAD (a Workload)")
+        if wl.name in found:
+            raise TypeError(f"workload '{wl.name}' is defined by two folders: {found[wl.name].name}, {info.name}")
+        found[wl.name] = _PACKAGE_DIR / info.name
+        workloads[wl.name] = wl
+    return workloads, found
 
 
-WORKLOADS: Mapping[str, Workload] = _registry()
+_BUILT_IN, _FOLDERS = _discover()
+#: Workload name -> the folder holding its module and templates.
+FOLDERS: Mapping[str, Path] = _FOLDERS
+# Plus the serving shapes recorded in FlashInfer Trace, as shape sets flashinfer-<definition>.
+WORKLOADS: Mapping[str, Workload] = with_imported_shape_sets(_BUILT_IN)
+
+
+def template_path(workload: str, backend: str = "cpu") -> Path | None:
+    """The source template of ``workload`` on ``backend`` (``template.c``, ``template.cu``
+    in its folder), or None where it has none (unknown workload or backend, no such file)."""
+    folder = FOLDERS.get(workload)
+    name = TEMPLATE_FILES.get(backend)
+    if folder is None or name is None:
+        return None
+    path = folder / name
+    return path if path.is_file() else None
 
 
 def add_shape_set(workload: str, name: str, shapes, *, validation_shapes=None, attrs=None) -> Workload:

@@ -88,7 +88,7 @@ def test_a_template_value_outside_its_space_is_evaluated_with_a_warning():
 
 
 def test_tune_searches_the_space_of_the_backend_it_is_given():
-    cu = ROOT / "kernels" / "templates" / "rmsnorm.cu"  # any source: the space is looked up first
+    cu = ROOT / "kernels" / "workloads" / "rmsnorm" / "template.cu"  # any source: the space is looked up first
     proc = cli("tune", "--workload", "layernorm", "--backend", "cuda", "--budget", "1", "--shape", "test-small",
                "--source", str(cu), check=False)
     assert proc.returncode == 2 and "no CUDA design space for 'layernorm'" in proc.stderr, proc.stderr

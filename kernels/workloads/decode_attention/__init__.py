@@ -20,7 +20,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from kernels.workloads._common import f32, row_error_definition, row_errors
+from kernels.space import DesignSpace, Parameter
+from kernels.workloads._common import f32, row_error_definition, row_errors, softmax_rows_
 from kernels.workloads.attention import attend64, qkv
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
@@ -65,6 +66,28 @@ def _s(b: int, n: int, h: int, kvh: int, d: int) -> Shape:
     return {"batch": b, "kv_len": n, "heads": h, "kv_heads": kvh, "head_dim": d}
 
 
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: batched matmuls per KV head group."""
+    q, k, v = i["q"], i["k"], i["v"]
+    B, H, D = q.shape
+    KVH = k.shape[2]
+    G = H // KVH
+    qg = q.reshape(B, KVH, G, D)
+    sc = np.matmul(qg, k.transpose(0, 2, 3, 1)) * np.float32(D**-0.5)  # [B, KVH, G, L]
+    softmax_rows_(sc)
+    o["o"][...] = np.matmul(sc, v.transpose(0, 2, 1, 3)).reshape(B, H, D)
+
+
+# template.c
+CPU_SPACE = DesignSpace(
+    parameters=(
+        Parameter("BK", (16, 32, 64, 128, 256)),
+        Parameter("GROUP", (0, 1)),
+    ),
+    restrictions=(),
+)
+
+
 DECODE_ATTENTION = Workload(
     name="decode_attention",
     c_signature=("void decode_attention(const float *q, const float *k, const float *v, float *o, int batch, "
@@ -87,4 +110,12 @@ DECODE_ATTENTION = Workload(
     flops=flops,
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
+    spaces={"cpu": CPU_SPACE},
+    shape_of=lambda i: {"batch": int(i["q"].shape[0]), "heads": int(i["q"].shape[1]),
+                          "head_dim": int(i["q"].shape[2]), "kv_len": int(i["k"].shape[1]),
+                          "kv_heads": int(i["k"].shape[2])},
+    numpy_into=numpy_into,
 )
+
+#: The workload of this folder (found by :mod:`kernels.workloads.registry`).
+WORKLOAD = DECODE_ATTENTION

@@ -41,9 +41,11 @@ K = the real K + 3).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
+from kernels.space import DesignSpace, Parameter
 from kernels.workloads._common import row_errors
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
@@ -158,6 +160,94 @@ def _odd(k: int, ms: tuple[int, ...] = (7, 35)) -> tuple[Shape, ...]:
     return tuple({"M": m, "N": 263, "K": k + 3} for m in ms)
 
 
+def numpy_gemm(A: np.ndarray, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``A @ B^T`` with ``numpy.matmul`` (BLAS): A [M, K], B [N, K] -> [M, N] float32."""
+    return np.matmul(A, B.T, out=out)
+
+
+def numpy_baseline(inputs: Arrays, attrs: Mapping[str, float], out: dict) -> np.ndarray:
+    """The NumPy baseline (:attr:`Workload.numpy_baseline`): :func:`numpy_gemm` into a
+    preallocated ``out["C"]``."""
+    A, B = inputs["A"], inputs["B"]
+    return numpy_gemm(A, B, out=out.setdefault("C", np.empty((A.shape[0], B.shape[0]), np.float32)))
+
+
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: ``numpy.matmul`` (BLAS) into ``C``."""
+    np.matmul(i["A"], i["B"].T, out=o["C"])
+
+
+# The register and cache tiling of template.c, shared with gemm_bias's (same blocking code).
+CPU_TILING = (
+    Parameter("MR", (1, 2, 4, 6, 8)),
+    Parameter("NR", (1, 2, 4, 8)),
+    Parameter("NV", (1, 2, 3, 4)),
+    Parameter("VEC", (4, 8, 16)),
+    Parameter("KC", (64, 128, 256, 512, 1024)),
+    Parameter("NC", (32, 64, 96, 128, 192, 256)),
+    Parameter("MC", (16, 32, 48, 64, 96, 128, 192, 256)),
+    Parameter("PACK_MIN_M", (1, 8, 32, 128, 1073741824)),
+    Parameter("LOOP_ORDER", (0, 1)),
+    Parameter("SCHEDULE", (0, 1)),
+)
+CPU_TILING_RESTRICTIONS = ("KC % VEC == 0", "MR * NR <= 24", "MR * NV <= 24", "MC % MR == 0", "NC % (NV * VEC) == 0")
+
+# template.c: dot-product path (MR x NR) below PACK_MIN_M, packed outer-product path
+# (MR x NV*VEC) from it; 1073741824 = never pack. Accumulator tiles must fit the 32
+# vector registers of AVX-512 (AVX2 has 16: larger tiles spill there and time slower);
+# blocks hold whole register tiles.
+CPU_SPACE = DesignSpace(
+    parameters=(*CPU_TILING, Parameter("REG_PIN", (0, 1))),
+    restrictions=CPU_TILING_RESTRICTIONS,
+)
+# template.cu
+CUDA_SPACE = DesignSpace(
+    parameters=(
+        Parameter("BLOCK_M", (16, 32, 64, 128)),
+        Parameter("BLOCK_N", (16, 32, 64, 128)),
+        Parameter("BLOCK_K", (8, 16, 32)),
+        Parameter("THREAD_M", (1, 2, 4, 8)),
+        Parameter("THREAD_N", (1, 2, 4, 8)),
+        Parameter("VEC", (1, 4)),
+        Parameter("SMEM_PAD", (0, 1)),
+        Parameter("USE_SMEM", (0, 1)),
+        Parameter("SPLIT_K", (1, 2, 4, 8)),
+    ),
+    restrictions=(
+        "THREAD_M <= BLOCK_M and THREAD_N <= BLOCK_N",
+        "32 <= (BLOCK_M // THREAD_M) * (BLOCK_N // THREAD_N) <= 1024",
+        "BLOCK_K * (BLOCK_M + BLOCK_N + 2 * SMEM_PAD) * 4 <= 49152",
+        "THREAD_M * THREAD_N <= 64",
+        # without shared memory the staging knobs do nothing: keep one value each
+        "USE_SMEM == 1 or (VEC == 1 and SMEM_PAD == 0 and BLOCK_K == 8)",
+    ),
+)
+
+
+def launch_plan(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Launch plan of template.cu at ``params``: ``gemm_kernel`` on a 2D grid of output
+    tiles; with ``SPLIT_K > 1`` a third grid axis over K slices writing float32 scratch
+    ``partial`` [SPLIT_K, M, N], then ``gemm_splitk_reduce`` summing it into C."""
+    threads = "(BLOCK_M // THREAD_M) * (BLOCK_N // THREAD_N)"
+    grid_xy = ["(N + BLOCK_N - 1) // BLOCK_N", "(M + BLOCK_M - 1) // BLOCK_M"]
+    # k per split, rounded up to whole BLOCK_K slices (keeps float4 loads aligned)
+    k_chunk = "max(((K + SPLIT_K - 1) // SPLIT_K + BLOCK_K - 1) // BLOCK_K * BLOCK_K, BLOCK_K)"
+    if int(params.get("SPLIT_K", 1)) <= 1:
+        return {"launches": [{
+            "kernel": "gemm_kernel", "grid": [*grid_xy, "1"], "block": [threads],
+            "args": ["A", "B", "C", "M", "N", "K", k_chunk],
+        }]}
+    return {
+        "launches": [
+            {"kernel": "gemm_kernel", "grid": [*grid_xy, "SPLIT_K"], "block": [threads],
+             "args": ["A", "B", "partial", "M", "N", "K", k_chunk]},
+            {"kernel": "gemm_splitk_reduce", "grid": ["(M * N + 255) // 256"], "block": ["256"],
+             "args": ["partial", "C", "M * N", "SPLIT_K"]},
+        ],
+        "scratch": {"partial": "SPLIT_K * M * N"},
+    }
+
+
 GEMM = Workload(
     name="gemm",
     c_signature="void gemm(const float *A, const float *B, float *C, int M, int N, int K)",
@@ -197,4 +287,15 @@ GEMM = Workload(
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
     salted_reference=salted_reference,
+    spaces={"cpu": CPU_SPACE, "cuda": CUDA_SPACE},
+    launch_plan=launch_plan,
+    numpy_baseline=numpy_baseline,
+    # FlashInfer Trace definitions of this math (definitions/gemm/*.json)
+    flashinfer={"gemm_n4096_k4096": {"M": "M", "N": "N", "K": "K"},
+                "gemm_n6144_k4096": {"M": "M", "N": "N", "K": "K"}},
+    shape_of=lambda i: {"M": int(i["A"].shape[0]), "N": int(i["B"].shape[0]), "K": int(i["A"].shape[1])},
+    numpy_into=numpy_into,
 )
+
+#: The workload of this folder (found by :mod:`kernels.workloads.registry`).
+WORKLOAD = GEMM

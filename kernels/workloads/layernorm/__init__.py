@@ -15,7 +15,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from kernels.workloads._common import f32, row_error_definition, row_errors
+from kernels.space import DesignSpace, Parameter
+from kernels.workloads._common import axes_2d, f32, row_error_definition, row_errors
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
 EPS = 1e-12
@@ -70,6 +71,29 @@ def nbytes(shape: Shape) -> float:
     return 4.0 * (2.0 * shape["rows"] * shape["hidden"] + 2.0 * shape["hidden"])
 
 
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: two-pass mean and variance per row."""
+    x, y = i["x"], o["y"]
+    mu = x.mean(axis=1, keepdims=True)
+    np.subtract(x, mu, out=y)
+    var = np.einsum("ij,ij->i", y, y, dtype=np.float32)[:, None] / np.float32(x.shape[1])
+    y *= 1.0 / np.sqrt(var + np.float32(a["eps"]))
+    y *= i["w"]
+    y += i["b"]
+
+
+# template.c: ALGO 0 two-pass, 1 shifted one-pass (both exact enough); LANES partial sums.
+CPU_SPACE = DesignSpace(
+    parameters=(
+        Parameter("ROWS_PER_CHUNK", (1, 2, 4, 8, 16, 32)),
+        Parameter("LANES", (1, 4, 8, 16, 32)),
+        Parameter("ACC_DOUBLE", (0, 1)),
+        Parameter("ALGO", (0, 1)),
+    ),
+    restrictions=(),
+)
+
+
 LAYERNORM = Workload(
     name="layernorm",
     c_signature="void layernorm(const float *x, const float *w, const float *b, float *y, int rows, int hidden, float eps)",
@@ -94,4 +118,10 @@ LAYERNORM = Workload(
     flops=flops,
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
+    spaces={"cpu": CPU_SPACE},
+    shape_of=axes_2d("x", "rows", "hidden"),
+    numpy_into=numpy_into,
 )
+
+#: The workload of this folder (found by :mod:`kernels.workloads.registry`).
+WORKLOAD = LAYERNORM

@@ -18,8 +18,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from kernels.workloads._common import activations, f32, gelu64, row_error_definition, row_errors
+from kernels.space import DesignSpace, Parameter
+from kernels.workloads._common import activations, f32, gelu64, gelu_, row_error_definition, row_errors
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
+from kernels.workloads.gemm import CPU_TILING, CPU_TILING_RESTRICTIONS
 
 # As gemm's bound (float32 accumulation over K up to 1536: ~1e-6; dropping a k term or
 # rounding to bf16 fails), also well under the GELU epilogue's float32 error (~3e-7).
@@ -72,6 +74,22 @@ def _odd(k: int) -> tuple[Shape, ...]:
     return ({"M": 7, "N": 263, "K": k + 3}, {"M": 35, "N": 263, "K": k + 3})
 
 
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: ``numpy.matmul`` (BLAS), the bias, and GELU when ``act`` is 1."""
+    C = o["C"]
+    np.matmul(i["A"], i["B"].T, out=C)
+    C += i["bias"]
+    if float(a.get("act", 0.0)) == 1.0:
+        gelu_(C)
+
+
+# template.c: gemm's space plus the erf of the GELU epilogue.
+CPU_SPACE = DesignSpace(
+    parameters=(*CPU_TILING, Parameter("ERF_IMPL", (0, 1))),
+    restrictions=CPU_TILING_RESTRICTIONS,
+)
+
+
 GEMM_BIAS = Workload(
     name="gemm_bias",
     c_signature="void gemm_bias(const float *A, const float *B, const float *bias, float *C, int M, int N, int K, float act)",
@@ -105,4 +123,10 @@ GEMM_BIAS = Workload(
     flops=flops,
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
+    spaces={"cpu": CPU_SPACE},
+    shape_of=lambda i: {"M": int(i["A"].shape[0]), "N": int(i["B"].shape[0]), "K": int(i["A"].shape[1])},
+    numpy_into=numpy_into,
 )
+
+#: The workload of this folder (found by :mod:`kernels.workloads.registry`).
+WORKLOAD = GEMM_BIAS

@@ -17,10 +17,12 @@ which break an online (one-pass) softmax that starts from ``max = -inf`` careles
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
-from kernels.workloads._common import batched_salted_reference, row_errors
+from kernels.space import DesignSpace, Parameter
+from kernels.workloads._common import axes_2d, batched_salted_reference, row_errors, rows_launch_plan
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
 VOCAB = 128256
@@ -107,6 +109,67 @@ def nbytes(shape: Shape) -> float:
     return 8.0 * shape["rows"] * shape["cols"]
 
 
+def numpy_softmax(x: np.ndarray) -> np.ndarray:
+    """Numerically stable row softmax in float32: [rows, cols] -> [rows, cols]."""
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    e /= np.sum(e, axis=-1, keepdims=True)
+    return e
+
+
+def numpy_baseline(inputs: Arrays, attrs: Mapping[str, float], out: dict) -> np.ndarray:
+    """The NumPy baseline (:attr:`Workload.numpy_baseline`): :func:`numpy_softmax`."""
+    return numpy_softmax(inputs["x"])
+
+
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: row max subtracted, exp, normalised, all in ``y``."""
+    x, y = i["x"], o["y"]
+    np.subtract(x, x.max(axis=1, keepdims=True), out=y)
+    np.exp(y, out=y)
+    y /= y.sum(axis=1, keepdims=True)
+
+
+# template.c: EXP_DEGREE only matters with the polynomial exp, BLOCK only for ALGO 1.
+CPU_SPACE = DesignSpace(
+    parameters=(
+        Parameter("ALGO", (0, 1, 2)),
+        Parameter("VEC", (4, 8, 16)),
+        Parameter("UNROLL", (1, 2, 4)),
+        Parameter("EXP_POLY", (0, 1)),
+        Parameter("EXP_DEGREE", (5, 6, 7)),
+        Parameter("ACC_DOUBLE", (0, 1)),
+        Parameter("BLOCK", (256, 1024, 4096)),
+        Parameter("ROWS_PER_CHUNK", (1, 2, 4, 8)),
+        Parameter("SPLIT_ROWS", (0, 1)),
+    ),
+    restrictions=(
+        "BLOCK % (VEC * UNROLL) == 0",
+        "EXP_POLY == 1 or EXP_DEGREE == 7",
+        "ALGO == 1 or BLOCK == 1024",
+    ),
+)
+# template.cu
+CUDA_SPACE = DesignSpace(
+    parameters=(
+        Parameter("BLOCK_SIZE", (64, 128, 256, 512, 1024)),
+        Parameter("THREADS_PER_ROW", (8, 16, 32, 64, 128, 256, 512, 1024)),
+        Parameter("VEC", (1, 2, 4)),
+        Parameter("ONLINE", (0, 1)),
+        Parameter("USE_SMEM", (0, 1)),
+    ),
+    restrictions=(
+        "THREADS_PER_ROW <= BLOCK_SIZE",
+        # the row cache holds at most 200 KiB (vocabulary rows of 128256 floats never fit)
+        "USE_SMEM == 0 or BLOCK_SIZE // THREADS_PER_ROW <= 8",
+    ),
+)
+
+
+def launch_plan(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Launch plan of template.cu: one row-wise launch (:func:`rows_launch_plan`)."""
+    return rows_launch_plan("softmax_kernel", "rows", "cols", ["x", "y", "rows", "cols"])
+
+
 SOFTMAX = Workload(
     name="softmax",
     c_signature="void softmax(const float *x, float *y, int rows, int cols)",
@@ -130,4 +193,12 @@ SOFTMAX = Workload(
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
     salted_reference=batched_salted_reference(reference),
+    spaces={"cpu": CPU_SPACE, "cuda": CUDA_SPACE},
+    launch_plan=launch_plan,
+    numpy_baseline=numpy_baseline,
+    shape_of=axes_2d("x", "rows", "cols"),
+    numpy_into=numpy_into,
 )
+
+#: The workload of this folder (found by :mod:`kernels.workloads.registry`).
+WORKLOAD = SOFTMAX

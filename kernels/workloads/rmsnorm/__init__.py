@@ -9,10 +9,12 @@ eps 1e-6 via ``shape_set_attrs``).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
-from kernels.workloads._common import row_errors
+from kernels.space import DesignSpace, Parameter
+from kernels.workloads._common import axes_2d, row_errors, rows_launch_plan
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
 EPS = 1e-5
@@ -87,6 +89,58 @@ def nbytes(shape: Shape) -> float:
     return (2.0 * shape["rows"] * shape["hidden"] + shape["hidden"]) * 4.0
 
 
+def numpy_rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """Plain NumPy float32 RMSNorm: ``x`` [rows, hidden], ``w`` [hidden] -> [rows, hidden]."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(eps)) * w
+
+
+def numpy_baseline(inputs: Arrays, attrs: Mapping[str, float], out: dict) -> np.ndarray:
+    """The NumPy baseline (:attr:`Workload.numpy_baseline`): :func:`numpy_rmsnorm`."""
+    return numpy_rmsnorm(inputs["x"], inputs["w"], attrs["eps"])
+
+
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: ``y`` from one einsum sum of squares per row."""
+    x = i["x"]
+    ms = np.einsum("ij,ij->i", x, x, dtype=np.float32)[:, None] / np.float32(x.shape[1])
+    np.multiply(x, 1.0 / np.sqrt(ms + np.float32(a["eps"])), out=o["y"])
+    o["y"] *= i["w"]
+
+
+# template.c
+CPU_SPACE = DesignSpace(
+    parameters=(
+        Parameter("ROWS_PER_CHUNK", (1, 2, 4, 8, 16, 32)),
+        Parameter("UNROLL", (1, 2, 4, 8)),
+        Parameter("VEC", (1, 4, 8, 16)),
+        Parameter("ACC_DOUBLE", (0, 1)),
+    ),
+    restrictions=("UNROLL * VEC <= 64",),
+)
+# template.cu
+CUDA_SPACE = DesignSpace(
+    parameters=(
+        Parameter("BLOCK_SIZE", (64, 128, 256, 512, 1024)),
+        Parameter("THREADS_PER_ROW", (8, 16, 32, 64, 128, 256, 512, 1024)),
+        Parameter("VEC", (1, 2, 4)),
+        Parameter("UNROLL", (1, 2, 4)),
+        Parameter("USE_SMEM", (0, 1)),
+    ),
+    restrictions=(
+        "THREADS_PER_ROW <= BLOCK_SIZE",
+        # row cache of ROWS_PER_BLOCK rows (used only when it fits 200 KiB): hidden 4096
+        # needs 16 KiB per row, so more than 8 rows per block would never use it
+        "USE_SMEM == 0 or BLOCK_SIZE // THREADS_PER_ROW <= 8",
+        "VEC * UNROLL <= 16",
+    ),
+)
+
+
+def launch_plan(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Launch plan of template.cu: one row-wise launch (:func:`rows_launch_plan`)."""
+    return rows_launch_plan("rmsnorm_kernel", "rows", "hidden", ["x", "w", "y", "rows", "hidden", "eps"])
+
+
 RMSNORM = Workload(
     name="rmsnorm",
     c_signature="void rmsnorm(const float *x, const float *w, float *y, int rows, int hidden, float eps)",
@@ -120,4 +174,14 @@ RMSNORM = Workload(
     flops=flops,
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
+    spaces={"cpu": CPU_SPACE, "cuda": CUDA_SPACE},
+    launch_plan=launch_plan,
+    numpy_baseline=numpy_baseline,
+    # FlashInfer Trace definition of this math (definitions/rmsnorm/rmsnorm_h4096.json)
+    flashinfer={"rmsnorm_h4096": {"batch_size": "rows", "hidden_size": "hidden"}},
+    shape_of=axes_2d("x", "rows", "hidden"),
+    numpy_into=numpy_into,
 )
+
+#: The workload of this folder (found by :mod:`kernels.workloads.registry`).
+WORKLOAD = RMSNORM

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from kernels.space import DesignSpace, Parameter
 from kernels.workloads._common import activations, f32, row_error_definition, row_errors
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
@@ -62,6 +63,28 @@ def nbytes(shape: Shape) -> float:
     return 12.0 * shape["rows"] * shape["inter"]
 
 
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: ``silu(gate) * up`` with ``gate, up = x[:, :n], x[:, n:]``."""
+    x, y = i["x"], o["y"]
+    n = y.shape[1]
+    g = x[:, :n]
+    with np.errstate(over="ignore"):
+        np.exp(-g, out=y)
+    y += np.float32(1.0)
+    np.divide(g, y, out=y)
+    y *= x[:, n:]
+
+
+# template.c
+CPU_SPACE = DesignSpace(
+    parameters=(
+        Parameter("CHUNK", (512, 2048, 8192)),
+        Parameter("SIGMOID", (0, 1)),
+    ),
+    restrictions=(),
+)
+
+
 SWIGLU = Workload(
     name="swiglu",
     c_signature="void swiglu(const float *x, float *y, int rows, int inter)",
@@ -83,4 +106,10 @@ SWIGLU = Workload(
     flops=flops,
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
+    spaces={"cpu": CPU_SPACE},
+    shape_of=lambda i: {"rows": int(i["x"].shape[0]), "inter": int(i["x"].shape[1]) // 2},
+    numpy_into=numpy_into,
 )
+
+#: The workload of this folder (found by :mod:`kernels.workloads.registry`).
+WORKLOAD = SWIGLU

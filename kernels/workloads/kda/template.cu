@@ -7,7 +7,7 @@
  *   o_t  = S_t^T (scale q_t)
  * and state = S_T. q, k are already L2-normalised; g <= 0 (log decay); beta in (0, 1).
  *
- * Entry points (launch plan in kernels.templates.cuda):
+ * Entry points (launch_plan in this folder's __init__.py):
  *   PREP 0: kda_kernel(q, k, v, g, beta, o, state, batch_heads, seq, dk, dv)
  *           (the C entry point's argument list)
  *   PREP 1: kda_prep_kernel(q, k, g, decay, qk, batch_heads * seq, dk), then

@@ -20,12 +20,17 @@ Rows are decode/prefill batch sizes seen in FlashInfer Trace's
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
+from kernels.space import DesignSpace, Parameter
+from kernels.workloads._common import axes_2d, rows_launch_plan
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
+from kernels.workloads.rmsnorm import CUDA_SPACE as _RMSNORM_CUDA_SPACE
 from kernels.workloads.rmsnorm import ERROR_DEFINITION as _RMSNORM_ERRORS
-from kernels.workloads.rmsnorm import TOLERANCE, errors
+from kernels.workloads.rmsnorm import TOLERANCE, errors, numpy_rmsnorm
+from kernels.workloads.rmsnorm import numpy_into as _rmsnorm_into
 
 EPS = 1e-5
 ERROR_DEFINITION = (
@@ -94,6 +99,47 @@ def nbytes(shape: Shape) -> float:
 
 _ROWS = (1, 16, 64, 170)
 
+def numpy_fused_add_rmsnorm(
+    x: np.ndarray, residual: np.ndarray, w: np.ndarray, eps: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Plain NumPy float32 fused add + RMSNorm: ``(y, residual_out)``, each [rows, hidden]."""
+    r = x + residual
+    return numpy_rmsnorm(r, w, eps), r
+
+
+def numpy_baseline(inputs: Arrays, attrs: Mapping[str, float], out: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The NumPy baseline (:attr:`Workload.numpy_baseline`): :func:`numpy_fused_add_rmsnorm`."""
+    return numpy_fused_add_rmsnorm(inputs["x"], inputs["residual"], inputs["w"], attrs["eps"])
+
+
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: ``residual_out = x + residual``, then rmsnorm's."""
+    r = o["residual_out"]
+    np.add(i["x"], i["residual"], out=r)
+    _rmsnorm_into({"x": r, "w": i["w"]}, {"y": o["y"]}, s, a)
+
+
+# template.c
+CPU_SPACE = DesignSpace(
+    parameters=(
+        Parameter("ROWS_PER_CHUNK", (1, 2, 4, 8, 16, 32)),
+        Parameter("UNROLL", (1, 2, 4, 8)),
+        Parameter("VEC", (1, 4, 8, 16)),
+        Parameter("ACC_DOUBLE", (0, 1)),
+        Parameter("RECOMPUTE", (0, 1)),
+    ),
+    restrictions=("UNROLL * VEC <= 64",),
+)
+# template.cu: the kernel structure and tunables of rmsnorm's
+CUDA_SPACE = _RMSNORM_CUDA_SPACE
+
+
+def launch_plan(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Launch plan of template.cu: one row-wise launch (:func:`rows_launch_plan`)."""
+    return rows_launch_plan("fused_add_rmsnorm_kernel", "rows", "hidden",
+                            ["x", "residual", "w", "y", "residual_out", "rows", "hidden", "eps"])
+
+
 FUSED_ADD_RMSNORM = Workload(
     name="fused_add_rmsnorm",
     c_signature=(
@@ -131,4 +177,14 @@ FUSED_ADD_RMSNORM = Workload(
     flops=flops,
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
+    spaces={"cpu": CPU_SPACE, "cuda": CUDA_SPACE},
+    launch_plan=launch_plan,
+    numpy_baseline=numpy_baseline,
+    # FlashInfer Trace definition of this math (definitions/rmsnorm/fused_add_rmsnorm_h4096.json)
+    flashinfer={"fused_add_rmsnorm_h4096": {"batch_size": "rows", "hidden_size": "hidden"}},
+    shape_of=axes_2d("x", "rows", "hidden"),
+    numpy_into=numpy_into,
 )
+
+#: The workload of this folder (found by :mod:`kernels.workloads.registry`).
+WORKLOAD = FUSED_ADD_RMSNORM

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from kernels.workloads._common import activations, f32, gelu64, row_error_definition, row_errors
+from kernels.space import DesignSpace, Parameter
+from kernels.workloads._common import activations, axes_2d, f32, gelu64, gelu_, row_error_definition, row_errors
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
 # Row-normalised bound: float32 erff is ~1 ulp, a good polynomial erf (Abramowitz & Stegun
@@ -56,6 +57,22 @@ def nbytes(shape: Shape) -> float:
     return 8.0 * shape["rows"] * shape["cols"]
 
 
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: exact GELU (scipy's erf)."""
+    np.copyto(o["y"], i["x"])
+    gelu_(o["y"])
+
+
+# template.c
+CPU_SPACE = DesignSpace(
+    parameters=(
+        Parameter("ERF_IMPL", (0, 1)),
+        Parameter("CHUNK", (1024, 4096, 16384)),
+    ),
+    restrictions=(),
+)
+
+
 GELU = Workload(
     name="gelu",
     c_signature="void gelu(const float *x, float *y, int rows, int cols)",
@@ -79,4 +96,10 @@ GELU = Workload(
     flops=flops,
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
+    spaces={"cpu": CPU_SPACE},
+    shape_of=axes_2d("x", "rows", "cols"),
+    numpy_into=numpy_into,
 )
+
+#: The workload of this folder (found by :mod:`kernels.workloads.registry`).
+WORKLOAD = GELU

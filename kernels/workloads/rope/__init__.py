@@ -21,6 +21,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from kernels.space import DesignSpace, Parameter
 from kernels.workloads._common import activations, f32, row_error_definition, row_errors
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
@@ -82,6 +83,26 @@ def _s(t: int, h: int, d: int = 128) -> Shape:
     return {"tokens": t, "heads": h, "head_dim": d}
 
 
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: the rotate-half form on the two halves of the last axis."""
+    x, y = i["x"], o["y"]
+    half = x.shape[-1] // 2
+    c, sn = i["cos"][:, None, :], i["sin"][:, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    np.subtract(x1 * c, x2 * sn, out=y[..., :half])
+    np.add(x2 * c, x1 * sn, out=y[..., half:])
+
+
+# template.c
+CPU_SPACE = DesignSpace(
+    parameters=(
+        Parameter("ROWS_PER_CHUNK", (1, 4, 8, 32)),
+        Parameter("PAR_MIN_ROWS", (1, 64, 1024)),
+    ),
+    restrictions=(),
+)
+
+
 ROPE = Workload(
     name="rope",
     c_signature="void rope(const float *x, const float *cos, const float *sin, float *y, int tokens, int heads, int head_dim)",
@@ -106,4 +127,10 @@ ROPE = Workload(
     flops=flops,
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
+    spaces={"cpu": CPU_SPACE},
+    shape_of=lambda i: dict(zip(("tokens", "heads", "head_dim"), map(int, i["x"].shape))),
+    numpy_into=numpy_into,
 )
+
+#: The workload of this folder (found by :mod:`kernels.workloads.registry`).
+WORKLOAD = ROPE

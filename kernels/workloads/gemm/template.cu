@@ -7,7 +7,7 @@
  *   extern "C" __global__ void gemm_splitk_reduce(const float *partial, float *C,
  *                                                 int MN, int splits)
  *
- * Launch plan (kernels.templates.cuda): gemm_kernel on grid (ceil(N / BLOCK_N),
+ * Launch plan (launch_plan in this folder's __init__.py): gemm_kernel on grid (ceil(N / BLOCK_N),
  * ceil(M / BLOCK_M), SPLIT_K) with (BLOCK_M / THREAD_M) * (BLOCK_N / THREAD_N) threads.
  * Block z sums k in [z * k_chunk, min(K, (z + 1) * k_chunk)) and writes its tile to
  * C + z * M * N: with SPLIT_K == 1 that is C itself; with SPLIT_K > 1 it is a float32

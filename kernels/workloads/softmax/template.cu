@@ -3,7 +3,7 @@
  *   extern "C" __global__ void softmax_kernel(const float *x, float *y, int rows, int cols)
  *   y[r, i] = exp(x[r, i] - max_j x[r, j]) / sum_j exp(x[r, j] - max_j x[r, j])
  *
- * Launch plan (kernels.templates.cuda): grid.x = ceil(rows / ROWS_PER_BLOCK), block.x =
+ * Launch plan (launch_plan in this folder's __init__.py): grid.x = ceil(rows / ROWS_PER_BLOCK), block.x =
  * BLOCK_SIZE, dynamic shared memory = ROWS_PER_BLOCK * cols * 4 bytes when USE_SMEM and
  * that is at most SMEM_CACHE_MAX (200 KiB), else 0 (then x is re-read from global/L2).
  *

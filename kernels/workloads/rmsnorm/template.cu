@@ -1,23 +1,27 @@
-/* Fused residual add + RMSNorm, float32, CUDA.
+/* RMSNorm, float32, CUDA.
  *
- *   extern "C" __global__ void fused_add_rmsnorm_kernel(
- *       const float *x, const float *residual, const float *w,
- *       float *y, float *residual_out, int rows, int hidden, float eps)
- *   residual_out = x + residual
- *   y = residual_out / sqrt(mean(residual_out^2) + eps) * w          (per row)
+ *   extern "C" __global__ void rmsnorm_kernel(const float *x, const float *w, float *y,
+ *                                             int rows, int hidden, float eps)
+ *   y[r, i] = x[r, i] / sqrt(mean_i(x[r, i]^2) + eps) * w[i]
  *
- * Launch plan (kernels.templates.cuda): grid.x = ceil(rows / ROWS_PER_BLOCK), block.x =
+ * Launch plan (launch_plan in this folder's __init__.py): grid.x = ceil(rows / ROWS_PER_BLOCK), block.x =
  * BLOCK_SIZE, dynamic shared memory = ROWS_PER_BLOCK * hidden * 4 bytes when USE_SMEM and
- * that is at most SMEM_CACHE_MAX (200 KiB), else 0.
+ * that is at most SMEM_CACHE_MAX (200 KiB), else 0 (then the row is re-read from global).
  *
- * Pass 1 reads x and residual once, writes residual_out and accumulates its sum of squares;
- * the row's THREADS_PER_ROW threads reduce it (warp shuffles, then shared memory across
- * warps); pass 2 writes y from the row cache in shared memory (USE_SMEM) or by re-reading
- * the residual_out elements this same thread wrote (its own writes are visible to it).
- * Compulsory traffic: 2 reads + 2 writes per element.
+ * THREADS_PER_ROW threads share a row (ROWS_PER_BLOCK = BLOCK_SIZE / THREADS_PER_ROW rows
+ * per block): each accumulates a strided slice of the sum of squares, the group reduces it
+ * with warp shuffles (and, above 32 threads per row, one shared-memory step), then every
+ * thread writes its slice of y = x * inv_rms * w.
  *
  * Tunables (prepended as #define lines; defaults below):
- *   BLOCK_SIZE, THREADS_PER_ROW, VEC, UNROLL, USE_SMEM: as in rmsnorm.cu
+ *   BLOCK_SIZE       threads per block (multiple of 32)
+ *   THREADS_PER_ROW  threads per row (power of two, 8..1024, divides BLOCK_SIZE)
+ *   VEC              floats per load/store: 1, 2 (float2) or 4 (float4); used when
+ *                    hidden % VEC == 0 (rows stay aligned), else the scalar path runs
+ *   UNROLL           independent loads in flight per thread per iteration
+ *   USE_SMEM         1: keep the row in dynamic shared memory between the two passes
+ *                    (the second pass reads shared memory instead of global/L2) when the
+ *                    block's rows fit in SMEM_CACHE_MAX bytes
  * Correct for any rows >= 0 and hidden >= 1.
  */
 
@@ -60,38 +64,33 @@ typedef float2 vec_t;
 typedef float vec_t;
 #endif
 
-__device__ __forceinline__ vec_t add_sumsq(const vec_t a, const vec_t b, float &acc)
+__device__ __forceinline__ float sumsq(const vec_t v)
 {
-    vec_t out;
-    const float *af = reinterpret_cast<const float *>(&a);
-    const float *bf = reinterpret_cast<const float *>(&b);
-    float *of = reinterpret_cast<float *>(&out);
+    const float *f = reinterpret_cast<const float *>(&v);
+    float s = 0.0f;
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-        of[k] = af[k] + bf[k];
-        acc = fmaf(of[k], of[k], acc);
-    }
-    return out;
+    for (int k = 0; k < VEC; ++k)
+        s = fmaf(f[k], f[k], s);
+    return s;
 }
 
-__device__ __forceinline__ vec_t scale(const vec_t rv, const vec_t wv, float inv)
+__device__ __forceinline__ vec_t scale(const vec_t xv, const vec_t wv, float inv)
 {
     vec_t out;
-    const float *rf = reinterpret_cast<const float *>(&rv);
+    const float *xf = reinterpret_cast<const float *>(&xv);
     const float *wf = reinterpret_cast<const float *>(&wv);
     float *of = reinterpret_cast<float *>(&out);
 #pragma unroll
     for (int k = 0; k < VEC; ++k)
-        of[k] = rf[k] * inv * wf[k];
+        of[k] = xf[k] * inv * wf[k];
     return out;
 }
 
 /* No __launch_bounds__: with it ptxas targets 2048 resident threads and spills small blocks
  * (BLOCK_SIZE 64: 32 registers and 160 B of spills); without it, 64 registers at most. */
 extern "C" __global__ void
-fused_add_rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ residual,
-                         const float *__restrict__ w, float *__restrict__ y,
-                         float *__restrict__ residual_out, int rows, int hidden, float eps)
+rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ w, float *__restrict__ y,
+               int rows, int hidden, float eps)
 {
     extern __shared__ __align__(16) float row_cache[]; /* ROWS_PER_BLOCK * hidden floats if cache */
 #if WARPS_PER_ROW > 1
@@ -102,63 +101,56 @@ fused_add_rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ 
     const int local_row = tid / THREADS_PER_ROW;
     const long row = (long)blockIdx.x * ROWS_PER_BLOCK + local_row;
     const bool active = row < rows; /* no early return: the whole block reaches the barrier */
-    const long base = row * (long)hidden;
+    const float *xr = x + row * (long)hidden;
+    float *yr = y + row * (long)hidden;
     const bool cache = USE_SMEM && (long)ROWS_PER_BLOCK * hidden * 4 <= SMEM_CACHE_MAX;
     float *cr = row_cache + (long)local_row * hidden;
-    float *ro = residual_out + base;
     const bool vectorised = VEC > 1 && hidden % VEC == 0;
 
     float acc = 0.0f;
     if (active) {
         if (vectorised) {
-            const vec_t *xv = reinterpret_cast<const vec_t *>(x + base);
-            const vec_t *rv = reinterpret_cast<const vec_t *>(residual + base);
-            vec_t *ov = reinterpret_cast<vec_t *>(ro);
+            const vec_t *xv = reinterpret_cast<const vec_t *>(xr);
             const int n = hidden / VEC;
             for (int i = lane; i < n; i += THREADS_PER_ROW * UNROLL) {
-                vec_t a[UNROLL], b[UNROLL];
+                vec_t v[UNROLL];
 #pragma unroll
                 for (int u = 0; u < UNROLL; ++u) {
                     int j = i + u * THREADS_PER_ROW;
-                    if (j < n) {
-                        a[u] = xv[j];
-                        b[u] = rv[j];
-                    }
+                    if (j < n)
+                        v[u] = xv[j];
                 }
 #pragma unroll
                 for (int u = 0; u < UNROLL; ++u) {
                     int j = i + u * THREADS_PER_ROW;
                     if (j < n) {
-                        const vec_t s = add_sumsq(a[u], b[u], acc);
-                        ov[j] = s;
+                        acc += sumsq(v[u]);
                         if (cache)
-                            reinterpret_cast<vec_t *>(cr)[j] = s;
+                            reinterpret_cast<vec_t *>(cr)[j] = v[u];
                     }
                 }
             }
         } else {
-            const float *xr = x + base, *rr = residual + base;
             for (int i = lane; i < hidden; i += THREADS_PER_ROW * UNROLL) {
-                float s[UNROLL];
+                float v[UNROLL];
 #pragma unroll
                 for (int u = 0; u < UNROLL; ++u) {
                     int j = i + u * THREADS_PER_ROW;
-                    s[u] = j < hidden ? xr[j] + rr[j] : 0.0f;
+                    v[u] = j < hidden ? xr[j] : 0.0f;
                 }
 #pragma unroll
                 for (int u = 0; u < UNROLL; ++u) {
                     int j = i + u * THREADS_PER_ROW;
-                    acc = fmaf(s[u], s[u], acc);
-                    if (j < hidden) {
-                        ro[j] = s[u];
-                        if (cache)
-                            cr[j] = s[u];
-                    }
+                    acc = fmaf(v[u], v[u], acc);
+                    if (cache && j < hidden)
+                        cr[j] = v[u];
                 }
             }
         }
     }
 
+    /* Reduce within the row's threads: shuffles inside each warp (segments of SHFL_WIDTH
+     * lanes never mix rows), then across the row's warps through shared memory. */
 #pragma unroll
     for (int off = SHFL_WIDTH / 2; off > 0; off >>= 1)
         acc += __shfl_xor_sync(0xffffffffu, acc, off);
@@ -175,16 +167,17 @@ fused_add_rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ 
         return;
     const float inv = rsqrtf(acc / (float)hidden + eps);
 
-    float *yr = y + base;
+    /* Second pass: every thread rewrites exactly the elements it read, so the shared-memory
+     * row cache needs no barrier. */
     if (vectorised) {
-        const vec_t *src = reinterpret_cast<const vec_t *>(cache ? cr : ro);
         const vec_t *wv = reinterpret_cast<const vec_t *>(w);
         vec_t *yv = reinterpret_cast<vec_t *>(yr);
+        const vec_t *src = reinterpret_cast<const vec_t *>(cache ? cr : xr);
         const int n = hidden / VEC;
         for (int i = lane; i < n; i += THREADS_PER_ROW)
             yv[i] = scale(src[i], wv[i], inv);
     } else {
-        const float *src = cache ? cr : ro;
+        const float *src = cache ? cr : xr;
         for (int i = lane; i < hidden; i += THREADS_PER_ROW)
             yr[i] = src[i] * inv * w[i];
     }

@@ -31,9 +31,11 @@ Shapes: Kimi-Linear-48B-A3B has 32 KDA heads with dk = dv = 128
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
+from kernels.space import DesignSpace, Parameter
 from kernels.workloads._common import batched_salted_reference
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
@@ -198,6 +200,118 @@ def _shape(bh: int, t: int, dk: int = 128, dv: int = 128) -> Shape:
     return {"batch_heads": bh, "seq": t, "dk": dk, "dv": dv}
 
 
+def numpy_kda(q, k, v, g, beta) -> tuple[np.ndarray, np.ndarray]:
+    """Token-by-token KDA in float32, vectorised over heads (the recurrence above).
+
+    Args: q, k, g [BH, T, dk]; v [BH, T, dv]; beta [BH, T], float32.
+
+    Returns:
+        ``(o [BH, T, dv], state [BH, dk, dv])``, float32.
+    """
+    bh, t, dk = q.shape
+    dv = v.shape[-1]
+    a = np.exp(g)
+    qs = q * np.float32(dk**-0.5)
+    S = np.zeros((bh, dk, dv), dtype=np.float32)
+    o = np.empty((bh, t, dv), dtype=np.float32)
+    for i in range(t):
+        S *= a[:, i, :, None]
+        pred = np.einsum("bk,bkv->bv", k[:, i], S)
+        S += k[:, i, :, None] * (beta[:, i, None] * (v[:, i] - pred))[:, None, :]
+        o[:, i] = np.einsum("bk,bkv->bv", qs[:, i], S)
+    return o, S
+
+
+def numpy_baseline(inputs: Arrays, attrs: Mapping[str, float], out: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The NumPy baseline (:attr:`Workload.numpy_baseline`): :func:`numpy_kda`."""
+    return numpy_kda(inputs["q"], inputs["k"], inputs["v"], inputs["g"], inputs["beta"])
+
+
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: :func:`numpy_kda` (token by token): measured faster in
+    NumPy than the chunked form at Kimi Linear's sizes (128-token prompt, 32 heads of 128:
+    0.5 s vs 1.3 s), whose [heads, C, C, d] decay tensors dominate."""
+    out, state = numpy_kda(i["q"], i["k"], i["v"], i["g"], i["beta"])
+    o["o"][...] = out
+    o["state"][...] = state
+
+
+# template.c: DV_BLOCK and FUSE belong to the recurrent algorithm, CHUNK to the chunked one.
+CPU_SPACE = DesignSpace(
+    parameters=(
+        Parameter("ALGO", (0, 1)),
+        Parameter("DV_BLOCK", (8, 16, 32, 64, 128)),
+        Parameter("FUSE", (0, 1)),
+        Parameter("CHUNK", (16, 32, 64)),
+        Parameter("ACC_DOUBLE", (0, 1)),
+    ),
+    restrictions=(
+        "ALGO == 1 or CHUNK == 64",
+        "ALGO == 0 or (DV_BLOCK == 64 and FUSE == 1)",
+    ),
+)
+
+# template.cu: rows of the register-resident state, and the head dimension the space is
+# sized for (Kimi Linear: dk = dv = 128). Larger dk still run (state in shared memory).
+CUDA_REG_DK_MAX = 128
+CUDA_DK = 128
+SMEM_OPTIN_MAX = 227 * 1024  # sm_90 dynamic shared memory per block (opt-in)
+
+CUDA_SPACE = DesignSpace(
+    parameters=(
+        Parameter("DV_BLOCK", (4, 8, 16, 32, 64, 128)),
+        Parameter("THREADS_PER_COL", (2, 4, 8, 16, 32)),
+        Parameter("VEC", (1, 2, 4)),
+        Parameter("CHUNK", (8, 16, 32, 64)),
+        Parameter("STATE_SMEM", (0, 1)),
+        Parameter("ASYNC_COPY", (0, 1)),
+        Parameter("FAST_EXP", (0, 1)),
+        Parameter("PREP", (0, 1)),
+        Parameter("PIPELINE", (0, 1)),
+    ),
+    restrictions=(
+        # at 1024 threads ptxas has 64 registers per thread and spills
+        "32 <= DV_BLOCK * THREADS_PER_COL <= 512",
+        # prefetched rows (3x the register state of 128 / THREADS_PER_COL floats) must fit
+        # the registers a thread may have at this block size, with ~32 to spare
+        "PIPELINE == 0 or 512 // THREADS_PER_COL + 32 <= min(255, 65536 // (DV_BLOCK * THREADS_PER_COL))",
+        "STATE_SMEM == 0 or PIPELINE == 0",  # only the register state is pipelined
+        # both staging buffers plus the state slab at dk = 128 within the opt-in limit
+        f"2 * CHUNK * (3 * {CUDA_DK} + DV_BLOCK + 2) * 4 + STATE_SMEM * {CUDA_DK} * DV_BLOCK * 4"
+        f" <= {SMEM_OPTIN_MAX}",
+    ),
+)
+
+
+def launch_plan(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Launch plan of template.cu at ``params``: ``kda_kernel``, one block per (head, DV_BLOCK
+    value columns), with two staging buffers in dynamic shared memory (plus the state slab
+    with STATE_SMEM or dk beyond the register state); with ``PREP`` first
+    ``kda_prep_kernel`` writing the decays and q.k into scratch."""
+    align = "max(THREADS_PER_COL * VEC, 4)"
+    ld = f"((dk + {align} - 1) // {align} * {align})"  # staged row length, zero-padded
+    # two staging buffers; the state slab when STATE_SMEM or dk beyond the register state
+    smem = (f"2 * CHUNK * (3 * {ld} + DV_BLOCK + 2) * 4"
+            f" + max(STATE_SMEM, dk > {CUDA_REG_DK_MAX}) * {ld} * DV_BLOCK * 4")
+    main = {
+        "kernel": "kda_kernel",
+        "grid": ["batch_heads * ((dv + DV_BLOCK - 1) // DV_BLOCK)"],
+        "block": ["DV_BLOCK * THREADS_PER_COL"],
+        "shared_mem_bytes": smem,
+    }
+    sizes = ["batch_heads", "seq", "dk", "dv"]
+    if not int(params.get("PREP", 0)):
+        return {"launches": [{**main, "args": ["q", "k", "v", "g", "beta", "o", "state", *sizes]}]}
+    return {
+        "launches": [
+            {"kernel": "kda_prep_kernel", "grid": ["(batch_heads * seq + 7) // 8"], "block": ["256"],
+             "args": ["q", "k", "g", "decay", "qk", "batch_heads * seq", "dk"]},
+            {**main, "args": ["q", "k", "v", "decay", "beta", "qk", "o", "state", *sizes]},
+        ],
+        "scratch": {"decay": "batch_heads * seq * dk", "qk": "batch_heads * seq"},
+    }
+
+
 KDA = Workload(
     name="kda",
     c_signature=(
@@ -236,4 +350,13 @@ KDA = Workload(
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
     salted_reference=batched_salted_reference(reference),
+    spaces={"cpu": CPU_SPACE, "cuda": CUDA_SPACE},
+    launch_plan=launch_plan,
+    numpy_baseline=numpy_baseline,
+    shape_of=lambda i: {"batch_heads": int(i["q"].shape[0]), "seq": int(i["q"].shape[1]),
+                      "dk": int(i["q"].shape[2]), "dv": int(i["v"].shape[2])},
+    numpy_into=numpy_into,
 )
+
+#: The workload of this folder (found by :mod:`kernels.workloads.registry`).
+WORKLOAD = KDA

@@ -22,7 +22,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from kernels.workloads._common import f32, row_error_definition, row_errors
+from kernels.space import DesignSpace, Parameter
+from kernels.workloads._common import f32, row_error_definition, row_errors, softmax_rows_
 from kernels.workloads.base import Arg, Arrays, Shape, Workload
 
 # Row-normalised (one row = one query token's head_dim outputs of one head). Float32 online
@@ -117,6 +118,34 @@ def _s(b: int, s: int, h: int, kvh: int, d: int) -> Shape:
     return {"batch": b, "seq": s, "heads": h, "kv_heads": kvh, "head_dim": d}
 
 
+def numpy_into(i: Arrays, o: dict, s: Shape, a: Mapping[str, float]) -> None:
+    """:attr:`Workload.numpy_into`: batched matmuls per KV head group (no K/V repeat)."""
+    q, k, v = i["q"], i["k"], i["v"]
+    B, S, H, D = q.shape
+    KVH = k.shape[2]
+    G = H // KVH
+    # [B, KVH, G*S, D] x [B, KVH, D, S]: the G query heads of a group share K and V (no repeat)
+    qg = q.reshape(B, S, KVH, G, D).transpose(0, 2, 3, 1, 4).reshape(B, KVH, G * S, D)
+    sc = np.matmul(qg, k.transpose(0, 2, 3, 1)) * np.float32(D**-0.5)
+    if float(a.get("causal", 1.0)) == 1.0:
+        mask = np.triu(np.ones((S, S), dtype=bool), 1)
+        sc.reshape(B, KVH, G, S, S)[..., mask] = -np.inf
+    softmax_rows_(sc)
+    out = np.matmul(sc, v.transpose(0, 2, 1, 3))  # [B, KVH, G*S, D]
+    o["o"][...] = out.reshape(B, KVH, G, S, D).transpose(0, 3, 1, 2, 4).reshape(B, S, H, D)
+
+
+# template.c
+CPU_SPACE = DesignSpace(
+    parameters=(
+        Parameter("BQ", (1, 2, 4, 8)),
+        Parameter("BK", (16, 32, 64, 128)),
+        Parameter("SCHEDULE", (0, 1)),
+    ),
+    restrictions=(),
+)
+
+
 ATTENTION = Workload(
     name="attention",
     c_signature=("void attention(const float *q, const float *k, const float *v, float *o, int batch, int seq, "
@@ -145,4 +174,11 @@ ATTENTION = Workload(
     flops=flops,
     bytes=nbytes,
     error_definition=ERROR_DEFINITION,
+    spaces={"cpu": CPU_SPACE},
+    shape_of=lambda i: {**dict(zip(("batch", "seq", "heads", "head_dim"), map(int, i["q"].shape))),
+                          "kv_heads": int(i["k"].shape[2])},
+    numpy_into=numpy_into,
 )
+
+#: The workload of this folder (found by :mod:`kernels.workloads.registry`).
+WORKLOAD = ATTENTION
