@@ -17,7 +17,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from swarm import directions, events, learning, orchestrator
+from swarm import baselines, directions, events, learning, orchestrator
 from swarm.api import exports
 from swarm.api.serializers import (
     CandidateSerializer,
@@ -62,6 +62,7 @@ class GoalViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Rea
             goal = serializer.save(created_by=self.request.user)
             AuditEvent.objects.create(actor=self.request.user, verb="goal.create", subject=f"goal {goal.pk}",
                                       data={"name": goal.name, "via": "api"})
+            baselines.ensure(goal)
 
     def perform_update(self, serializer) -> None:
         with transaction.atomic():
