@@ -201,6 +201,10 @@ EVAL_TIMEOUT_S = env_float("EVAL_TIMEOUT_S", 60.0)
 PAIRED_COMPARISON: dict = {}
 SWARM_SWEEP_EVERY_S = env_float("SWARM_SWEEP_EVERY_S", 60.0)  # recovery of lost work; 0 disables
 SWARM_UCB_EXPLORATION = env_float("SWARM_UCB_EXPLORATION", 0.3)  # UCB1 exploration weight of the agent bandit
+# Four eyes: an approver cannot approve a promotion they requested; a request waits
+# ("awaiting") until another approver approves it. On in production mode, off when embedded
+# (the demo user promotes alone).
+PROMOTION_FOUR_EYES = env_bool("PROMOTION_FOUR_EYES", not EMBEDDED)
 
 # --- LLM agents (OpenAI-compatible endpoint) --------------------------------------------------
 LLM_BASE_URL = env_str("LLM_BASE_URL", "https://api.openai.com/v1")

@@ -1,16 +1,20 @@
 """Baseline latencies per (workload, target, shape set), measured once and stored.
 
-The goal list shows each goal's best result as a speedup over a plain implementation
-(``kernels.baselines``: NumPy float32 on the CPU). Timing it takes seconds and must happen
-on the target's hardware, so a page view only *asks* for it: :func:`lookup` returns what is
-stored and enqueues :func:`measure` on the target's queue for keys never measured (or whose
-measurement was lost). Pages never time anything.
+Every speedup the factory shows (goal list, run page, run summary and ``factory run --json``,
+the API) is :func:`speedup`: the stored :class:`Baseline` of the key divided by a latency, with
+the baseline's date and host, so that one run has one speedup wherever it appears. The
+baseline is a plain implementation (``kernels.baselines``: NumPy float32 on the CPU). Timing
+it takes seconds and must happen on the target's hardware, so creating a goal or starting its
+run only *asks* for it (:func:`ensure`): :func:`lookup` returns what is stored and enqueues
+:func:`measure` on the target's queue for keys never measured (or whose measurement was lost).
+Pages never time anything; :func:`measure` times a key once (a row already ``ok`` is kept).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import socket
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 
 from django.conf import settings
@@ -21,7 +25,7 @@ import kernels
 from kernels.backends import capabilities
 from kernels.baselines import baseline_latency_ms
 from swarm.dispatch import EMBEDDED_QUEUE, MEASURE_BASELINE, send_on_commit
-from swarm.models import Baseline, Goal, target_backend
+from swarm.models import Baseline, Goal, Run, target_backend
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +78,59 @@ def lookup(goals: Iterable[Goal], *, schedule: bool = True) -> dict[tuple[str, s
     return rows
 
 
+def key_of(goal: Goal) -> tuple[str, str, str]:
+    return (goal.workload, goal.target, goal.shape_set)
+
+
+def ensure(goal: Goal) -> Baseline | None:
+    """The goal's stored baseline, asked for (enqueued after commit) when it has none yet.
+    Called when a goal is created and when a run of it starts."""
+    return lookup([goal], schedule=True).get(key_of(goal))
+
+
+def describe(b: Baseline | None) -> dict | None:
+    """A stored baseline for JSON: ``{name, state, latency_ms, method, detail, measured_at
+    (ISO 8601 or None), host}``; None without a row."""
+    if b is None:
+        return None
+    return {"name": "numpy", "state": b.state, "latency_ms": b.latency_ms, "method": b.method, "detail": b.detail,
+            "measured_at": b.measured_at.isoformat() if b.measured_at else None, "host": host(b)}
+
+
+def host(b: Baseline) -> str:
+    """The host that timed the baseline (its fingerprint's ``host``), or "" when unknown."""
+    return str((b.fingerprint or {}).get("host") or "")
+
+
+def speedup(goal_or_run: Goal | Run, latency_ms: float | None, *,
+            rows: Mapping[tuple[str, str, str], Baseline] | None = None) -> dict | None:
+    """The speedup of ``latency_ms`` over the stored baseline of the goal's (or run's goal's) key.
+
+    Args:
+        goal_or_run: a :class:`Goal` or a :class:`Run` (its goal's key).
+        latency_ms: a candidate's ``latency_ms``.
+        rows: baselines already read by :func:`lookup` (pages with many goals); the
+            database otherwise.
+
+    Returns:
+        ``{speedup, baseline_ms, measured_at, host}`` (``speedup`` = baseline / latency,
+        ``measured_at`` a datetime) when the baseline is measured and the latency positive;
+        None otherwise (no row yet, still measuring, unavailable, no latency).
+    """
+    goal = goal_or_run.goal if isinstance(goal_or_run, Run) else goal_or_run
+    key = key_of(goal)
+    if rows is not None:
+        b = rows.get(key)
+    else:
+        b = Baseline.objects.filter(workload=key[0], target=key[1], shape_set=key[2]).first()
+    if b is None or b.state != Baseline.State.OK or not b.latency_ms:
+        return None
+    if not isinstance(latency_ms, (int, float)) or not latency_ms > 0:
+        return None
+    return {"speedup": b.latency_ms / latency_ms, "baseline_ms": b.latency_ms, "measured_at": b.measured_at,
+            "host": host(b)}
+
+
 def _request(workload: str, target: str, shape_set: str) -> Baseline | None:
     why_not = available(workload, target)
     try:
@@ -103,9 +160,12 @@ def measure(baseline_id: int, *, timer=None) -> Baseline:
             ``kernels.baselines.baseline_latency_ms`` (injectable for tests).
 
     Returns:
-        The updated row: ``ok`` with ``latency_ms``, or ``unavailable`` with the reason.
+        The updated row: ``ok`` with ``latency_ms``, or ``unavailable`` with the reason; a row
+        already ``ok`` unchanged.
     """
     b = Baseline.objects.get(pk=baseline_id)
+    if b.state == Baseline.State.OK:  # measured once: a repeated task keeps the figure
+        return b
     if timer is None:
         timer = baseline_latency_ms
     try:
@@ -123,9 +183,11 @@ def measure(baseline_id: int, *, timer=None) -> Baseline:
 
 
 def _fingerprint() -> dict:
+    """The timing host: the CPU backend's fingerprint plus ``host`` (the host name)."""
     try:
         from kernels.backends.cpu import CpuBackend  # noqa: PLC0415
 
-        return CpuBackend().fingerprint()
+        fp = CpuBackend().fingerprint()
     except Exception:  # noqa: BLE001 - the figure stands without it
-        return {}
+        fp = {}
+    return {**fp, "host": socket.gethostname()}

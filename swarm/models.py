@@ -654,6 +654,7 @@ class PromotionRequest(models.Model):
     """
 
     class State(models.TextChoices):
+        AWAITING = "awaiting"  # four eyes: waits for a second approver
         VALIDATING = "validating"
         PROMOTED = "promoted"
         REFUSED = "refused"
@@ -665,6 +666,10 @@ class PromotionRequest(models.Model):
     shape_set = models.CharField(max_length=64)
     note = models.TextField(blank=True)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="Four eyes: the second approver who approved or rejected the request.",
+    )
     state = models.CharField(max_length=16, choices=State.choices, default=State.VALIDATING)
     reason = models.TextField(blank=True)
     incumbent = models.ForeignKey(
@@ -687,7 +692,7 @@ class PromotionRequest(models.Model):
 
     @property
     def is_done(self) -> bool:
-        return self.state != self.State.VALIDATING
+        return self.state not in (self.State.VALIDATING, self.State.AWAITING)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -698,6 +703,7 @@ class PromotionRequest(models.Model):
             "shape_set": self.shape_set,
             "note": self.note,
             "requested_by": self.requested_by.get_username() if self.requested_by else None,
+            "decided_by": self.decided_by.get_username() if self.decided_by else None,
             "state": self.state,
             "reason": self.reason,
             "incumbent": self.incumbent_id,

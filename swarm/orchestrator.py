@@ -31,7 +31,7 @@ from django.utils import timezone
 import kernels
 from kernels.backends import get_backend
 from kernels.space import format_defines
-from swarm import directions, events, learning, llm_lane, observations, remaining, roofline
+from swarm import baselines, directions, events, learning, llm_lane, observations, remaining, roofline
 from swarm.agents import AGENTS, DEFAULT_MIX, Observation, Proposal, RunView, make_agent
 from swarm.credit import Arm, allocate, frontier_improvements
 from swarm.history import goal_rows as history_rows
@@ -158,6 +158,7 @@ def start_run(
             AgentRecord(run=run, name=name, kind=a["kind"], settings=a.get("settings") or {})
             for name, a in zip(names, mix)
         )
+        baselines.ensure(goal)  # asked for once per key: the speedup every page shows
     events.publish(run.pk, "run", run_state(run))
     return run, _next_candidates(run.pk, 0)
 
@@ -939,13 +940,16 @@ def _with_ties(res: dict[str, Any], tied: set[int]) -> dict[str, Any]:
 def run_summary(run: Run) -> dict[str, Any]:
     """Result of a run: progress, best candidate, Pareto frontier (each with ``tied_with_best``:
     its latency within the noise floor of the best's), ``noise_floor``, ``tied_with_best``
-    (candidate ids), agents (the ``factory run`` JSON).
+    (candidate ids), agents, ``baseline`` (the ``factory run`` JSON).
 
     The frontier and best come from stored columns (:func:`swarm.results.results`); when no
     candidate meets the constraints, ``note`` says so and ``closest`` ranks the ``ok``
     candidates by total violation. ``started_at`` and ``finished_at`` are ISO 8601
     (``finished_at`` None while it runs); ``wall_s`` is the run's own time in seconds, from its
-    creation to its end (None while it runs).
+    creation to its end (None while it runs). ``baseline`` is the stored baseline of the goal's
+    key (:func:`swarm.baselines.describe`) with, once measured, the best's ``speedup`` over it
+    (:func:`swarm.baselines.speedup`: ``speedup``, ``baseline_ms``, ``measured_at``, ``host``);
+    None when none was asked for.
     """
     run.refresh_from_db()
     ties = tied_with_best(run)
@@ -965,4 +969,17 @@ def run_summary(run: Run) -> dict[str, Any]:
         finished_at=run.finished_at.isoformat() if run.finished_at else None,
         wall_s=(run.finished_at - run.started_at).total_seconds() if run.finished_at else None,
     )
+    summary["baseline"] = _baseline(run, summary["best"])
     return summary
+
+
+def _baseline(run: Run, best: dict | None) -> dict | None:
+    key = baselines.key_of(run.goal)
+    rows = baselines.lookup([run.goal], schedule=False)
+    described = baselines.describe(rows.get(key))
+    if described is None:
+        return None
+    figure = baselines.speedup(run, (best or {}).get("metrics", {}).get("latency_ms"), rows=rows)
+    if figure is not None:
+        described.update(figure, measured_at=figure["measured_at"].isoformat() if figure["measured_at"] else None)
+    return described

@@ -26,6 +26,12 @@ wrong is worthless"):
    and the rounds). Everything measured is kept in the request's ``evidence``.
 3. :func:`rollback` restores an earlier production kernel. Every action writes an
    :class:`AuditEvent`.
+
+Four eyes (``settings.PROMOTION_FOUR_EYES``, on in production mode): a request waits in state
+``awaiting`` until another approver :func:`approve_request` s it (then step 2 runs) or
+:func:`reject_request` s it; approving one's own request is refused and audited
+(``promotion.approval_refused``). A candidate refused before shows its earlier refusals
+(:func:`earlier_refusals`) when requested again.
 """
 
 from __future__ import annotations
@@ -61,6 +67,8 @@ log = logging.getLogger(__name__)
 EXTENDED_SEEDS = 2
 EXTENDED_BENCH = kernels.BenchSettings(warmup_ms=25.0, rep_ms=300.0, min_reps=30, max_reps=400)
 LOG_LIMIT = 20_000  # characters of each re-evaluation's log kept in the evidence
+#: Requests that block another request for the same key.
+OPEN_STATES = (PromotionRequest.State.AWAITING, PromotionRequest.State.VALIDATING)
 
 
 class PromotionRefused(Exception):
@@ -116,7 +124,8 @@ def request_promotion(candidate: Candidate, user, note: str = "", *, dispatch: b
             runs :func:`validate_request` itself, e.g. tests).
 
     Returns:
-        The request, in state ``validating``.
+        The request, in state ``validating`` (``awaiting`` a second approver under
+        ``settings.PROMOTION_FOUR_EYES``: nothing is sent until :func:`approve_request`).
 
     Raises:
         PromotionRefused: no permission, the candidate is not ``ok``, breaks a constraint, is a
@@ -137,17 +146,95 @@ def request_promotion(candidate: Candidate, user, note: str = "", *, dispatch: b
                 f"candidate {candidate.pk} has the same content hash as the production kernel of "
                 f"{goal.workload}/{goal.target}/{goal.shape_set} (candidate {incumbent.candidate_id}): it is the same "
                 "kernel, so it cannot be faster")
-        running = PromotionRequest.objects.filter(state=PromotionRequest.State.VALIDATING, **key).first()
+        running = PromotionRequest.objects.filter(state__in=OPEN_STATES, **key).first()
         if running is not None:
             raise PromotionRefused(
                 f"promotion request {running.pk} (candidate {running.candidate_id}) for "
-                f"{goal.workload}/{goal.target}/{goal.shape_set} is still validating; wait for its decision")
-        req = PromotionRequest.objects.create(candidate=candidate, note=note, requested_by=user, incumbent=incumbent, **key)
+                f"{goal.workload}/{goal.target}/{goal.shape_set} is still {running.state}; wait for its decision")
+        four_eyes = settings.PROMOTION_FOUR_EYES
+        req = PromotionRequest.objects.create(
+            candidate=candidate, note=note, requested_by=user, incumbent=incumbent, **key,
+            state=PromotionRequest.State.AWAITING if four_eyes else PromotionRequest.State.VALIDATING)
         _audit(user, "promotion.request", req.key, candidate=candidate.pk, request=req.pk, note=note,
-               incumbent=incumbent.candidate_id if incumbent else None)
-        if dispatch:
+               incumbent=incumbent.candidate_id if incumbent else None, four_eyes=four_eyes or None)
+        if dispatch and not four_eyes:
             # the target's worker (the in-process one when embedded)
             send_on_commit(VALIDATE_PROMOTION, req.pk, queue=queue_for(candidate))
+    return req
+
+
+def _name(user) -> str:
+    return user.get_username() if user else "a deleted user"
+
+
+def earlier_refusals(candidate: Candidate, *, before: PromotionRequest | None = None) -> list[dict[str, Any]]:
+    """The candidate's refused promotion requests, newest first: ``{request, reason, by, at}``
+    (``by``: the approver who rejected it, or "the extended validation (requested by NAME)";
+    ``at``: ISO 8601). ``before``: only requests older than this one."""
+    qs = candidate.promotion_requests.filter(state=PromotionRequest.State.REFUSED).select_related(
+        "requested_by", "decided_by").order_by("-created_at", "-id")
+    if before is not None:
+        qs = qs.exclude(pk=before.pk).filter(created_at__lte=before.created_at)
+    return [{"request": r.pk, "reason": r.reason,
+             "by": _name(r.decided_by) if r.decided_by_id else f"the extended validation (requested by {_name(r.requested_by)})",
+             "at": (r.finished_at or r.created_at).isoformat()} for r in qs]
+
+
+def refusal_lines(refusals: list[dict[str, Any]]) -> str:
+    """Earlier refusals in one line each: "request N refused at WHEN by WHO: REASON"."""
+    return "\n".join(f"request {r['request']} refused at {r['at']} by {r['by']}: {r['reason']}" for r in refusals)
+
+
+def _awaiting(req: PromotionRequest, user) -> PromotionRequest:
+    _require_approver(user)
+    req = PromotionRequest.objects.select_for_update().select_related("candidate__goal", "requested_by").get(pk=req.pk)
+    if req.state != PromotionRequest.State.AWAITING:
+        raise PromotionRefused(f"promotion request {req.pk} is {req.state}, not awaiting approval")
+    return req
+
+
+def approve_request(req: PromotionRequest, user, *, dispatch: bool = True) -> PromotionRequest:
+    """A second approver's approval of a request ``awaiting`` it: the extended validation starts
+    (sent to the target's queue after commit unless ``dispatch`` is False).
+
+    Raises:
+        PromotionRefused: no permission, the request is not awaiting approval, or (four eyes)
+            ``user`` requested it; that refusal is audited as ``promotion.approval_refused``.
+    """
+    with transaction.atomic():
+        req = _awaiting(req, user)
+        if settings.PROMOTION_FOUR_EYES and req.requested_by_id == user.pk:
+            why = (f"four eyes: {_name(user)} requested promotion request {req.pk} and cannot approve it too; "
+                   "another approver must approve it (PROMOTION_FOUR_EYES)")
+            _audit(user, "promotion.approval_refused", req.key, candidate=req.candidate_id, request=req.pk, reason=why)
+        else:
+            why = ""
+            req.state, req.decided_by = PromotionRequest.State.VALIDATING, user
+            req.save(update_fields=["state", "decided_by"])
+            _audit(user, "promotion.approve", req.key, candidate=req.candidate_id, request=req.pk,
+                   requested_by=_name(req.requested_by))
+            if dispatch:
+                send_on_commit(VALIDATE_PROMOTION, req.pk, queue=queue_for(req.candidate))
+    if why:  # raised after the audit event is committed
+        raise PromotionRefused(why)
+    return req
+
+
+def reject_request(req: PromotionRequest, user, reason: str) -> PromotionRequest:
+    """An approver's rejection of a request ``awaiting`` approval (the requester may withdraw
+    their own): state ``refused`` with ``reason``, audited as ``promotion.refused``.
+
+    Raises:
+        PromotionRefused: no permission, no reason, or the request is not awaiting approval.
+    """
+    if not reason.strip():
+        raise PromotionRefused("say why the promotion is rejected")
+    with transaction.atomic():
+        req = _awaiting(req, user)
+        req.state, req.decided_by, req.finished_at = PromotionRequest.State.REFUSED, user, timezone.now()
+        req.reason = f"rejected by {_name(user)}: {reason.strip()}"
+        req.save(update_fields=["state", "decided_by", "finished_at", "reason"])
+        _audit(user, "promotion.refused", req.key, candidate=req.candidate_id, request=req.pk, reason=req.reason)
     return req
 
 
@@ -464,6 +551,8 @@ def promote(candidate: Candidate, user, note: str = "", *, evaluate: Callable[..
         PromotionRefused: as :func:`request_promotion`, or the validation's reason.
     """
     req = request_promotion(candidate, user, note, dispatch=False)
+    if req.state == PromotionRequest.State.AWAITING:
+        raise PromotionRefused(f"four eyes: promotion request {req.pk} awaits another approver (PROMOTION_FOUR_EYES)")
     req = validate_request(req.pk, evaluate=evaluate, bench=bench, compare=compare)
     if req.state != PromotionRequest.State.PROMOTED:
         raise PromotionRefused(req.reason)

@@ -23,5 +23,7 @@ urlpatterns = [
     path("production/<str:workload>/<str:target>/<str:shape_set>/rollback/", views.production_rollback,
          name="production-rollback"),
     path("promotion-requests/<int:pk>/", views.promotion_request_status, name="promotion-request-status"),
+    path("promotion-requests/<int:pk>/approve/", views.promotion_request_approve, name="promotion-request-approve"),
+    path("promotion-requests/<int:pk>/reject/", views.promotion_request_reject, name="promotion-request-reject"),
     path("api/", include("swarm.api.urls")),
 ]

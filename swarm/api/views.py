@@ -17,7 +17,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from swarm import directions, events, learning, orchestrator
+from swarm import baselines, directions, events, learning, orchestrator
 from swarm.api import exports
 from swarm.api.serializers import (
     CandidateSerializer,
@@ -30,7 +30,7 @@ from swarm.api.serializers import (
 )
 from swarm.dispatch import dispatch
 from swarm.models import AuditEvent, Candidate, Direction, Goal, Insight, Promotion, PromotionRequest, Run
-from swarm.promotion import PromotionRefused, request_promotion, rollback
+from swarm.promotion import PromotionRefused, approve_request, earlier_refusals, reject_request, request_promotion, rollback
 
 EVENTS_PAGE = 5000  # events per page of /api/runs/<id>/events/
 
@@ -62,6 +62,7 @@ class GoalViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Rea
             goal = serializer.save(created_by=self.request.user)
             AuditEvent.objects.create(actor=self.request.user, verb="goal.create", subject=f"goal {goal.pk}",
                                       data={"name": goal.name, "via": "api"})
+            baselines.ensure(goal)
 
     def perform_update(self, serializer) -> None:
         with transaction.atomic():
@@ -289,13 +290,38 @@ class PromotionViewSet(viewsets.ReadOnlyModelViewSet):
             req = request_promotion(s.validated_data["candidate"], request.user, s.validated_data["note"])
         except PromotionRefused as exc:
             raise ValidationError({"detail": str(exc)}) from None
-        return Response(req.to_dict(), status=status.HTTP_202_ACCEPTED)
+        return Response({**req.to_dict(), "earlier_refusals": earlier_refusals(req.candidate, before=req)},
+                        status=status.HTTP_202_ACCEPTED)
 
 
 class PromotionRequestViewSet(viewsets.ReadOnlyModelViewSet):
-    """Promotion requests with their state, reason and evidence."""
+    """Promotion requests with their state, reason and evidence. Under four eyes
+    (``PROMOTION_FOUR_EYES``) a request ``awaiting`` approval is approved
+    (``POST .../approve/``) or rejected (``POST .../reject/ {"reason"}``) by another approver
+    (``approve_promotion``); approving one's own request is refused (400, the reason)."""
 
-    queryset = PromotionRequest.objects.select_related("requested_by")
+    queryset = PromotionRequest.objects.select_related("requested_by", "decided_by")
+    required_perms = {"approve": ["swarm.approve_promotion"], "reject": ["swarm.approve_promotion"]}
+
+    @extend_schema(request=None, responses=OpenApiTypes.OBJECT)
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        req = get_object_or_404(self.get_queryset(), pk=pk)
+        try:
+            req = approve_request(req, request.user)
+        except PromotionRefused as exc:
+            raise ValidationError({"detail": str(exc)}) from None
+        return Response(req.to_dict(), status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    @action(detail=True, methods=["post"])
+    def reject(self, request, pk=None):
+        req = get_object_or_404(self.get_queryset(), pk=pk)
+        try:
+            req = reject_request(req, request.user, str(request.data.get("reason") or "")[:2000])
+        except PromotionRefused as exc:
+            raise ValidationError({"detail": str(exc)}) from None
+        return Response(req.to_dict())
 
     @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="promotion_requests_list")
     def list(self, request):

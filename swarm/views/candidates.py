@@ -21,7 +21,7 @@ from swarm.dispatch import dispatch_paired
 from swarm.forms import PromoteForm
 from swarm.launch import launch_plan
 from swarm.models import Candidate, PairedComparisonRun, PromotionRequest
-from swarm.promotion import PromotionRefused, active_promotion, can_approve, request_promotion
+from swarm.promotion import PromotionRefused, active_promotion, can_approve, earlier_refusals, refusal_lines, request_promotion
 from swarm.views._common import highlighted, source_css
 
 
@@ -109,9 +109,17 @@ def candidate_promote(request: HttpRequest, pk: int) -> HttpResponse:
     except PromotionRefused as exc:
         messages.error(request, f"Not promoted: {exc}")
         return redirect("candidate-detail", candidate.pk)
-    messages.success(request, f"Promotion request {req.pk}: candidate {candidate.pk} is being re-validated on "
-                              f"{candidate.goal.target}; it becomes production if it passes and a paired comparison finds it "
-                              "faster than the incumbent beyond the noise floor.")
+    if req.state == req.State.AWAITING:
+        messages.success(request, f"Promotion request {req.pk}: candidate {candidate.pk} awaits another approver "
+                                  "(four eyes); once approved it is re-validated on "
+                                  f"{candidate.goal.target}.")
+    else:
+        messages.success(request, f"Promotion request {req.pk}: candidate {candidate.pk} is being re-validated on "
+                                  f"{candidate.goal.target}; it becomes production if it passes and a paired comparison "
+                                  "finds it faster than the incumbent beyond the noise floor.")
+    refused = earlier_refusals(candidate, before=req)
+    if refused:
+        messages.warning(request, f"Candidate {candidate.pk} was refused before: {refusal_lines(refused)}")
     return redirect("production")
 
 

@@ -36,9 +36,9 @@ def goal_list(request: HttpRequest) -> HttpResponse:
     for g in goals:
         runs = list(g.runs.all())
         best = best_candidate(g)
-        baseline = stored.get((g.workload, g.target, g.shape_set))
+        baseline = stored.get(baselines.key_of(g))
         latency = best.evidence.metrics.get("latency_ms") if best else None
-        speedup = baseline.latency_ms / latency if baseline and baseline.latency_ms and latency else None
+        speedup = baselines.speedup(g, latency, rows=stored)
         rows.append({"goal": g, "state": goal_state(g, runs), "runs": runs, "latest": runs[0] if runs else None,
                      "best": best, "best_value": best.evidence.metrics.get(g.primary["metric"]) if best else None,
                      "latency": latency, "baseline": baseline, "speedup": speedup})
@@ -68,6 +68,7 @@ def goal_create(request: HttpRequest) -> HttpResponse:
                 goal = form.save(request.user)
                 AuditEvent.objects.create(actor=request.user, verb="goal.create", subject=f"goal {goal.pk}",
                                           data={"name": goal.name})
+                baselines.ensure(goal)
             messages.success(request, f"Goal {goal.name!r} created.")
             return redirect("goal-detail", goal.pk)
         return _form_page(request, form, None)
@@ -155,11 +156,13 @@ def goal_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 def _detail(request: HttpRequest, goal: Goal, form: RunForm, status: int = 200) -> HttpResponse:
     best = best_candidate(goal)
-    stored = baselines.lookup([goal], schedule=False).get((goal.workload, goal.target, goal.shape_set))
+    stored = baselines.lookup([goal], schedule=False).get(baselines.key_of(goal))
     size = space_size(goal.design_space())
     return render(request, "swarm/goal_detail.html", {
         "goal": goal, "runs": goal.runs.all(), "form": form, "space_size": size["cartesian"], "size": size,
         "best": best, "baseline": stored,
+        "speedup": baselines.speedup(goal, best.evidence.metrics.get("latency_ms") if best else None,
+                                     rows={baselines.key_of(goal): stored} if stored else {}),
         "can_edit": request.user.has_perm("swarm.change_goal"), "can_run": request.user.has_perm("swarm.add_run"),
     }, status=status)
 
