@@ -187,7 +187,7 @@ def refusal_lines(refusals: list[dict[str, Any]]) -> str:
 
 def _awaiting(req: PromotionRequest, user) -> PromotionRequest:
     _require_approver(user)
-    req = PromotionRequest.objects.select_for_update().select_related("candidate__goal", "requested_by").get(pk=req.pk)
+    req = PromotionRequest.objects.select_for_update(of=("self",)).select_related("candidate__goal", "requested_by").get(pk=req.pk)
     if req.state != PromotionRequest.State.AWAITING:
         raise PromotionRefused(f"promotion request {req.pk} is {req.state}, not awaiting approval")
     return req

@@ -30,6 +30,15 @@ def private_kernel_data(tmp_path_factory):
     yield
 
 
+@pytest.fixture(autouse=True)
+def one_approver_promotes(settings):
+    """Tests promote with one approver in both modes (production mode turns four eyes on by
+    default); the four-eyes tests turn it back on, and servers started by tests inherit the
+    environment variable."""
+    os.environ["PROMOTION_FOUR_EYES"] = "0"
+    settings.PROMOTION_FOUR_EYES = False
+
+
 @pytest.fixture
 def roles(db):
     from swarm.management.commands.setup_demo import ensure_roles
