@@ -181,6 +181,8 @@ class GoalForm(forms.Form):
         if "parameters" in data:
             restrictions = [r.strip() for r in data.get("restrictions", "").splitlines() if r.strip()]
             fields["space"] = {"parameters": data["parameters"], "restrictions": restrictions}
+            if self.instance is not None and self.instance.space.get("domain"):
+                fields["space"]["domain"] = self.instance.space["domain"]  # a replay goal's recorded points
         try:
             cleaned = validate_goal(fields, goal=self.instance)
         except GoalInvalid as exc:
@@ -204,8 +206,7 @@ class GoalForm(forms.Form):
         objectives = [{"metric": d["objective"], "direction": d["objective_direction"]}]
         if d.get("second_objective"):
             objectives.append({"metric": d["second_objective"], "direction": d["second_direction"]})
-        max_rel, *others = d["constraints"]
-        constraints = [max_rel] + [c for c in others if c["metric"] != "max_rel_error"]
+        constraints = list(d["constraints"])  # max_rel_error's bound first, then the lines
         return dict(
             name=d["name"], workload=d["workload"], target=d["target"], shape_set=d["shape_set"],
             objectives=objectives, constraints=constraints, space=d["space"], source=d["source"],

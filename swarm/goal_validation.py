@@ -135,6 +135,9 @@ def check_space(value: Any, *, goal: Goal | None = None) -> tuple[kernels.Design
     except kernels.SpaceError as exc:
         field = "restrictions" if "restriction" in str(exc) else "parameters"
         raise GoalInvalid([FieldError(field, str(exc))]) from None
+    if not space.parameters:
+        raise GoalInvalid([FieldError("parameters", "give at least one parameter with its values: "
+                                                    "a design space without parameters has nothing to search")])
     domain = goal.space.get("domain") if is_replay(goal) else None
     if space.domain != domain:
         raise GoalInvalid([FieldError("parameters", (
@@ -207,13 +210,29 @@ def _clean_constraints(value: Any) -> tuple[list[dict], list[FieldError]]:
                                """'METRIC >= VALUE' ({"metric": str, "op": "<=" | ">=", "value": number})""", i))
             continue
         try:
+            if isinstance(c["value"], bool):
+                raise TypeError("a boolean is not a bound")
             v = float(c["value"])
         except (TypeError, ValueError):
             problems.append(FieldError("constraints", f"constraint on {metric}: {c['value']!r} is not a number", i))
             continue
+        except OverflowError:  # an integer beyond float range
+            v = math.inf
         if not math.isfinite(v):
             problems.append(FieldError("constraints", f"constraint on {metric}: the bound must be a finite number", i))
             continue
+        same = next((j for j, o in enumerate(out) if o["metric"] == metric and o["op"] == op), None)
+        if same is not None:
+            problems.append(FieldError("constraints", f"constraint '{metric} {op}' is given twice: give one bound per "
+                                                      "metric and direction", i))
+            continue
+        other = next((o for o in out if o["metric"] == metric), None)
+        if other is not None:
+            lo, hi = (v, other["value"]) if op == ">=" else (other["value"], v)
+            if lo > hi:
+                problems.append(FieldError("constraints", f"constraints on {metric} contradict each other: "
+                                                          f"{metric} >= {lo:g} and {metric} <= {hi:g} leave no value", i))
+                continue
         out.append({"metric": metric, "op": op, "value": v})
     return out, problems
 

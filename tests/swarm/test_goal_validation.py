@@ -7,8 +7,11 @@ from django.urls import reverse
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from swarm.forms import GoalForm
 from swarm.goal_validation import GoalInvalid, validate_goal
 from swarm.models import Goal
+from swarm.replay_goals import import_cache
+from tests.swarm.test_replay_api import GEMM
 
 FORM = {
     "name": "one validator", "workload": "rmsnorm", "target": "cpu-x86_64", "shape_set": "test-small",
@@ -62,6 +65,13 @@ BAD = {
     "an infinite constraint bound": ({"constraints": "gbps >= inf"}, "constraints",
                                      {"constraints": [MAX_REL, {"metric": "gbps", "op": ">=", "value": "inf"}]},
                                      "constraints", "the bound must be a finite number"),
+    "a second bound for max_rel_error": ({"constraints": "max_rel_error <= 5"}, "constraints",
+                                         {"constraints": [MAX_REL, {"metric": "max_rel_error", "op": "<=", "value": 5}]},
+                                         "constraints", "'max_rel_error <=' is given twice"),
+    "contradicting bounds": ({"constraints": "gbps >= 5\ngbps <= 1"}, "constraints",
+                             {"constraints": [MAX_REL, {"metric": "gbps", "op": ">=", "value": 5},
+                                              {"metric": "gbps", "op": "<=", "value": 1}]},
+                             "constraints", "contradict each other"),
 }
 
 
@@ -126,3 +136,31 @@ def test_the_validator_cleans_values_and_fills_the_default_template():
     assert cleaned["constraints"] == [{"metric": "gbps", "op": ">=", "value": 2.5}]
     assert "void rmsnorm(" in cleaned["source"]
     assert cleaned["space"]["restrictions"] == ["UNROLL * VEC <= 16"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("change, field, part", [
+    ({"constraints": [MAX_REL, {"metric": "gbps", "op": ">=", "value": 10**400}]}, "constraints", "finite number"),
+    ({"constraints": [MAX_REL, {"metric": "gbps", "op": ">=", "value": True}]}, "constraints", "is not a number"),
+    ({"space": {"parameters": [], "restrictions": []}}, "space", "at least one parameter"),
+], ids=["an integer beyond float range", "a boolean bound", "no parameters"])
+def test_the_api_refuses_what_cannot_be_a_goal(api, change, field, part):
+    r = api.post("/api/goals/", {**API, **change}, format="json")
+    assert r.status_code == 400 and part in r.json()[field][0], r.content
+    assert not Goal.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_over_nested_body_is_a_400(api):
+    r = api.post("/api/goals/", "[" * 100_000 + "]" * 100_000, content_type="application/json")
+    assert r.status_code == 400 and "nested too deeply" in r.json()["detail"]
+
+
+@pytest.mark.django_db
+def test_a_replay_goal_is_renamed_through_the_form(client, owner):
+    goal = import_cache(GEMM, user=owner)[0]
+    client.force_login(owner)
+    r = client.post(reverse("goal-edit", args=[goal.pk]), {**GoalForm.initial_for(goal), "name": "renamed"})
+    assert r.status_code == 302, r.context["form"].errors if r.context else r
+    goal.refresh_from_db()
+    assert goal.name == "renamed" and goal.space["domain"].startswith("replay:")
