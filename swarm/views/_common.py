@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import FloatField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
-from django.http import HttpRequest
+from django.http import HttpRequest, JsonResponse
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import CLexer, CudaLexer
@@ -29,6 +29,20 @@ def source_css() -> str:
 
 def wants_json(request: HttpRequest) -> bool:
     return "application/json" in request.headers.get("Accept", "")
+
+
+def json_refusal(request: HttpRequest, perm: str) -> JsonResponse | None:
+    """For a JSON request (the page's fetch): a ``{"ok": false, "error"}`` answer when the
+    user is not signed in (401) or lacks ``perm`` (403); None when the view may go on. Page
+    requests keep Django's redirect to the login page and its 403 page."""
+    if not wants_json(request):
+        return None
+    if not request.user.is_authenticated:
+        return JsonResponse({"ok": False, "error": "sign in first"}, status=401)
+    if not request.user.has_perm(perm):
+        return JsonResponse({"ok": False, "error": f"{request.user.get_username()} lacks the {perm} permission"},
+                            status=403)
+    return None
 
 
 def metric_value(metric: str):

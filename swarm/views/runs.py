@@ -15,7 +15,7 @@ from swarm.forms import DirectionForm
 from swarm.models import Direction, Insight, Run
 from swarm.results import results
 from swarm.snapshot import MAXIMIZE
-from swarm.views._common import wants_json
+from swarm.views._common import json_refusal, wants_json
 
 
 def _page(request: HttpRequest, run: Run, *, form: DirectionForm | None = None, error: str = "",
@@ -65,17 +65,33 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return _page(request, run)
 
 
-@login_required
 @require_POST
-@permission_required("swarm.change_run", raise_exception=True)
 def run_stop(request: HttpRequest, pk: int) -> HttpResponse:
-    """Stop the run; back to its page, or ``{"ok": true, "run": run_state}`` to a JSON request
-    (the page's fetch, which keeps the page as it is)."""
+    """Stop the run; back to its page, or to a JSON request (the page's fetch, which keeps the
+    page as it is) ``{"ok": true, "stopped": bool, "run": run_state}`` (``stopped`` false and a
+    ``note`` when the run had already ended), or ``{"ok": false, "error"}`` with 401, 403 or 404."""
+    refused = json_refusal(request, "swarm.change_run")
+    if refused is not None:
+        return refused
+    if wants_json(request):
+        run = Run.objects.filter(pk=pk).first()
+        if run is None:
+            return JsonResponse({"ok": False, "error": f"no run {pk}"}, status=404)
+        was = run.state
+        orchestrator.stop_run(run, request.user, via="the run page")
+        run.refresh_from_db()
+        out = {"ok": True, "stopped": was == Run.State.RUNNING, "run": orchestrator.run_state(run)}
+        if was != Run.State.RUNNING:
+            out["note"] = f"run {run.pk} had already ended ({run.state}): nothing to stop"
+        return JsonResponse(out)
+    return _stop_page(request, pk)
+
+
+@login_required
+@permission_required("swarm.change_run", raise_exception=True)
+def _stop_page(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(Run, pk=pk)
     orchestrator.stop_run(run, request.user, via="the run page")
-    if wants_json(request):
-        run.refresh_from_db()
-        return JsonResponse({"ok": True, "run": orchestrator.run_state(run)})
     return redirect("run-detail", run.pk)
 
 

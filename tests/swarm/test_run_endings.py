@@ -216,3 +216,25 @@ def test_on_a_replay_goal_mwg_beyond_any_recorded_value_is_refused(owner):
     assert response.status_code == 400, response.content
     assert "leaves no point to evaluate" in response.json()["detail"]
     assert Goal.objects.get(pk=goal.pk).runs.get().state == Run.State.RUNNING
+
+
+@pytest.mark.django_db
+def test_the_pages_stop_answers_json_errors_to_its_fetch(owner, outsider, client):
+    run, _ = started(synthetic_goal(), budget=40)
+    url, accept = reverse("run-stop", args=[run.pk]), {"HTTP_ACCEPT": "application/json"}
+    r = client.post(url, **accept)
+    assert r.status_code == 401 and r.json() == {"ok": False, "error": "sign in first"}
+    client.force_login(outsider)
+    r = client.post(url, **accept)
+    assert r.status_code == 403 and "lacks the swarm.change_run permission" in r.json()["error"]
+    run.refresh_from_db()
+    assert run.state == Run.State.RUNNING
+    client.force_login(owner)
+    r = client.post(reverse("run-stop", args=[run.pk + 1000]), **accept)
+    assert r.status_code == 404 and r.json()["error"] == f"no run {run.pk + 1000}"
+    assert client.post(url, **accept).json()["stopped"] is True
+    again = client.post(url, **accept).json()
+    assert again["stopped"] is False and "had already ended (stopped)" in again["note"]
+    # Page requests keep the login redirect and the 403 page.
+    client.logout()
+    assert client.post(url).status_code == 302
