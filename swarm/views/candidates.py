@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from kernels.first_call import first_call_note, is_set_up_cost
-from swarm import comparison, paired_runs, roofline
+from swarm import comparison, display, paired_runs, roofline
 from swarm.cuda_static import candidate_static as static_of
 from swarm.dispatch import dispatch_paired
 from swarm.forms import PromoteForm
@@ -57,6 +57,7 @@ def candidate_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "requests": PromotionRequest.objects.filter(candidate=candidate).select_related("requested_by")[:5],
         "incumbent": active_promotion(goal.workload, goal.target, goal.shape_set),
         "charts": charts,
+        "fingerprint": display.fingerprint_groups(evidence.fingerprint if evidence else None),
         "metrics": [(k, _fmt(v)) for k, v in (evidence.metrics.items() if evidence else [])],
         "first_calls": _first_calls(evidence.metrics if evidence else {}),
         "first_call_note": first_call_note(evidence.metrics) if evidence else "",

@@ -1,0 +1,96 @@
+"""How the pages show stored figures: an evidence fingerprint as grouped rows, metric values
+with their units and a few significant digits, and a workload's throughput in GB/s or GFLOP/s."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# Units by key suffix (checked longest first) and by exact key, for fingerprint and metric keys.
+_SUFFIX_UNITS = (
+    ("_bytes", "bytes"), ("_gbps", "GB/s"), ("_gflops", "GFLOP/s"), ("_ms", "ms"), ("_us", "µs"), ("_s", "s"),
+    ("_pct", "%"), ("_kb", "KiB"), ("_mb", "MiB"),
+)
+_KEY_UNITS = {
+    "gbps": "GB/s", "gflops": "GFLOP/s", "latency_ms": "ms", "nproc": "CPUs", "l2_bytes": "bytes",
+    "roofline_pct": "%", "duration_s": "s", "margin": "×",
+}
+
+
+def unit_of(key: str) -> str:
+    """The unit of a fingerprint or metric key (``latency_ms[rows=32]`` -> ``ms``), or ``""``."""
+    base = key.split("[", 1)[0]
+    if base in _KEY_UNITS:
+        return _KEY_UNITS[base]
+    for suffix, unit in _SUFFIX_UNITS:
+        if base.endswith(suffix):
+            return unit
+    return ""
+
+
+def number(v: Any, digits: int = 4) -> str:
+    """``v`` with ``digits`` significant digits (``98.27483050000001`` -> ``98.27``), thousands
+    kept whole (``12345.6`` -> ``12346``); ints and non-numbers as they are."""
+    if isinstance(v, bool) or not isinstance(v, float):
+        return str(v)
+    if not math.isfinite(v):
+        return str(v)
+    if v != 0 and abs(v) >= 10 ** digits:
+        return f"{v:.0f}"
+    if v != 0 and abs(v) < 1e-3:
+        return f"{v:.{digits - 1}e}"
+    s = f"{v:.{digits}g}"
+    return s
+
+
+def with_unit(key: str, v: Any, digits: int = 4) -> str:
+    """``v`` as :func:`number` followed by the unit of ``key`` (bytes in KiB/MiB/GiB)."""
+    unit = unit_of(key)
+    if unit == "bytes" and isinstance(v, int) and not isinstance(v, bool):
+        return _bytes(v)
+    text = number(v, digits)
+    if not unit or not isinstance(v, (int, float)) or isinstance(v, bool):
+        return text
+    return f"{text}{unit}" if unit in ("%", "×") else f"{text} {unit}"
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{number(n / size, 4)} {unit}"
+    return f"{n} bytes"
+
+
+def _scalar(key: str, v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (list, tuple)):
+        return " ".join(str(x) for x in v) if all(not isinstance(x, (dict, list)) for x in v) else str(v)
+    return with_unit(key, v)
+
+
+def fingerprint_groups(fingerprint: dict | None) -> list[dict]:
+    """An evidence fingerprint as ``[{"group": title, "rows": [(key, value text)]}]``: the
+    top-level scalars first (group ``"environment"``), then one group per nested dict with its
+    keys flattened (``a.b``), values with units where the key names one."""
+    fp = fingerprint or {}
+    top: list[tuple[str, str]] = []
+    groups: list[dict] = []
+    for key, v in fp.items():
+        if isinstance(v, dict):
+            rows = list(_flatten(v, ""))
+            groups.append({"group": key, "rows": rows or [("", "none")]})
+        else:
+            top.append((key, _scalar(key, v)))
+    return ([{"group": "environment", "rows": top}] if top else []) + groups
+
+
+def _flatten(d: dict, prefix: str):
+    for k, v in d.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            yield from _flatten(v, name + ".")
+        else:
+            yield name, _scalar(str(k), v)

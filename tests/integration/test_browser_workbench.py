@@ -1,0 +1,65 @@
+"""The workbench for a day of real work, in real Chromium against the real processes: the
+fingerprint as a table, archiving and duplicating goals, the goal editor's defaults, throughput
+in its unit, numbers with units and significant digits."""
+
+import os
+
+import pytest
+
+from tests.integration.test_browser import Watched, browser  # noqa: F401  (the browser fixture)
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+FINGERPRINT = {
+    "backend": "cpu", "compiler": "/usr/bin/cc", "flags": ["-O3", "-march=native"], "cpu_model": "AMD EPYC",
+    "nproc": 2, "seed": 1234, "compile_s": 0.4213456, "shape_set": "test-small",
+    "bench": {"warmup_ms": 20.0, "rep_ms": 150.0, "flush": "evict", "flush_bytes": 64 * 2**20},
+    "limits": {"gbps": 41.23456789, "gflops": 512.0, "source": "measured"},
+    "sandbox": {"network": "none", "seccomp": {"mode": "filter", "denied": 3}},
+    "child_wall_s": {"validation": 1.23456, "timing": 2.5},
+}
+
+
+def _evaluated(workload: str, shape_set: str, metrics: dict, name: str = "workbench", fingerprint=None):
+    """An ok candidate of a new goal of `workload` with the given metrics and fingerprint."""
+    import kernels
+    from swarm.models import Candidate, Evidence, Goal, Run
+
+    goal = Goal.objects.create(name=name, workload=workload, target="cpu-x86_64", shape_set=shape_set,
+                               objectives=[{"metric": "latency_ms", "direction": "minimize"}],
+                               space=kernels.default_space(workload).to_dict(), source=kernels.load_template(workload))
+    run = Run.objects.create(goal=goal, budget=2, seed=1, space=goal.space, state=Run.State.FINISHED)
+    out = []
+    for n, m in enumerate(metrics if isinstance(metrics, list) else [metrics]):
+        c = Candidate.objects.create(goal=goal, run=run, generation=1, agent="random", content_hash=f"{n}{workload}".ljust(64, "0"),
+                                     params={p["name"]: p["values"][0] for p in goal.space["parameters"]},
+                                     source=goal.source, status="ok")
+        Evidence.objects.create(candidate=c, status="ok", metrics=m, fingerprint=fingerprint or FINGERPRINT,
+                                samples_ms={"all": [m.get("latency_ms", 1.0)] * 5})
+        out.append(c)
+    return goal, run, out
+
+
+def test_the_fingerprint_is_a_readable_table(stack, demo_user, browser):  # noqa: F811
+    _, _, (c,) = _evaluated("rmsnorm", "test-small", {"latency_ms": 0.5, "max_rel_error": 1e-7, "gbps": 10.0})
+    w = Watched(browser, stack)
+    page = w.page
+    w.login(*demo_user)
+    page.goto(f"{stack}/candidates/{c.pk}/")
+    page.click("#fingerprint-details summary")
+    text = page.inner_text("#fingerprint")
+    assert "{" not in text and "'" not in text, text  # no Python repr
+    groups = page.eval_on_selector_all("#fingerprint table", "(ts) => ts.map((t) => t.dataset.group)")
+    assert groups[0] == "environment" and {"bench", "limits", "sandbox", "child_wall_s"} <= set(groups), groups
+    row = lambda group, key: page.inner_text(  # noqa: E731
+        f"#fingerprint table[data-group={group}] tr:has(th:text-is('{key}')) td")
+    assert row("environment", "nproc") == "2 CPUs"
+    assert row("environment", "compile_s") == "0.4213 s"
+    assert row("environment", "flags") == "-O3 -march=native"
+    assert row("bench", "warmup_ms") == "20 ms" and row("bench", "flush_bytes") == "64 MiB"
+    assert row("limits", "gbps") == "41.23 GB/s" and row("limits", "gflops") == "512 GFLOP/s"
+    assert row("sandbox", "seccomp.mode") == "filter"  # nested keys flattened
+    page.locator("#fingerprint").scroll_into_view_if_needed()
+    w.shot("candidate_fingerprint")
+    w.check_clean()
