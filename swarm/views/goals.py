@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 import kernels
 from kernels.space import format_defines
-from swarm import baselines, orchestrator
+from swarm import baselines, goals, orchestrator
 from swarm.dispatch import dispatch
 from swarm.forms import GoalForm, RunForm, format_parameters, parse_parameters
 from swarm.goal_validation import GoalInvalid, check_space, default_template, empty_space_message, space_size, template_problem
@@ -30,7 +30,9 @@ def goal_state(goal: Goal, runs: list[Run]) -> str:
 
 @login_required
 def goal_list(request: HttpRequest) -> HttpResponse:
-    goals = list(Goal.objects.prefetch_related("runs"))
+    """The active goals; ``?archived=1`` the archived ones (the "Archived" tab)."""
+    show_archived = request.GET.get("archived") == "1"
+    goals = list(Goal.objects.filter(archived_at__isnull=not show_archived).prefetch_related("runs"))
     stored = baselines.lookup(goals)
     rows = []
     for g in goals:
@@ -42,7 +44,10 @@ def goal_list(request: HttpRequest) -> HttpResponse:
         rows.append({"goal": g, "state": goal_state(g, runs), "runs": runs, "latest": runs[0] if runs else None,
                      "best": best, "best_value": best.evidence.metrics.get(g.primary["metric"]) if best else None,
                      "latency": latency, "baseline": baseline, "speedup": speedup})
-    return render(request, "swarm/goal_list.html", {"rows": rows})
+    return render(request, "swarm/goal_list.html", {
+        "rows": rows, "show_archived": show_archived,
+        "n_archived": Goal.objects.filter(archived_at__isnull=False).count(),
+        "n_active": Goal.objects.filter(archived_at__isnull=True).count()})
 
 
 def _defaults(workload: str, target: str) -> dict:
@@ -161,6 +166,7 @@ def _detail(request: HttpRequest, goal: Goal, form: RunForm, status: int = 200) 
         "goal": goal, "runs": goal.runs.all(), "form": form, "space_size": size["cartesian"], "size": size,
         "best": best, "baseline": stored,
         "can_edit": request.user.has_perm("swarm.change_goal"), "can_run": request.user.has_perm("swarm.add_run"),
+        "can_add": request.user.has_perm("swarm.add_goal"),
     }, status=status)
 
 
@@ -183,3 +189,27 @@ def run_start(request: HttpRequest, pk: int) -> HttpResponse:
                               data={"goal": goal.pk, "budget": d["budget"], "batch_size": d["batch_size"]})
     dispatch(first)
     return redirect("run-detail", run.pk)
+
+
+@login_required
+@require_POST
+@permission_required("swarm.change_goal", raise_exception=True)
+def goal_archive(request: HttpRequest, pk: int) -> HttpResponse:
+    """``POST [archived=0]``: archive the goal (``archived=0``: unarchive it); back to its page."""
+    goal = get_object_or_404(Goal, pk=pk)
+    archive = request.POST.get("archived", "1") != "0"
+    goals.set_archived(goal, archive, request.user)
+    messages.success(request, f"Goal {goal.name!r} archived: hidden from the goal list, its runs kept; "
+                              "unarchive it to start runs." if archive else f"Goal {goal.name!r} unarchived.")
+    return redirect("goal-detail", goal.pk)
+
+
+@login_required
+@require_POST
+@permission_required("swarm.add_goal", raise_exception=True)
+def goal_duplicate(request: HttpRequest, pk: int) -> HttpResponse:
+    """``POST``: a copy of the goal named ``"<name> (copy)"``, opened in the editor."""
+    goal = get_object_or_404(Goal, pk=pk)
+    copy = goals.duplicate(goal, request.user)
+    messages.success(request, f"Goal {copy.name!r} created as a copy of goal {goal.pk}; edit it below.")
+    return redirect("goal-edit", copy.pk)

@@ -3,6 +3,7 @@ fingerprint as a table, archiving and duplicating goals, the goal editor's defau
 in its unit, numbers with units and significant digits."""
 
 import os
+import re
 
 import pytest
 
@@ -62,4 +63,45 @@ def test_the_fingerprint_is_a_readable_table(stack, demo_user, browser):  # noqa
     assert row("sandbox", "seccomp.mode") == "filter"  # nested keys flattened
     page.locator("#fingerprint").scroll_into_view_if_needed()
     w.shot("candidate_fingerprint")
+    w.check_clean()
+
+
+def test_archive_hides_a_goal_and_duplicate_opens_its_copy_in_the_editor(stack, demo_user, browser):  # noqa: F811
+    from swarm.goals import default_goal
+    from swarm.models import Run
+
+    goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", name="to archive")
+    run = Run.objects.create(goal=goal, budget=2, seed=1, space=goal.space, state=Run.State.FINISHED)
+    w = Watched(browser, stack)
+    page = w.page
+    w.login(*demo_user)
+    assert "to archive" in page.inner_text("#goal-table")
+    page.click("#goal-table a:text-is('to archive')")
+    page.click("#archive-form button:has-text('Archive')")
+    page.wait_for_selector("#archived-note")
+    assert "cannot start new runs" in page.inner_text("#archived-note") and not page.locator("#run-form").count()
+    assert page.locator(f"a:text-is('run {run.pk}')").count() == 1  # its runs kept
+    w.shot("goal_archived")
+    # the server refuses a run of the archived goal, with the reason
+    resp = page.evaluate("""async (url) => {
+        const csrf = document.querySelector('input[name=csrfmiddlewaretoken]').value;
+        const body = new FormData(); body.append('budget', '4'); body.append('batch_size', '2');
+        const r = await fetch(url, {method: 'POST', body, headers: {'X-CSRFToken': csrf}});
+        return [r.status, await r.text()];
+    }""", f"{stack}/goals/{goal.pk}/runs/")
+    assert resp[0] == 400 and "is archived: unarchive it to start runs" in resp[1]
+    page.goto(stack + "/")
+    assert "to archive" not in page.inner_text("#goal-table")
+    page.click("#goal-tabs a:has-text('Archived')")
+    assert "to archive" in page.inner_text("#goal-table")
+    w.shot("goals_archived_tab")
+
+    # duplicate: a copy, opened in the editor
+    page.click("#goal-table a:text-is('to archive')")
+    page.click("#duplicate-form button")
+    page.wait_for_url(re.compile(r".*/goals/\d+/edit/$"))
+    assert page.input_value("input[name=name]") == "to archive (copy)"
+    w.shot("goal_duplicated")
+    page.goto(stack + "/")
+    assert "to archive (copy)" in page.inner_text("#goal-table")
     w.check_clean()
