@@ -12,6 +12,12 @@ from swarm.models import AuditEvent, Goal
 DEFAULT_MAX_REL_ERROR = 1e-4
 
 
+def default_name(workload: str, target: str, shape_set: str) -> str:
+    """The name a goal of these gets unless someone names it: ``"<workload> / <target> /
+    <shape set>: minimise latency"``."""
+    return f"{workload} / {target} / {shape_set}: minimise latency"
+
+
 def default_goal(workload: str, target: str, shape_set: str | None = None, *, user=None, name: str | None = None) -> Goal:
     """Return the goal named ``name`` (default derived from the arguments), creating it if needed.
 
@@ -25,7 +31,7 @@ def default_goal(workload: str, target: str, shape_set: str | None = None, *, us
     shape_set = shape_set or next(iter(spec.shape_sets))
     if shape_set not in spec.shape_sets:
         raise KeyError(f"unknown shape set {shape_set!r} for {workload}; known: {', '.join(spec.shape_sets)}")
-    name = name or f"{workload} / {target} / {shape_set}: minimise latency"
+    name = name or default_name(workload, target, shape_set)
     goal, _ = Goal.objects.get_or_create(
         name=name,
         workload=workload,

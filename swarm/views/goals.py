@@ -50,10 +50,21 @@ def goal_list(request: HttpRequest) -> HttpResponse:
         "n_active": Goal.objects.filter(archived_at__isnull=True).count()})
 
 
-def _defaults(workload: str, target: str) -> dict:
+def _defaults(workload: str, target: str, shape_set: str = "") -> dict:
+    """The default name, shape set, design space (as the form's text fields) and template of a
+    goal of ``workload`` on ``target``; ``shape_set`` defaults to the workload's first.
+
+    Raises:
+        KeyError: unknown workload or shape set. ValueError: unknown target.
+    """
     backend = target_backend(target)
+    spec = kernels.get_workload(workload)
+    shape_set = shape_set or next(iter(spec.shape_sets))
+    if shape_set not in spec.shape_sets:
+        raise KeyError(f"unknown shape set {shape_set!r} for {workload}; known: {', '.join(spec.shape_sets)}")
     space = kernels.default_space(workload, backend).to_dict()
-    return {"parameters": format_parameters(space), "restrictions": "\n".join(space.get("restrictions", [])),
+    return {"name": goals.default_name(workload, target, shape_set), "shape_set": shape_set,
+            "parameters": format_parameters(space), "restrictions": "\n".join(space.get("restrictions", [])),
             "source": default_template(workload, target)}
 
 
@@ -76,11 +87,7 @@ def goal_create(request: HttpRequest) -> HttpResponse:
             messages.success(request, f"Goal {goal.name!r} created.")
             return redirect("goal-detail", goal.pk)
         return _form_page(request, form, None)
-    initial = {
-        "name": "RMSNorm, hidden 4096 (Llama-3-8B), cpu-x86_64: minimise latency",
-        "workload": "rmsnorm", "target": "cpu-x86_64", "shape_set": "llama3-8b",
-        **_defaults("rmsnorm", "cpu-x86_64"),
-    }
+    initial = {"workload": "rmsnorm", "target": "cpu-x86_64", **_defaults("rmsnorm", "cpu-x86_64", "llama3-8b")}
     return _form_page(request, GoalForm(initial=initial), None)
 
 
@@ -107,10 +114,11 @@ def goal_edit(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_GET
 def goal_defaults(request: HttpRequest) -> JsonResponse:
-    """``GET ?workload=&target=``: the default design space and template of a workload on a target."""
+    """``GET ?workload=&target=[&shape_set=]``: the default name, shape set, design space and
+    template of a goal of a workload on a target (400 with ``error`` for unknown ones)."""
     workload, target = request.GET.get("workload", ""), request.GET.get("target", "")
     try:
-        return JsonResponse(_defaults(workload, target))
+        return JsonResponse(_defaults(workload, target, request.GET.get("shape_set", "")))
     except (KeyError, ValueError) as exc:
         return JsonResponse({"error": str(exc).strip("'\"")}, status=400)
 

@@ -105,3 +105,30 @@ def test_archive_hides_a_goal_and_duplicate_opens_its_copy_in_the_editor(stack, 
     page.goto(stack + "/")
     assert "to archive (copy)" in page.inner_text("#goal-table")
     w.check_clean()
+
+
+def test_the_goal_editor_follows_the_workloads_defaults_until_the_name_is_typed(stack, demo_user, browser):  # noqa: F811
+    w = Watched(browser, stack)
+    page = w.page
+    w.login(*demo_user)
+    page.click("text=New goal")
+    page.wait_for_function("document.getElementById('space-size').textContent.includes('valid of')")
+    assert page.input_value("input[name=name]") == "rmsnorm / cpu-x86_64 / llama3-8b: minimise latency"
+    assert "void rmsnorm(" in page.inner_text("#preview")
+    # switching the workload: the default name, space and template (and so the preview) follow
+    page.select_option("select[name=workload]", "gemm")
+    page.wait_for_function("document.getElementById('goal-form').dataset.defaultsFor?.startsWith('gemm/')")
+    shape_set = page.input_value("select[name=shape_set]")
+    assert page.input_value("input[name=name]") == f"gemm / cpu-x86_64 / {shape_set}: minimise latency"
+    assert "ROWS_PER_CHUNK" not in page.input_value("textarea[name=parameters]")
+    page.wait_for_function("document.getElementById('preview').textContent.includes('void gemm(')")
+    first = page.locator("#space-editor tbody tr").first.locator("input.name").input_value()
+    assert f"#define {first} " in page.inner_text("#preview")  # the preview's #define lines are the new space's
+    w.shot("goal_form_gemm_defaults")
+    # a name the engineer typed is kept across a switch
+    page.fill("input[name=name]", "my gemm goal")
+    page.select_option("select[name=workload]", "rmsnorm")
+    page.wait_for_function("document.getElementById('goal-form').dataset.defaultsFor?.startsWith('rmsnorm/')")
+    assert page.input_value("input[name=name]") == "my gemm goal"
+    page.wait_for_function("document.getElementById('preview').textContent.includes('void rmsnorm(')")
+    w.check_clean()

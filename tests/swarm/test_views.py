@@ -112,6 +112,11 @@ def test_the_form_offers_each_workloads_default_space(client, owner):
     client.force_login(owner)
     d = client.get(reverse("goal-defaults"), {"workload": "rmsnorm", "target": "cpu-x86_64"}).json()
     assert "ROWS_PER_CHUNK" in d["parameters"] and "void rmsnorm(" in d["source"]
+    assert d["shape_set"] == "llama3-8b" and d["name"] == "rmsnorm / cpu-x86_64 / llama3-8b: minimise latency"
+    g = client.get(reverse("goal-defaults"), {"workload": "gemm", "target": "cpu-x86_64", "shape_set": "test-small"}).json()
+    assert g["name"] == "gemm / cpu-x86_64 / test-small: minimise latency" and "void gemm(" in g["source"]
+    assert client.get(reverse("goal-defaults"), {"workload": "gemm", "target": "cpu-x86_64",
+                                                 "shape_set": "nope"}).status_code == 400
     assert client.get(reverse("goal-defaults"), {"workload": "nope", "target": "cpu-x86_64"}).status_code == 400
 
 
