@@ -3,8 +3,11 @@ with their units and a few significant digits, and a workload's throughput in GB
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
+
+import kernels
 
 # Units by key suffix (checked longest first) and by exact key, for fingerprint and metric keys.
 _SUFFIX_UNITS = (
@@ -94,3 +97,30 @@ def _flatten(d: dict, prefix: str):
             yield from _flatten(v, name + ".")
         else:
             yield name, _scalar(str(k), v)
+
+
+# A workload is compute-bound when one of its shape sets does at least this many FLOP per byte
+# of compulsory DRAM traffic (around a CPU's and GPU's ridge point; RMSNorm does ~0.5, a
+# prefill GEMM ~300).
+COMPUTE_BOUND_FLOP_PER_BYTE = 8.0
+GBPS = {"metric": "gbps", "unit": "GB/s", "bound": "memory"}
+GFLOPS = {"metric": "gflops", "unit": "GFLOP/s", "bound": "compute"}
+
+
+@functools.cache
+def throughput(workload: str) -> dict:
+    """How a workload's throughput is shown: ``{"metric": "gflops", "unit": "GFLOP/s", "bound":
+    "compute"}`` when the workload counts FLOPs and one of its shape sets reaches
+    :data:`COMPUTE_BOUND_FLOP_PER_BYTE` (gemm, gemm_bias, attention), else ``gbps`` / ``GB/s`` /
+    ``memory`` (also for unknown workloads and replay targets' data sets)."""
+    try:
+        spec = kernels.get_workload(workload)
+    except KeyError:
+        return GBPS
+    best = 0.0
+    for name in spec.shape_sets:
+        shapes = spec.shapes(name)
+        flops, nbytes = sum(spec.flops(s) for s in shapes), sum(spec.bytes(s) for s in shapes)
+        if nbytes:
+            best = max(best, flops / nbytes)
+    return GFLOPS if best >= COMPUTE_BOUND_FLOP_PER_BYTE else GBPS

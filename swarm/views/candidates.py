@@ -57,6 +57,7 @@ def candidate_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "requests": PromotionRequest.objects.filter(candidate=candidate).select_related("requested_by")[:5],
         "incumbent": active_promotion(goal.workload, goal.target, goal.shape_set),
         "charts": charts,
+        "throughput": _throughput(goal.workload, evidence.metrics if evidence else {}),
         "fingerprint": display.fingerprint_groups(evidence.fingerprint if evidence else None),
         "metrics": [(k, _fmt(v)) for k, v in (evidence.metrics.items() if evidence else [])],
         "first_calls": _first_calls(evidence.metrics if evidence else {}),
@@ -83,6 +84,18 @@ def _first_calls(metrics: dict) -> list[dict]:
                      "ratio": first / steady if steady else None,
                      "flagged": steady is not None and is_set_up_cost(first, steady, cpu)})
     return rows
+
+
+def _throughput(workload: str, metrics: dict) -> dict | None:
+    """The candidate's throughput in the workload's unit (:func:`swarm.display.throughput`):
+    ``{"text": "12.34 GFLOP/s", "bound", "other": "0.5 GB/s"}``, or None without the metric."""
+    tp = display.throughput(workload)
+    value = metrics.get(tp["metric"])
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    other = "gbps" if tp["metric"] == "gflops" else "gflops"
+    return {"text": display.with_unit(tp["metric"], float(value)), "bound": tp["bound"],
+            "other": display.with_unit(other, float(metrics[other])) if isinstance(metrics.get(other), (int, float)) else ""}
 
 
 def _fmt(v) -> str:

@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from swarm import directions, orchestrator
+from swarm import directions, display, orchestrator
 from swarm.forms import DirectionForm
 from swarm.models import Direction, Insight, Run
 from swarm.snapshot import MAXIMIZE
@@ -31,6 +31,7 @@ def _page(request: HttpRequest, run: Run, *, form: DirectionForm | None = None, 
         "acceptUrl": reverse("run-insight-accept", args=[run.pk, 0]),
         "eventsUrl": reverse("api-run-events", args=[run.pk]),
         "canSteer": request.user.has_perm("swarm.change_run"),
+        "throughput": display.throughput(goal.workload),
     }
     return render(request, "swarm/run_detail.html", {
         "run": run, "goal": goal, "page_config": page_config, "form": form or DirectionForm(),

@@ -25,3 +25,10 @@ def test_a_fingerprint_is_grouped_and_flattened():
     assert groups[1] == {"group": "sandbox", "rows": [("seccomp.mode", "filter")]}
     assert groups[2] == {"group": "omp", "rows": [("", "none")]}
     assert display.fingerprint_groups(None) == []
+
+
+def test_compute_bound_workloads_show_gflops_and_the_others_gbps():
+    assert {w: display.throughput(w)["unit"] for w in ("gemm", "gemm_bias", "attention")} == \
+        {"gemm": "GFLOP/s", "gemm_bias": "GFLOP/s", "attention": "GFLOP/s"}
+    for w in ("rmsnorm", "softmax", "layernorm", "decode_attention", "no-such-workload"):
+        assert display.throughput(w) == display.GBPS
