@@ -124,3 +124,35 @@ def throughput(workload: str) -> dict:
         if nbytes:
             best = max(best, flops / nbytes)
     return GFLOPS if best >= COMPUTE_BOUND_FLOP_PER_BYTE else GBPS
+
+
+def direction(name: str, objectives: list[dict], maximize: frozenset[str]) -> str:
+    """``"maximize"`` or ``"minimize"`` for a metric (the goal's objective direction first, then
+    ``maximize``, then lower-is-better for times and errors), ``""`` when neither is better."""
+    for o in objectives:
+        if o.get("metric") == name:
+            return o.get("direction", "minimize")
+    if name in maximize:
+        return "maximize"
+    if unit_of(name) in ("ms", "µs", "s") or "error" in name:
+        return "minimize"
+    return ""
+
+
+def metric_cells(rows: list[dict], objectives: list[dict], maximize: frozenset[str]) -> list[dict]:
+    """:func:`swarm.comparison.metric_rows` for the page: per metric ``{"name", "cells":
+    [{"text", "delta", "quality"}]}``, values with units and 4 significant digits, deltas
+    signed to 1 decimal (``"+3.2%"``), ``quality`` ``"better"`` / ``"worse"`` than the first
+    candidate by the metric's :func:`direction` (``""`` for equal, unknown or undirected)."""
+    out = []
+    for row in rows:
+        way = direction(row["name"], objectives, maximize)
+        cells = []
+        for i, (value, delta) in enumerate(row["cells"]):
+            quality = ""
+            if i and delta is not None and way and round(delta, 1) != 0:
+                quality = "better" if (delta > 0) == (way == "maximize") else "worse"
+            cells.append({"text": "—" if value is None else with_unit(row["name"], value),
+                          "delta": f"{delta:+.1f}%" if i and delta is not None else "", "quality": quality})
+        out.append({"name": row["name"], "cells": cells})
+    return out

@@ -22,6 +22,7 @@ from swarm.forms import PromoteForm
 from swarm.launch import launch_plan
 from swarm.models import Candidate, PairedComparisonRun, PromotionRequest
 from swarm.promotion import PromotionRefused, active_promotion, can_approve, request_promotion
+from swarm.snapshot import MAXIMIZE
 from swarm.views._common import highlighted, source_css
 
 
@@ -59,7 +60,7 @@ def candidate_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "charts": charts,
         "throughput": _throughput(goal.workload, evidence.metrics if evidence else {}),
         "fingerprint": display.fingerprint_groups(evidence.fingerprint if evidence else None),
-        "metrics": [(k, _fmt(v)) for k, v in (evidence.metrics.items() if evidence else [])],
+        "metrics": [(k, display.with_unit(k, v)) for k, v in (evidence.metrics.items() if evidence else [])],
         "first_calls": _first_calls(evidence.metrics if evidence else {}),
         "first_call_note": first_call_note(evidence.metrics) if evidence else "",
         "transcript": candidate.transcript or None,
@@ -96,10 +97,6 @@ def _throughput(workload: str, metrics: dict) -> dict | None:
     other = "gbps" if tp["metric"] == "gflops" else "gflops"
     return {"text": display.with_unit(tp["metric"], float(value)), "bound": tp["bound"],
             "other": display.with_unit(other, float(metrics[other])) if isinstance(metrics.get(other), (int, float)) else ""}
-
-
-def _fmt(v) -> str:
-    return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
 @login_required
@@ -178,7 +175,7 @@ def compare(request: HttpRequest) -> HttpResponse:
         ctx.update(
             diffs=[{"other": c, "html": comparison.source_diff_html(ref, c)} for c in candidates[1:]],
             params=comparison.parameter_rows(candidates),
-            metrics=comparison.metric_rows(candidates),
+            metrics=display.metric_cells(comparison.metric_rows(candidates), ref.goal.objectives, MAXIMIZE),
             stored_medians=comparison.stored_median_rows(candidates),
             pairs=pairs,
             paired_runs=runs,

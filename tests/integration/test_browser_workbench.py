@@ -161,3 +161,35 @@ def test_throughput_is_in_gflops_for_a_compute_bound_workload(stack, demo_user, 
     heads = page.eval_on_selector_all("#best-table thead th", "(ths) => ths.map((t) => t.textContent)")
     assert "GB/s" in heads and "GFLOP/s" not in heads, heads
     w.check_clean()
+
+
+def test_numbers_carry_units_and_a_few_digits_and_compare_colours_the_deltas(stack, demo_user, browser):  # noqa: F811
+    _, _, (a, b) = _evaluated("rmsnorm", "test-small", [
+        {"latency_ms": 98.27483050000001, "max_rel_error": 1.234567e-7, "gbps": 10.0},
+        {"latency_ms": 90.1, "max_rel_error": 1.234567e-7, "gbps": 8.123456789}], name="digits")
+    w = Watched(browser, stack)
+    page = w.page
+    w.login(*demo_user)
+    page.goto(f"{stack}/candidates/{a.pk}/")
+    cell = lambda table, key: page.inner_text(f"{table} tr:has(th:text-is('{key}')) td")  # noqa: E731
+    assert cell("#metrics", "latency_ms") == "98.27 ms" and cell("#metrics", "gbps") == "10 GB/s"
+    assert cell("#metrics", "max_rel_error") == "1.235e-07"
+    assert "98.27483" not in page.inner_text("main")
+    w.shot("candidate_units")
+    page.goto(f"{stack}/compare/?ids={a.pk},{b.pk}")
+    row = "#metric-diff tr:has(th:text-is('{}')) td"
+    txt = lambda loc: " ".join(loc.inner_text().split())  # noqa: E731
+    latency = page.locator(row.format("latency_ms"))
+    assert txt(latency.nth(0)) == "98.27 ms" and txt(latency.nth(1)) == "90.1 ms (-8.3%)"
+    assert "better" in latency.nth(1).get_attribute("class")  # lower latency
+    gbps = page.locator(row.format("gbps"))
+    assert txt(gbps.nth(1)) == "8.123 GB/s (-18.8%)" and "worse" in gbps.nth(1).get_attribute("class")
+    err = page.locator(row.format("max_rel_error")).nth(1)
+    assert txt(err) == "1.235e-07 (+0.0%)" and "better" not in err.get_attribute("class") \
+        and "worse" not in err.get_attribute("class")
+    colours = page.evaluate("""[...document.querySelectorAll('#metric-diff td.better, #metric-diff td.worse')]
+        .map((td) => getComputedStyle(td).color)""")
+    assert len(set(colours)) == 2, colours  # better and worse in two colours
+    page.locator("#metric-diff").scroll_into_view_if_needed()
+    w.shot("compare_deltas")
+    w.check_clean()

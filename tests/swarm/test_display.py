@@ -32,3 +32,14 @@ def test_compute_bound_workloads_show_gflops_and_the_others_gbps():
         {"gemm": "GFLOP/s", "gemm_bias": "GFLOP/s", "attention": "GFLOP/s"}
     for w in ("rmsnorm", "softmax", "layernorm", "decode_attention", "no-such-workload"):
         assert display.throughput(w) == display.GBPS
+
+
+def test_compare_deltas_are_better_or_worse_by_the_metrics_direction():
+    rows = [{"name": "latency_ms", "cells": [(98.27483050000001, 0.0), (90.1, -8.3167)]},
+            {"name": "gbps", "cells": [(10.0, 0.0), (8.123456789, -18.77)]},
+            {"name": "reps", "cells": [(10, 0.0), (20, 100.0)]}]
+    out = display.metric_cells(rows, [{"metric": "latency_ms", "direction": "minimize"}], frozenset({"gbps"}))
+    assert out[0]["cells"] == [{"text": "98.27 ms", "delta": "", "quality": ""},
+                               {"text": "90.1 ms", "delta": "-8.3%", "quality": "better"}]
+    assert out[1]["cells"][1] == {"text": "8.123 GB/s", "delta": "-18.8%", "quality": "worse"}
+    assert out[2]["cells"][1] == {"text": "20", "delta": "+100.0%", "quality": ""}  # no direction: no colour

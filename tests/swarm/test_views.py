@@ -296,7 +296,7 @@ def test_the_candidate_page_shows_the_first_call_beside_the_steady_state_and_the
     assert list(rows) == ["rows=1,hidden=256", "rows=8,hidden=256"]
     assert rows["rows=1,hidden=256"]["steady_ms"] == 0.02 and rows["rows=1,hidden=256"]["first_ms"] == 5.0
     assert rows["rows=1,hidden=256"]["flagged"] and not rows["rows=8,hidden=256"]["flagged"]
-    assert "<td class=\"num\">0.02</td><td class=\"num\">5</td><td class=\"num\">250.0x</td>" in html
+    assert "<td class=\"num\">0.02 ms</td><td class=\"num\">5 ms</td><td class=\"num\">250.0x</td>" in html
     assert 'id="first-call-flag"' in html
     assert "first call 250x its steady state: set-up cost on first use" in html
     other = client.get(reverse("candidate-detail", args=[plain.pk])).content.decode()
