@@ -45,12 +45,19 @@ class Goal(models.Model):
         default=6000, help_text="Token budget of the evidence an LLM agent's prompt carries (4 characters a token).")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)
+    archived_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the goal was archived: hidden from the goal list, no new runs.")
 
     class Meta:
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def archived(self) -> bool:
+        """Whether the goal is archived (its runs are kept; it starts no new ones)."""
+        return self.archived_at is not None
 
     @property
     def backend(self) -> str:

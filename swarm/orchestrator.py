@@ -111,11 +111,13 @@ def start_run(
         :func:`swarm.dispatch.dispatch` or evaluate them in-process).
 
     Raises:
-        ValueError: budget, batch size or seed out of range, an unknown agent kind, agent
+        ValueError: an archived goal, budget, batch size or seed out of range, an unknown agent kind, agent
             settings an agent refuses, duplicate agent names, a design space in which no
             point satisfies the restrictions, or (no LLM agent) one whose every valid point
             already has a candidate of the goal (an exhausted goal).
     """
+    if goal.archived:
+        raise ValueError(f"goal {goal.pk} ({goal.name}) is archived: unarchive it to start runs")
     if budget < 1:
         raise ValueError(f"budget must be at least 1 evaluation, got {budget}")
     if batch_size < 1:

@@ -21,7 +21,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from swarm import learning
+from swarm import display, learning
 from swarm.models import PENDING_STATUSES, CandidateStatus, Generation, Run
 from swarm.noise_floors import tied_with_best
 from swarm.progress import run_state
@@ -39,14 +39,16 @@ MAXIMIZE = frozenset({"gbps", "gflops", "roofline_pct", "gflops_per_w"})
 
 def metric_names(run: Run) -> list[str]:
     """Whole-run metrics of ``run`` worth sending: objectives, constraint metrics and the core
-    metrics the newest ``ok`` evidence has."""
+    metrics the newest ``ok`` evidence has (with the workload's throughput metric,
+    :func:`swarm.display.throughput`)."""
     goal = run.goal
     names = [o["metric"] for o in goal.objectives] + [c["metric"] for c in run.constraints]
     sample = (
         run.candidates.filter(status=CandidateStatus.OK, evidence__isnull=False)
         .order_by("-id").values_list("evidence__metrics", flat=True).first()
     ) or {}
-    names += [m for m in CORE_METRICS if m in sample or m in names]
+    core = [*CORE_METRICS, display.throughput(goal.workload)["metric"]]
+    names += [m for m in core if m in sample or m in names]
     out: list[str] = []
     for n in names:
         if METRIC_NAME.match(n) and n not in out:

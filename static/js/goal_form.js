@@ -62,20 +62,51 @@
     }
     if (keep || first) (keep || first).selected = true;
   }
-  workload.addEventListener("change", () => { filterShapeSets(); scheduleCheck(); });
-  $("select[name=target]").addEventListener("change", scheduleCheck);
+  // Defaults follow the selection: the name, space and template that are still the previous
+  // selection's defaults are replaced by the new one's; what the engineer typed is kept.
+  const target = $("select[name=target]"), nameInput = $("input[name=name]");
+  const fields = {
+    parameters: params, restrictions: $("textarea[name=restrictions]"), source: $("textarea[name=source]"),
+  };
+  const norm = (text) => String(text || "").replace(/\r\n/g, "\n").split("\n").map((l) => l.trim()).join("\n").trim();
+  async function fetchDefaults() {
+    const q = new URLSearchParams({ workload: workload.value, target: target.value, shape_set: shapeSet.value });
+    const resp = await fetch(`${form.dataset.defaultsUrl}?${q}`, { headers: { Accept: "application/json" }, credentials: "same-origin" });
+    return resp.json();
+  }
+  let current = fetchDefaults().catch(() => ({})); // the defaults of the selection the page opened with
+  async function followDefaults() {
+    const before = await current;
+    current = fetchDefaults().catch(() => ({}));
+    const after = await current;
+    if (after.error) { showErrors({ target: after.error }); return; }
+    if (!nameInput.value.trim() || nameInput.value.trim() === (before.name || "")) nameInput.value = after.name;
+    let spaceChanged = false;
+    for (const [key, el] of Object.entries(fields)) {
+      if (el.readOnly || el.disabled) continue;
+      if (norm(el.value) === norm(before[key]) && norm(el.value) !== norm(after[key])) {
+        el.value = after[key];
+        spaceChanged = spaceChanged || key === "parameters";
+      }
+    }
+    if (spaceChanged) renderRows();
+    form.dataset.defaultsFor = `${workload.value}/${target.value}/${shapeSet.value}`;
+    scheduleCheck();
+  }
+  workload.addEventListener("change", () => { filterShapeSets(); scheduleCheck(); followDefaults(); });
+  target.addEventListener("change", () => { scheduleCheck(); followDefaults(); });
+  shapeSet.addEventListener("change", followDefaults);
   filterShapeSets();
 
   const loadDefaults = document.getElementById("load-defaults");
   if (loadDefaults) {
     loadDefaults.addEventListener("click", async () => {
-      const url = `${form.dataset.defaultsUrl}?workload=${encodeURIComponent(workload.value)}&target=${encodeURIComponent($("select[name=target]").value)}`;
-      const resp = await fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" });
-      const data = await resp.json();
+      current = fetchDefaults();
+      const data = await current;
       if (data.error) { showErrors({ target: data.error }); return; }
       params.value = data.parameters;
-      $("textarea[name=restrictions]").value = data.restrictions;
-      $("textarea[name=source]").value = data.source;
+      fields.restrictions.value = data.restrictions;
+      fields.source.value = data.source;
       renderRows();
       scheduleCheck();
     });

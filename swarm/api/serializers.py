@@ -26,12 +26,14 @@ class GoalSerializer(serializers.ModelSerializer):
 
     space_size = serializers.SerializerMethodField()
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    archived = serializers.BooleanField(read_only=True, help_text="archived: kept with its runs, starts no runs "
+                                                                  "(POST .../archive/ to change)")
 
     class Meta:
         model = Goal
         fields = ["id", "name", "workload", "target", "shape_set", "objectives", "constraints", "space", "source",
-                  "space_size", "created_by", "created_at"]
-        read_only_fields = ["id", "created_by", "created_at", "space_size"]
+                  "space_size", "created_by", "created_at", "archived", "archived_at"]
+        read_only_fields = ["id", "created_by", "created_at", "space_size", "archived", "archived_at"]
         extra_kwargs = {"source": {"required": False, "allow_blank": True}}
 
     def get_space_size(self, goal: Goal) -> dict[str, Any]:
@@ -72,6 +74,10 @@ class RunSerializer(serializers.ModelSerializer):
 
     def get_agents(self, run: Run) -> list[dict[str, Any]]:
         return [a.to_dict() for a in run.agents.all()]
+
+
+class GoalArchiveSerializer(serializers.Serializer):
+    archived = serializers.BooleanField(default=True, help_text="true: archive the goal; false: unarchive it")
 
 
 class RunCreateSerializer(serializers.Serializer):

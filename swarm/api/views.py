@@ -17,11 +17,12 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from swarm import baselines, directions, events, learning, orchestrator
+from swarm import baselines, directions, events, goals, learning, orchestrator
 from swarm.api import exports
 from swarm.api.serializers import (
     CandidateSerializer,
     DirectionCreateSerializer,
+    GoalArchiveSerializer,
     GoalSerializer,
     PromotionCreateSerializer,
     RollbackSerializer,
@@ -50,12 +51,43 @@ def _int_param(request, name: str, default: int, minimum: int) -> int:
 
 
 class GoalViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
-    """Goals. Engineers create (``add_goal``) and change (``change_goal``) them."""
+    """Goals. Engineers create (``add_goal``), change, archive (``change_goal``) and duplicate
+    (``add_goal``) them. ``?archived=true|false`` lists only the archived or the active ones."""
 
     queryset = Goal.objects.select_related("created_by").order_by("-created_at")
     serializer_class = GoalSerializer
     required_perms = {"create": ["swarm.add_goal"], "update": ["swarm.change_goal"],
-                      "partial_update": ["swarm.change_goal"]}
+                      "partial_update": ["swarm.change_goal"], "archive": ["swarm.change_goal"],
+                      "duplicate": ["swarm.add_goal"]}
+
+    def get_queryset(self):
+        qs = super().get_queryset()
+        archived = self.request.query_params.get("archived", "").lower()
+        if archived in ("true", "1", "false", "0"):
+            qs = qs.filter(archived_at__isnull=archived in ("false", "0"))
+        return qs
+
+    @extend_schema(parameters=[OpenApiParameter("archived", OpenApiTypes.BOOL,
+                                                description="only the archived (true) or the active (false) goals")])
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(request=GoalArchiveSerializer, responses={200: GoalSerializer})
+    @action(detail=True, methods=["post"])
+    def archive(self, request, pk=None):
+        """Archive the goal (``{"archived": false}``: unarchive it). Its runs are kept; an
+        archived goal starts no runs."""
+        s = GoalArchiveSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        goal = goals.set_archived(self.get_object(), s.validated_data["archived"], request.user, via="api")
+        return Response(GoalSerializer(goal).data)
+
+    @extend_schema(request=None, responses={201: GoalSerializer})
+    @action(detail=True, methods=["post"])
+    def duplicate(self, request, pk=None):
+        """A copy of the goal named ``"<name> (copy)"`` (no runs)."""
+        copy = goals.duplicate(self.get_object(), request.user, via="api")
+        return Response(GoalSerializer(copy).data, status=status.HTTP_201_CREATED)
 
     def perform_create(self, serializer) -> None:
         with transaction.atomic():

@@ -4,7 +4,17 @@ One module per page family: goals, runs, candidates (and compare), production.
 """
 
 from swarm.views.candidates import candidate_detail, candidate_promote, candidate_static, compare, compare_measure_paired
-from swarm.views.goals import goal_check_space, goal_create, goal_defaults, goal_detail, goal_edit, goal_list, run_start
+from swarm.views.goals import (
+    goal_archive,
+    goal_check_space,
+    goal_create,
+    goal_defaults,
+    goal_detail,
+    goal_duplicate,
+    goal_edit,
+    goal_list,
+    run_start,
+)
 from swarm.views.production import (
     production,
     production_rollback,
@@ -20,10 +30,12 @@ __all__ = [
     "candidate_static",
     "compare",
     "compare_measure_paired",
+    "goal_archive",
     "goal_check_space",
     "goal_create",
     "goal_defaults",
     "goal_detail",
+    "goal_duplicate",
     "goal_edit",
     "goal_list",
     "production",

@@ -15,13 +15,14 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from kernels.first_call import first_call_note, is_set_up_cost
-from swarm import comparison, paired_runs, roofline
+from swarm import comparison, display, paired_runs, roofline
 from swarm.cuda_static import candidate_static as static_of
 from swarm.dispatch import dispatch_paired
 from swarm.forms import PromoteForm
 from swarm.launch import launch_plan
 from swarm.models import Candidate, PairedComparisonRun, PromotionRequest
 from swarm.promotion import PromotionRefused, active_promotion, can_approve, earlier_refusals, refusal_lines, request_promotion
+from swarm.snapshot import MAXIMIZE
 from swarm.views._common import highlighted, source_css
 
 
@@ -57,7 +58,9 @@ def candidate_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "requests": PromotionRequest.objects.filter(candidate=candidate).select_related("requested_by")[:5],
         "incumbent": active_promotion(goal.workload, goal.target, goal.shape_set),
         "charts": charts,
-        "metrics": [(k, _fmt(v)) for k, v in (evidence.metrics.items() if evidence else [])],
+        "throughput": _throughput(goal.workload, evidence.metrics if evidence else {}),
+        "fingerprint": display.fingerprint_groups(evidence.fingerprint if evidence else None),
+        "metrics": [(k, display.with_unit(k, v)) for k, v in (evidence.metrics.items() if evidence else [])],
         "first_calls": _first_calls(evidence.metrics if evidence else {}),
         "first_call_note": first_call_note(evidence.metrics) if evidence else "",
         "transcript": candidate.transcript or None,
@@ -84,8 +87,16 @@ def _first_calls(metrics: dict) -> list[dict]:
     return rows
 
 
-def _fmt(v) -> str:
-    return f"{v:.6g}" if isinstance(v, float) else str(v)
+def _throughput(workload: str, metrics: dict) -> dict | None:
+    """The candidate's throughput in the workload's unit (:func:`swarm.display.throughput`):
+    ``{"text": "12.34 GFLOP/s", "bound", "other": "0.5 GB/s"}``, or None without the metric."""
+    tp = display.throughput(workload)
+    value = metrics.get(tp["metric"])
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    other = "gbps" if tp["metric"] == "gflops" else "gflops"
+    return {"text": display.with_unit(tp["metric"], float(value)), "bound": tp["bound"],
+            "other": display.with_unit(other, float(metrics[other])) if isinstance(metrics.get(other), (int, float)) else ""}
 
 
 @login_required
@@ -172,7 +183,7 @@ def compare(request: HttpRequest) -> HttpResponse:
         ctx.update(
             diffs=[{"other": c, "html": comparison.source_diff_html(ref, c)} for c in candidates[1:]],
             params=comparison.parameter_rows(candidates),
-            metrics=comparison.metric_rows(candidates),
+            metrics=display.metric_cells(comparison.metric_rows(candidates), ref.goal.objectives, MAXIMIZE),
             stored_medians=comparison.stored_median_rows(candidates),
             pairs=pairs,
             paired_runs=runs,

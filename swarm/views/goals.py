@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 import kernels
 from kernels.space import format_defines
-from swarm import baselines, orchestrator
+from swarm import baselines, goals, orchestrator
 from swarm.dispatch import dispatch
 from swarm.forms import GoalForm, RunForm, format_parameters, parse_parameters
 from swarm.goal_validation import GoalInvalid, check_space, default_template, empty_space_message, space_size, template_problem
@@ -30,7 +30,9 @@ def goal_state(goal: Goal, runs: list[Run]) -> str:
 
 @login_required
 def goal_list(request: HttpRequest) -> HttpResponse:
-    goals = list(Goal.objects.prefetch_related("runs"))
+    """The active goals; ``?archived=1`` the archived ones (the "Archived" tab)."""
+    show_archived = request.GET.get("archived") == "1"
+    goals = list(Goal.objects.filter(archived_at__isnull=not show_archived).prefetch_related("runs"))
     stored = baselines.lookup(goals)
     rows = []
     for g in goals:
@@ -42,13 +44,27 @@ def goal_list(request: HttpRequest) -> HttpResponse:
         rows.append({"goal": g, "state": goal_state(g, runs), "runs": runs, "latest": runs[0] if runs else None,
                      "best": best, "best_value": best.evidence.metrics.get(g.primary["metric"]) if best else None,
                      "latency": latency, "baseline": baseline, "speedup": speedup})
-    return render(request, "swarm/goal_list.html", {"rows": rows})
+    return render(request, "swarm/goal_list.html", {
+        "rows": rows, "show_archived": show_archived,
+        "n_archived": Goal.objects.filter(archived_at__isnull=False).count(),
+        "n_active": Goal.objects.filter(archived_at__isnull=True).count()})
 
 
-def _defaults(workload: str, target: str) -> dict:
+def _defaults(workload: str, target: str, shape_set: str = "") -> dict:
+    """The default name, shape set, design space (as the form's text fields) and template of a
+    goal of ``workload`` on ``target``; ``shape_set`` defaults to the workload's first.
+
+    Raises:
+        KeyError: unknown workload or shape set. ValueError: unknown target.
+    """
     backend = target_backend(target)
+    spec = kernels.get_workload(workload)
+    shape_set = shape_set or next(iter(spec.shape_sets))
+    if shape_set not in spec.shape_sets:
+        raise KeyError(f"unknown shape set {shape_set!r} for {workload}; known: {', '.join(spec.shape_sets)}")
     space = kernels.default_space(workload, backend).to_dict()
-    return {"parameters": format_parameters(space), "restrictions": "\n".join(space.get("restrictions", [])),
+    return {"name": goals.default_name(workload, target, shape_set), "shape_set": shape_set,
+            "parameters": format_parameters(space), "restrictions": "\n".join(space.get("restrictions", [])),
             "source": default_template(workload, target)}
 
 
@@ -72,11 +88,7 @@ def goal_create(request: HttpRequest) -> HttpResponse:
             messages.success(request, f"Goal {goal.name!r} created.")
             return redirect("goal-detail", goal.pk)
         return _form_page(request, form, None)
-    initial = {
-        "name": "RMSNorm, hidden 4096 (Llama-3-8B), cpu-x86_64: minimise latency",
-        "workload": "rmsnorm", "target": "cpu-x86_64", "shape_set": "llama3-8b",
-        **_defaults("rmsnorm", "cpu-x86_64"),
-    }
+    initial = {"workload": "rmsnorm", "target": "cpu-x86_64", **_defaults("rmsnorm", "cpu-x86_64", "llama3-8b")}
     return _form_page(request, GoalForm(initial=initial), None)
 
 
@@ -103,10 +115,11 @@ def goal_edit(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_GET
 def goal_defaults(request: HttpRequest) -> JsonResponse:
-    """``GET ?workload=&target=``: the default design space and template of a workload on a target."""
+    """``GET ?workload=&target=[&shape_set=]``: the default name, shape set, design space and
+    template of a goal of a workload on a target (400 with ``error`` for unknown ones)."""
     workload, target = request.GET.get("workload", ""), request.GET.get("target", "")
     try:
-        return JsonResponse(_defaults(workload, target))
+        return JsonResponse(_defaults(workload, target, request.GET.get("shape_set", "")))
     except (KeyError, ValueError) as exc:
         return JsonResponse({"error": str(exc).strip("'\"")}, status=400)
 
@@ -164,6 +177,7 @@ def _detail(request: HttpRequest, goal: Goal, form: RunForm, status: int = 200) 
         "speedup": baselines.speedup(goal, best.evidence.metrics.get("latency_ms") if best else None,
                                      rows={baselines.key_of(goal): stored} if stored else {}),
         "can_edit": request.user.has_perm("swarm.change_goal"), "can_run": request.user.has_perm("swarm.add_run"),
+        "can_add": request.user.has_perm("swarm.add_goal"),
     }, status=status)
 
 
@@ -186,3 +200,27 @@ def run_start(request: HttpRequest, pk: int) -> HttpResponse:
                               data={"goal": goal.pk, "budget": d["budget"], "batch_size": d["batch_size"]})
     dispatch(first)
     return redirect("run-detail", run.pk)
+
+
+@login_required
+@require_POST
+@permission_required("swarm.change_goal", raise_exception=True)
+def goal_archive(request: HttpRequest, pk: int) -> HttpResponse:
+    """``POST [archived=0]``: archive the goal (``archived=0``: unarchive it); back to its page."""
+    goal = get_object_or_404(Goal, pk=pk)
+    archive = request.POST.get("archived", "1") != "0"
+    goals.set_archived(goal, archive, request.user)
+    messages.success(request, f"Goal {goal.name!r} archived: hidden from the goal list, its runs kept; "
+                              "unarchive it to start runs." if archive else f"Goal {goal.name!r} unarchived.")
+    return redirect("goal-detail", goal.pk)
+
+
+@login_required
+@require_POST
+@permission_required("swarm.add_goal", raise_exception=True)
+def goal_duplicate(request: HttpRequest, pk: int) -> HttpResponse:
+    """``POST``: a copy of the goal named ``"<name> (copy)"``, opened in the editor."""
+    goal = get_object_or_404(Goal, pk=pk)
+    copy = goals.duplicate(goal, request.user)
+    messages.success(request, f"Goal {copy.name!r} created as a copy of goal {goal.pk}; edit it below.")
+    return redirect("goal-edit", copy.pk)

@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from swarm import baselines, directions, orchestrator
+from swarm import baselines, directions, display, orchestrator
 from swarm.forms import DirectionForm
 from swarm.models import Direction, Insight, Run
 from swarm.results import results
@@ -32,6 +32,7 @@ def _page(request: HttpRequest, run: Run, *, form: DirectionForm | None = None, 
         "acceptUrl": reverse("run-insight-accept", args=[run.pk, 0]),
         "eventsUrl": reverse("api-run-events", args=[run.pk]),
         "canSteer": request.user.has_perm("swarm.change_run"),
+        "throughput": display.throughput(goal.workload),
     }
     best = results(run)["best"]
     return render(request, "swarm/run_detail.html", {

@@ -237,3 +237,23 @@ def test_the_production_kernel_is_served_with_session_auth_too(client, owner, sy
 def test_runs_are_listed_per_goal(engineer, synthetic_run, big_goal):
     assert engineer.get("/api/runs/", {"goal": big_goal.pk}).json()["count"] == 1
     assert Run.objects.count() == 1 and not Direction.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_goal_is_archived_through_the_api_and_then_starts_no_runs(client, owner):
+    from swarm.goals import default_goal
+    from swarm.models import AuditEvent
+
+    goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", name="archive via api")
+    client.force_login(owner)
+    r = client.post(f"/api/goals/{goal.pk}/archive/", {}, content_type="application/json")
+    assert r.status_code == 200 and r.json()["archived"] is True and r.json()["archived_at"]
+    assert [g["id"] for g in client.get("/api/goals/?archived=true").json()["results"]] == [goal.pk]
+    assert goal.pk not in [g["id"] for g in client.get("/api/goals/?archived=false").json()["results"]]
+    run = client.post("/api/runs/", {"goal": goal.pk, "budget": 2}, content_type="application/json")
+    assert run.status_code == 400 and "archived" in str(run.json()["detail"])
+    assert AuditEvent.objects.filter(verb="goal.archive", subject=f"goal {goal.pk}").count() == 1
+    back = client.post(f"/api/goals/{goal.pk}/archive/", {"archived": False}, content_type="application/json")
+    assert back.json()["archived"] is False
+    copy = client.post(f"/api/goals/{goal.pk}/duplicate/")
+    assert copy.status_code == 201 and copy.json()["name"] == "archive via api (copy)"

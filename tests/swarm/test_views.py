@@ -112,6 +112,11 @@ def test_the_form_offers_each_workloads_default_space(client, owner):
     client.force_login(owner)
     d = client.get(reverse("goal-defaults"), {"workload": "rmsnorm", "target": "cpu-x86_64"}).json()
     assert "ROWS_PER_CHUNK" in d["parameters"] and "void rmsnorm(" in d["source"]
+    assert d["shape_set"] == "llama3-8b" and d["name"] == "rmsnorm / cpu-x86_64 / llama3-8b: minimise latency"
+    g = client.get(reverse("goal-defaults"), {"workload": "gemm", "target": "cpu-x86_64", "shape_set": "test-small"}).json()
+    assert g["name"] == "gemm / cpu-x86_64 / test-small: minimise latency" and "void gemm(" in g["source"]
+    assert client.get(reverse("goal-defaults"), {"workload": "gemm", "target": "cpu-x86_64",
+                                                 "shape_set": "nope"}).status_code == 400
     assert client.get(reverse("goal-defaults"), {"workload": "nope", "target": "cpu-x86_64"}).status_code == 400
 
 
@@ -292,7 +297,7 @@ def test_the_candidate_page_shows_the_first_call_beside_the_steady_state_and_the
     assert list(rows) == ["rows=1,hidden=256", "rows=8,hidden=256"]
     assert rows["rows=1,hidden=256"]["steady_ms"] == 0.02 and rows["rows=1,hidden=256"]["first_ms"] == 5.0
     assert rows["rows=1,hidden=256"]["flagged"] and not rows["rows=8,hidden=256"]["flagged"]
-    assert "<td class=\"num\">0.02</td><td class=\"num\">5</td><td class=\"num\">250.0x</td>" in html
+    assert "<td class=\"num\">0.02 ms</td><td class=\"num\">5 ms</td><td class=\"num\">250.0x</td>" in html
     assert 'id="first-call-flag"' in html
     assert "first call 250x its steady state: set-up cost on first use" in html
     other = client.get(reverse("candidate-detail", args=[plain.pk])).content.decode()

@@ -29,6 +29,7 @@ function closestRows() { // no feasible candidate: the ok rows of least total vi
 export function renderTop() {
   const m = primary().metric;
   const others = meta.objectives.slice(1).map((o) => o.metric);
+  const tp = cfg.throughput || { metric: "gbps", unit: "GB/s" }; // GFLOP/s for compute-bound workloads
   const { okCount, bestLatency } = D;
   const closest = !D.top.length && okCount && meta.constraints.length ? closestRows() : null;
   const notice = $("no-feasible");
@@ -38,7 +39,7 @@ export function renderTop() {
   const violations = new Map((closest || []).map(([v, r]) => [r, v]));
   const rows = closest ? closest.map(([, r]) => r) : D.top;
   const head = $("best-table").tHead.rows[0];
-  head.replaceChildren(...["", "#", "Gen", "Agent", "Parameters", m, ...others, "GB/s", ...(closest ? ["Violation"] : ["Tie"])].map((h) => el("th", {}, h)));
+  head.replaceChildren(...["", "#", "Gen", "Agent", "Parameters", m, ...others, tp.unit, ...(closest ? ["Violation"] : ["Tie"])].map((h) => el("th", {}, h)));
   const floor = meta.ties && meta.ties.noise_floor ? meta.ties.noise_floor.floor : null;
   const tieNote = $("tie-note");
   if (tieNote && floor !== null) {
@@ -55,7 +56,7 @@ export function renderTop() {
     return el("tr", {}, el("td", {}, box), el("td", {}, el("a", { href: candidateUrl(id) }, `#${id}`)),
       el("td", {}, C.gen[r]), el("td", {}, C.agents[C.agent[r]]), el("td", {}, el("code", {}, paramsText(r))),
       el("td", { class: "num" }, fmt(metric(m, r))), ...others.map((o) => el("td", { class: "num" }, fmt(metric(o, r)))),
-      el("td", { class: "num" }, fmt(metric("gbps", r))),
+      el("td", { class: "num", "data-metric": tp.metric }, fmt(metric(tp.metric, r))),
       closest ? el("td", { class: "num" }, fmt(violations.get(r)))
         : el("td", { class: "tie" }, metric("latency_ms", r) === bestLatency ? "best" : tied(r) ? "tied with best" : ""));
   }));
