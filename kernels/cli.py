@@ -33,7 +33,9 @@ A/A (the template's first point by default) and stores it (``KERNELS_CACHE_DIR``
 
 Exit status: 0 when the (best) candidate is ``ok`` (``compare``: whatever the verdict), 1 when
 it is not (``compare``: a kernel failed its validation or its paired measurement), 2 for
-usage errors (unknown workload, shape set or backend, unreadable source, bad ``--params``).
+usage errors (unknown workload, shape set or backend, unreadable source, bad ``--params``, a
+negative ``--seed``; ``compare`` and ``noise-floor``: a ``--target`` other than this host's
+``cpu-<machine>``, and with the template a parameter or value outside its design space).
 """
 
 from __future__ import annotations
