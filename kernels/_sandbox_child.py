@@ -352,9 +352,21 @@ class _Rotation:
         self.sets[self.cur].nan_outputs()
 
 
+class MissingEntryPoint(Exception):
+    """The candidate's library does not export the workload's entry point (e.g. an empty
+    source): reported as its message alone, without a traceback."""
+
+
 def bind(lib: ctypes.CDLL, workload):
-    """The workload's entry point in ``lib`` with its C signature (pointers, ints, floats)."""
-    fn = getattr(lib, workload.entry_point)
+    """The workload's entry point in ``lib`` with its C signature (pointers, ints, floats).
+
+    Raises:
+        MissingEntryPoint: ``lib`` exports no such symbol.
+    """
+    try:
+        fn = getattr(lib, workload.entry_point)
+    except AttributeError:
+        raise MissingEntryPoint(f"the source defines no function {workload.entry_point}") from None
     types = {"in": ctypes.c_void_p, "out": ctypes.c_void_p, "int": ctypes.c_int, "float": ctypes.c_float}
     fn.argtypes = [types[a.kind] for a in workload.args]
     fn.restype = None
@@ -604,6 +616,8 @@ def serve(req: dict, result_fd: int, go_fd: int | None = None) -> None:
     try:
         # A turn-taking child keeps its channel: it calls the candidate once per command on it.
         result = run(go_fd) if turns else run()
+    except MissingEntryPoint as exc:  # a plain fact about the source: no traceback
+        result = {"ok": False, "error": str(exc), "traceback": ""}
     except BaseException as exc:  # report, then let the parent classify runtime_error
         result = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
     _write(result_fd, _signed(key, result))

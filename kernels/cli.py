@@ -33,7 +33,9 @@ A/A (the template's first point by default) and stores it (``KERNELS_CACHE_DIR``
 
 Exit status: 0 when the (best) candidate is ``ok`` (``compare``: whatever the verdict), 1 when
 it is not (``compare``: a kernel failed its validation or its paired measurement), 2 for
-usage errors (unknown workload, shape set or backend, unreadable source, bad ``--params``).
+usage errors (unknown workload, shape set or backend, unreadable source, bad ``--params``, a
+negative ``--seed``; ``compare`` and ``noise-floor``: a ``--target`` other than this host's
+``cpu-<machine>``, and with the template a parameter or value outside its design space).
 """
 
 from __future__ import annotations
@@ -42,13 +44,14 @@ import argparse
 import json
 import math
 import os
+import platform
 import re
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from kernels.backends import capabilities
+from kernels.backends import backend_for_target, capabilities, get_backend
 
 __all__ = ["main"]
 
@@ -183,11 +186,13 @@ def _template_defaults(source: str) -> dict[str, int | float]:
     return out
 
 
-def _check_template_params(workload: str, backend: str, params: dict, source: str) -> None:
+def _check_template_params(workload: str, backend: str, params: dict, source: str, *, option: str = "--params",
+                           strict: bool = False) -> None:
     """With the workload's own template: a parameter the template's design space does not
     have is a usage error (a typo would otherwise be ignored: the template's default stands);
-    a value outside the space, or a point (with the template's defaults) that breaks its
-    restrictions, is evaluated, with a warning on stderr."""
+    a value outside the space is a usage error with ``strict``, else it is evaluated with a
+    warning on stderr; a point (with the template's defaults) that breaks the space's
+    restrictions gets a warning."""
     from kernels.templates import default_space  # noqa: PLC0415
 
     try:
@@ -197,10 +202,13 @@ def _check_template_params(workload: str, backend: str, params: dict, source: st
     known = {p.name: p.values for p in space.parameters}
     unknown = sorted(set(params) - set(known))
     if unknown:
-        raise _UsageError(f"--params: the {workload} {backend} template has no parameter {', '.join(unknown)} "
+        raise _UsageError(f"{option}: the {workload} {backend} template has no parameter {', '.join(unknown)} "
                           f"(its parameters: {', '.join(known)})")
     # 4.0 is not 4 (#define UNROLL 4.0 is not an integer) and False is not 0 to a template
     outside = [f"{k}={v!r}" for k, v in params.items() if not any(type(v) is type(x) and v == x for x in known[k])]
+    if outside and strict:
+        raise _UsageError(f"{option}: {', '.join(outside)} outside the template's design space "
+                          f"({'; '.join(f'{k}: {list(known[k])}' for k in params if k in known)})")
     if outside:
         print(f"warning: {', '.join(outside)} outside the template's design space", file=sys.stderr)
     point = {**_template_defaults(source), **params}
@@ -426,29 +434,64 @@ def _pair_settings(args: argparse.Namespace):
     try:
         return PairSettings(**given)
     except ValueError as exc:
-        raise _UsageError(str(exc).replace("PairSettings: rounds", "--rounds")) from None
+        raise _UsageError(re.sub(r"^PairSettings: (rounds|seed)", r"--\1", str(exc))) from None
+
+
+def _paired_target(target: str | None) -> str | None:
+    """``--target`` of ``compare`` and ``noise-floor``: None (this host's ``cpu-<machine>``)
+    or a target whose backend measures paired comparisons and serves it; else a usage error."""
+    if target is None:
+        return None
+    try:
+        backend = backend_for_target(target)
+    except ValueError as exc:
+        raise _UsageError(f"--target: {exc}") from None
+    caps = capabilities(backend)
+    if not caps.paired_turns:
+        raise _UsageError(f"--target {target}: the {backend} backend does not run paired comparisons "
+                          "(compare and noise-floor measure on this host's CPU: cpu-<machine>)")
+    if caps.host_target and not get_backend(backend).supports(target):
+        raise _UsageError(f"--target {target}: this host serves only its own {backend} target, "
+                          f"{backend}-{platform.machine()}")
+    return target
+
+
+def _pair_params(workload: str, params: dict, source_path: str | None, source: str, option: str) -> None:
+    """The parameters of one kernel of ``compare`` or ``noise-floor``: every value a finite
+    int or float (not a bool: ``#define VEC true`` is no number); with the workload's template
+    (no source file, or a file holding the template's text) also only the template's
+    parameters, at values of its design space. A user's own source may define other names."""
+    from kernels.space import SpaceError, format_defines  # noqa: PLC0415
+    from kernels.templates import load_template  # noqa: PLC0415
+
+    try:
+        format_defines(params)
+    except SpaceError as exc:
+        raise _UsageError(f"{option}: {exc}") from None
+    try:
+        template = load_template(workload, "cpu")
+    except KeyError:
+        return
+    if source_path is None or source.strip() == template.strip():
+        _check_template_params(workload, "cpu", params, source, option=option, strict=True)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from kernels.paired import ComparisonFailed, Kernel, compare_paired  # noqa: PLC0415
 
     shape_set = _shape_set(args.workload, args.shape)
-    from kernels.space import SpaceError, format_defines  # noqa: PLC0415
-
     kernels_ = {side: Kernel(_source(args.workload, "cpu", path, f"--{side.lower()}"),
                              _json_object(params, f"--params-{side.lower()}"))
                 for side, path, params in (("A", args.a, args.params_a), ("B", args.b, args.params_b))}
-    for side, k in kernels_.items():
-        try:
-            format_defines(k.params)
-        except (SpaceError, AttributeError, TypeError, ValueError) as exc:
-            raise _UsageError(f"--params-{side.lower()}: {exc}") from None
+    for (side, k), path in zip(kernels_.items(), (args.a, args.b)):
+        _pair_params(args.workload, k.params, path, k.source, f"--params-{side.lower()}")
+    args.target = _paired_target(args.target)
     settings = _pair_settings(args)
     if args.noise_floor is not None and not (math.isfinite(args.noise_floor) and 0 <= args.noise_floor < 1):
         raise _UsageError(f"--noise-floor must be a fraction in [0, 1), got {args.noise_floor}")
     out: dict[str, Any] = {"workload": args.workload, "shape_set": shape_set}
     failed = []
-    for side, k in kernels_.items():
+    for (side, k), path in zip(kernels_.items(), (args.a, args.b)):
         if args.no_validate:
             out[f"{side.lower()}_status"] = None
             continue
@@ -459,7 +502,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         out[f"{side.lower()}_status"] = str(ev.status)
         if ev.status != "ok":
             reason = ev.log.rsplit("== verdict ==\n", 1)[-1].strip()
-            failed.append(f"{side} is {ev.status}: {reason}")
+            failed.append(f"{side} ({Path(path).name}) is {ev.status}: {reason}")
     if not failed:
         try:
             result = compare_paired(args.workload, kernels_["A"], kernels_["B"], shape_set=shape_set, target=args.target,
@@ -500,9 +543,12 @@ def _cmd_noise_floor(args: argparse.Namespace) -> int:
         params = next(default_space(args.workload).iter_valid(), {})
     else:
         params = {}
+    _pair_params(args.workload, params, args.source, source, "--params")
+    target = _paired_target(args.target)
+    settings = _pair_settings(args)
     try:
-        entry = measure_noise_floor(args.workload, Kernel(source, params), shape_set=shape_set, target=args.target,
-                                    settings=_pair_settings(args))
+        entry = measure_noise_floor(args.workload, Kernel(source, params), shape_set=shape_set, target=target,
+                                    settings=settings)
     except ComparisonFailed as exc:
         print(f"error: the A/A comparison failed: {exc}", file=sys.stderr)
         return 1
@@ -519,6 +565,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (see the module docstring)."""
     args = _parser().parse_args(argv)
     try:
+        if getattr(args, "seed", None) is not None and args.seed < 0:  # NumPy seeds are non-negative
+            raise _UsageError(f"--seed must be a non-negative integer, got {args.seed}")
         return {"workloads": _cmd_workloads, "evaluate": _cmd_evaluate, "tune": _cmd_tune, "compare": _cmd_compare,
                 "noise-floor": _cmd_noise_floor}[args.command](args)
     except _UsageError as exc:

@@ -557,7 +557,8 @@ def _parse_result(run: ChildRun, timed: list[dict]) -> tuple[dict[str, dict], di
     if not isinstance(result, dict):
         raise _Broken("result is not a JSON object")
     if result.get("ok") is not True:
-        raise _Broken(f"child reported an error: {result.get('error')}\n{result.get('traceback', '')}")
+        tb = result.get("traceback") or ""
+        raise _Broken(f"child reported an error: {result.get('error')}" + (f"\n{tb}" if tb else ""))
     out = result.get("timed")
     if not isinstance(out, dict):
         raise _Broken("result lacks timing data")

@@ -94,7 +94,7 @@ class PairSettings:
         flush: ``"evict"`` (default), ``"rewrite"`` or ``"none"``, as
             :class:`kernels.timing.BenchSettings`.
         turn_timeout_s: seconds one call (with its flush) may take before the side is failed.
-        seed: base seed of the rounds' inputs; None draws one.
+        seed: base seed of the rounds' inputs (a non-negative integer, as NumPy's); None draws one.
 
     Raises:
         ValueError: a value out of range.
@@ -123,6 +123,8 @@ class PairSettings:
                 raise ValueError(f"PairSettings: {name} must be a number in (0, {hi:g}], not {v!r}")
         if self.flush not in FLUSH_MODES:
             raise ValueError(f"PairSettings: flush must be one of {', '.join(FLUSH_MODES)}, not {self.flush!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
+            raise ValueError(f"PairSettings: seed must be a non-negative integer or None, not {self.seed!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)

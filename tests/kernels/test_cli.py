@@ -168,3 +168,69 @@ def test_an_unusable_flashinfer_out_is_refused_before_the_evaluation(tmp_path):
 def test_a_template_point_of_another_type_or_against_its_restrictions_gets_a_warning(params, warning):
     proc = cli("evaluate", "--workload", "rmsnorm", "--params", params, "--shape", "test-small", "--quick", "--json")
     assert warning in proc.stderr
+
+
+# -- compare and noise-floor: bad input is refused before anything is measured or stored ------
+
+
+def _pair_cli(*args, cache):
+    env = {**os.environ, "KERNELS_CACHE_DIR": str(cache)}
+    return subprocess.run([sys.executable, "-m", "kernels", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=170)
+
+
+@pytest.mark.parametrize("command, args, message", [
+    ("noise-floor", ["--seed", "-1"], "--seed must be a non-negative integer, got -1"),
+    ("compare", ["--seed", "-5"], "--seed must be a non-negative integer, got -5"),
+    ("compare", ["--params-a", '{"VEC": 3}'], "--params-a: VEC=3 outside the template's design space"),
+    ("compare", ["--params-b", '{"NOPE": 3}'], "--params-b: the rmsnorm cpu template has no parameter NOPE"),
+    ("compare", ["--params-a", '{"VEC": true}'], "--params-a: parameter 'VEC': value True must be an int"),
+    ("noise-floor", ["--params", '{"VEC": 3}'], "--params: VEC=3 outside the template's design space"),
+    ("noise-floor", ["--params", '{"NOPE": 3}'], "--params: the rmsnorm cpu template has no parameter NOPE"),
+    ("noise-floor", ["--params", '{"VEC": true}'], "--params: parameter 'VEC': value True must be an int"),
+    ("compare", ["--target", "bogus"], "--target: unknown target 'bogus'"),
+    ("noise-floor", ["--target", ""], "--target: unknown target ''"),
+    ("noise-floor", ["--target", "replay:some-data"], "the replay backend does not run paired comparisons"),
+    ("compare", ["--target", "cuda-sm90"], "the cuda backend does not run paired comparisons"),
+    ("noise-floor", ["--target", "cpu-not-this-machine"], "this host serves only its own cpu target"),
+])
+def test_paired_commands_refuse_bad_input_with_a_usage_error(tmp_path, command, args, message):
+    a = tmp_path / "a.c"
+    a.write_text(load_template("rmsnorm"))  # the template's text: its design space applies
+    sources = ["--a", str(a), "--b", str(a), "--noise-floor", "0.05"] if command == "compare" else []
+    cache = tmp_path / "cache"
+    proc = _pair_cli(command, "--workload", "rmsnorm", "--shape", "test-small", "--quick", *sources, *args,
+                     cache=cache)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stderr.strip().splitlines() == [f"error: {proc.stderr.strip()[len('error: '):]}"]  # one line
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert not list(cache.glob("*floor*"))  # nothing stored
+
+
+def test_a_users_own_source_may_define_other_parameters_but_not_bools(tmp_path):
+    src = tmp_path / "k.c"
+    src.write_text("#ifndef WIDTH\n#define WIDTH 2\n#endif\n" + load_template("rmsnorm"))
+    proc = _pair_cli("noise-floor", "--workload", "rmsnorm", "--shape", "test-small", "--source", str(src),
+                     "--params", '{"WIDTH": true}', "--quick", cache=tmp_path / "cache")
+    assert proc.returncode == 2 and "--params: parameter 'WIDTH': value True must be an int" in proc.stderr
+    proc = _pair_cli("compare", "--workload", "rmsnorm", "--shape", "test-small", "--a", str(src), "--b", str(src),
+                     "--params-a", '{"WIDTH": 3}', "--params-b", '{"VEC": 3}', "--quick", "--noise-floor", "0.05",
+                     "--seed", "2", "--json", cache=tmp_path / "cache")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["a_status"] == "ok"
+
+
+@pytest.mark.parametrize("no_validate", [False, True])
+def test_compare_of_a_source_without_the_entry_point_says_so_in_one_line(tmp_path, no_validate):
+    empty = tmp_path / "empty.c"
+    empty.write_text("")
+    a = tmp_path / "a.c"
+    a.write_text(load_template("rmsnorm"))
+    proc = _pair_cli("compare", "--workload", "rmsnorm", "--shape", "test-small", "--a", str(empty), "--b", str(a),
+                     "--quick", "--noise-floor", "0.05", *(["--no-validate"] if no_validate else []),
+                     cache=tmp_path / "cache")
+    assert proc.returncode == 1
+    out = (proc.stdout + proc.stderr).strip()
+    assert "Traceback" not in out and len(out.splitlines()) == 1, out
+    assert "the source defines no function rmsnorm" in out
+    assert ("A:" if no_validate else "A (empty.c) is runtime_error") in out

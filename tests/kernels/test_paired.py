@@ -294,7 +294,7 @@ def test_cli_compare_refuses_a_wrong_kernel_and_bad_usage(tmp_path):
              "--quick", "--noise-floor", "0.05", "--json")
     assert p.returncode == 1
     out = json.loads(p.stdout)
-    assert out["b_status"] == "wrong_result" and "B is wrong_result" in out["error"] and "verdict" not in out
+    assert out["b_status"] == "wrong_result" and "B (wrong.c) is wrong_result" in out["error"] and "verdict" not in out
     for args, message in (
         (["--params-a", "[1]"], "--params-a must be a JSON object"),
         (["--rounds", "1"], "--rounds must be an integer"),
@@ -305,3 +305,9 @@ def test_cli_compare_refuses_a_wrong_kernel_and_bad_usage(tmp_path):
         assert p.returncode == 2 and message in p.stderr, (args, p.stderr)
     p = _cli("compare", "--workload", "rmsnorm", "--a", str(tmp_path / "missing.c"), "--b", str(a))
     assert p.returncode == 2 and "cannot read" in p.stderr
+
+
+@pytest.mark.parametrize("seed", [-1, True, 1.5])
+def test_pair_settings_refuse_a_seed_numpy_cannot_take(seed):
+    with pytest.raises(ValueError, match="seed must be a non-negative integer"):
+        PairSettings(seed=seed)
