@@ -6,9 +6,12 @@ import os
 import shutil
 
 import pytest
+from django.conf import settings as django_settings
 
 SERVICES = bool(os.environ.get("REDIS_URL")) and os.environ.get("DATABASE_URL", "").startswith("postgres")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Servers and workers started by tests promote with one approver too (see one_approver_promotes).
+os.environ["PROMOTION_FOUR_EYES"] = "0"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -31,12 +34,12 @@ def private_kernel_data(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def one_approver_promotes(settings):
+def one_approver_promotes(monkeypatch):
     """Tests promote with one approver in both modes (production mode turns four eyes on by
     default); the four-eyes tests turn it back on, and servers started by tests inherit the
-    environment variable."""
-    os.environ["PROMOTION_FOUR_EYES"] = "0"
-    settings.PROMOTION_FOUR_EYES = False
+    environment variable set below. (Not pytest-django's ``settings`` fixture: some tests take a
+    parameter of that name.)"""
+    monkeypatch.setattr(django_settings, "PROMOTION_FOUR_EYES", False)
 
 
 @pytest.fixture
