@@ -45,12 +45,14 @@ def test_factory_run_json_and_the_goal_list_give_the_same_speedup_for_the_same_r
 
 
 @pytest.mark.django_db
-def test_starting_a_run_asks_for_the_baseline_once(small_goal, django_capture_on_commit_callbacks):
-    with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        orchestrator.start_run(small_goal, budget=1, seed=1)
+def test_starting_a_run_asks_for_the_baseline_once(small_goal, monkeypatch):
+    sent: list = []
+    monkeypatch.setattr(baselines, "send_on_commit", lambda name, *args, **kw: sent.append((name, args)))
+    orchestrator.start_run(small_goal, budget=1, seed=1)
+    orchestrator.start_run(small_goal, budget=1, seed=2)
     b = Baseline.objects.get()
     assert (b.workload, b.target, b.shape_set) == ("rmsnorm", "cpu-x86_64", "test-small")
-    assert b.state == Baseline.State.MEASURING and len(callbacks) == 1
+    assert b.state == Baseline.State.MEASURING and sent == [(baselines.MEASURE_BASELINE, (b.pk,))]
     assert baselines.speedup(small_goal, 0.1) is None  # not measured yet: no figure anywhere
     baselines.measure(b.pk, timer=lambda workload, shape_set: 0.5)
     assert baselines.speedup(small_goal, 0.25)["speedup"] == 2.0
