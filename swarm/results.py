@@ -135,6 +135,13 @@ def frontier_ids(run: Run) -> tuple[list[int], int]:
     return [rows[i][0] for i in pareto_front([r[1:] for r in rows])], len(rows)
 
 
+def best(run: Run) -> Candidate | None:
+    """The run's best feasible candidate (the frontier's first, in the primary objective's
+    order) with its evidence, or None: :func:`results`'s ``best`` without building the rest."""
+    found = _ordered(frontier_ids(run)[0][:1])
+    return found[0] if found else None
+
+
 def _ordered(ids: list[int]) -> list[Candidate]:
     by_id = Candidate.objects.select_related("evidence").in_bulk(ids)
     return [by_id[i] for i in ids if i in by_id]

@@ -10,10 +10,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from swarm import baselines, directions, display, orchestrator
+from swarm import baselines, directions, display, orchestrator, results
 from swarm.forms import DirectionForm
 from swarm.models import Direction, Insight, Run
-from swarm.results import results
 from swarm.snapshot import MAXIMIZE
 from swarm.views._common import json_refusal, wants_json
 
@@ -34,10 +33,10 @@ def _page(request: HttpRequest, run: Run, *, form: DirectionForm | None = None, 
         "canSteer": request.user.has_perm("swarm.change_run"),
         "throughput": display.throughput(goal.workload),
     }
-    best = results(run)["best"]
+    top = results.best(run)
     return render(request, "swarm/run_detail.html", {
         "run": run, "goal": goal, "page_config": page_config, "form": form or DirectionForm(),
-        "speedup": baselines.speedup(run, best["metrics"].get("latency_ms") if best else None),
+        "speedup": baselines.speedup(run, top.evidence.metrics.get("latency_ms") if top else None),
         "direction_error": error, "direction_kinds": Direction.Kind.choices,
         "can_steer": page_config["canSteer"], "llm_lanes": _lanes(run),
     }, status=status)
