@@ -181,7 +181,7 @@ def main() -> int:
     django.setup()
     from django.core.management import call_command
 
-    from swarm.goals import default_goal
+    from swarm.goals.lifecycle import default_goal
     from tests.integration.stack import factory_stack
 
     call_command("migrate", verbosity=0)
@@ -201,7 +201,7 @@ def main() -> int:
         run = populate(goal, args.candidates, seed=1, user=user)
         insert_s = time.perf_counter() - t0
 
-    from swarm.snapshot import columnar_snapshot_json
+    from swarm.web.snapshot import columnar_snapshot_json
 
     t0 = time.perf_counter()
     snapshot = columnar_snapshot_json(run)

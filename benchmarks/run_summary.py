@@ -10,9 +10,9 @@ constraint) and times, ``--reps`` times each after one untimed warm-up call (med
 in ms):
 
 - ``summary``: the endpoint through DRF's test client with token auth (the summary from stored
-  columns, :func:`swarm.results.results`);
+  columns, :func:`swarm.runs.results.results`);
 - ``in-memory``: the same result built the way the endpoint built it before, one model
-  instance per candidate with its evidence, then :func:`swarm.orchestrator.frontier` and
+  instance per candidate with its evidence, then :func:`swarm.runs.orchestrator.frontier` and
   ``best`` in Python;
 - ``no feasible``: the endpoint when the constraints exclude every candidate (the closest by
   total violation are ranked instead).
@@ -54,8 +54,8 @@ def _timed(fn, reps: int) -> tuple[list[float], object]:
 
 def _in_memory_summary(run) -> dict:
     """The summary as the endpoint built it before (every candidate as a model instance)."""
-    from swarm import orchestrator
     from swarm.models import PENDING_STATUSES
+    from swarm.runs import orchestrator
 
     run.refresh_from_db()
     cands = list(run.candidates.select_related("evidence").exclude(status__in=PENDING_STATUSES))
@@ -94,7 +94,7 @@ def main() -> int:
 
     from benchmarks._report import emit
     from benchmarks.run_page import BENCH_SPACE, populate
-    from swarm.goals import default_goal
+    from swarm.goals.lifecycle import default_goal
 
     settings.ALLOWED_HOSTS = ["*"]
     call_command("migrate", verbosity=0)

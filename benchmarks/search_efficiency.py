@@ -15,7 +15,7 @@ evaluations. An evaluation is a distinct configuration: repeated proposals of on
 configuration (Kernel Tuner's GA and PSO revisit their cache) are counted once.
 
 - ``swarm`` (default mix) and ``agent:<kind>`` (one agent alone) run through the real
-  orchestrator (``swarm.orchestrator``) on the ``replay`` backend, in a private in-memory
+  orchestrator (``swarm.runs.orchestrator``) on the ``replay`` backend, in a private in-memory
   SQLite database per worker process, with a fresh goal per run (no insights carried over).
   Their proposals do not depend on the budget, so one run at the largest budget gives the
   smaller budgets as prefixes.
@@ -185,9 +185,9 @@ def run_ours(ds: Dataset, agents: tuple[str, ...] | list[dict], seed: int, budge
     ``agents``: agent kinds (each with default settings), or agent dicts as in ``DEFAULT_MIX``.
     """
     _setup_django()
-    from swarm import orchestrator
+    from swarm.goals.replay import import_cache
     from swarm.models import Candidate, Goal, Insight, Run
-    from swarm.replay_goals import import_cache
+    from swarm.runs import orchestrator
 
     Candidate.objects.all().delete()
     Run.objects.all().delete()

@@ -50,10 +50,10 @@ def measure(mode: str, budget: int, batch_size: int, agents: list[str], cache: s
     from django.db import transaction
 
     from kernels.backends.replay import dataset_path
-    from swarm import orchestrator
-    from swarm.dispatch import dispatch
+    from swarm.goals.replay import import_cache
     from swarm.models import Run
-    from swarm.replay_goals import import_cache
+    from swarm.runs import orchestrator
+    from swarm.runs.dispatch import dispatch
 
     goal, _ = import_cache(dataset_path(cache))
     worker = None

@@ -26,7 +26,7 @@ binds it. Which processes bind which code:
   - **production kernels**: candidates that passed the sandboxed evaluation
     (:func:`kernels.evaluate`: confined child, guard regions, fresh-seed validation, timing
     re-validation) *and* were promoted by an approver after the extended re-validation of
-    :mod:`swarm.promotion`; or
+    :mod:`swarm.production.promotion`; or
   - **templates** of this repository (``kernels/workloads/*/template.c`` at default or tuned
     parameters): code reviewed and versioned with the project, like NumPy itself.
 

@@ -12,7 +12,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from int21_site.origins import SameOriginValidator  # noqa: E402
-from swarm.routing import websocket_urlpatterns  # noqa: E402
+from swarm.web.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {

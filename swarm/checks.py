@@ -13,7 +13,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core import checks
 
-from swarm import promotion, tasks
+from swarm import tasks
+from swarm.production import promotion
 
 #: Brokers that redeliver unacknowledged messages after the visibility timeout (Kombu).
 REDELIVERING_SCHEMES = ("redis", "rediss", "sentinel", "sqs")

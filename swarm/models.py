@@ -281,12 +281,12 @@ class ProposalFailure(models.Model):
 
 
 class LaneRequest(models.Model):
-    """One request of an LLM agent's lane (:mod:`swarm.llm_lane`): a fresh proposal, or the
+    """One request of an LLM agent's lane (:mod:`swarm.runs.llm_lane`): a fresh proposal, or the
     repair of a failed candidate in that candidate's conversation.
 
     It runs on a thread of the process that started it (``holder``) while the run goes on;
     that thread stores the answer (``result``: proposal dicts, see
-    :func:`swarm.llm_lane.proposal_to_dict`) and the tokens spent (``usage``), and a later
+    :func:`swarm.runs.llm_lane.proposal_to_dict`) and the tokens spent (``usage``), and a later
     generation takes it (``done -> taken``). ``deadline`` bounds the whole request (every
     attempt); a ``running`` request past it is lost.
     """
@@ -656,7 +656,7 @@ class PromotionRequest(models.Model):
     The candidate is re-evaluated on the target's queue with fresh seeds and more timing
     repetitions; it becomes production only if it passes and a paired comparison finds it
     faster than the incumbent beyond the target's noise floor
-    (:func:`swarm.promotion.validate_request`). ``reason`` says exactly
+    (:func:`swarm.production.promotion.validate_request`). ``reason`` says exactly
     why a request was refused; ``evidence`` keeps everything measured for the decision.
     """
 
@@ -724,7 +724,7 @@ class PromotionRequest(models.Model):
 class Baseline(models.Model):
     """Latency of a trusted plain implementation (e.g. NumPy) per (workload, target, shape set).
 
-    Measured once on the target's queue (:func:`swarm.baselines.measure`), not on page views.
+    Measured once on the target's queue (:func:`swarm.runs.baselines.measure`), not on page views.
     """
 
     class State(models.TextChoices):
@@ -768,7 +768,7 @@ class NoiseFloor(models.Model):
 
     ``key`` is ``kernels.noise_floor.floor_key(target, fingerprint, workload, shape_set, protocol)``;
     ``floor`` a fraction (0.02 = 2%); ``entry`` the whole stored entry (A/A round ratios,
-    rounds, settings). Written by the target's workers (:mod:`swarm.noise_floors`), read by the
+    rounds, settings). Written by the target's workers (:mod:`swarm.runs.noise_floors`), read by the
     web host.
     """
 

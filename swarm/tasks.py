@@ -1,7 +1,7 @@
 """Celery tasks: thin wrappers that load ids and call the orchestrator.
 
-Their names are :mod:`swarm.dispatch`'s constants; the rest of the swarm sends them by name
-(:func:`swarm.dispatch.send`) and never imports this module.
+Their names are :mod:`swarm.runs.dispatch`'s constants; the rest of the swarm sends them by name
+(:func:`swarm.runs.dispatch.send`) and never imports this module.
 """
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from __future__ import annotations
 from celery import shared_task
 from celery.signals import worker_init, worker_ready
 
-from swarm import baselines, insights, orchestrator, paired_runs, promotion, sweeper
-from swarm.dispatch import (
+from swarm.learning import insights
+from swarm.production import paired_runs, promotion
+from swarm.runs import baselines, orchestrator, sweeper
+from swarm.runs.dispatch import (
     EVALUATE,
     EVALUATE_BATCH,
     MEASURE_BASELINE,
@@ -65,7 +67,7 @@ def _import_learning_stack(**kwargs) -> None:
 
 @worker_ready.connect
 def _start_sweeper(**kwargs) -> None:
-    """Each worker process recovers lost work periodically (see :mod:`swarm.sweeper`)."""
+    """Each worker process recovers lost work periodically (see :mod:`swarm.runs.sweeper`)."""
     sweeper.start()
 
 

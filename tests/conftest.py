@@ -68,6 +68,6 @@ def outsider(roles, django_user_model):
 @pytest.fixture
 def small_goal(db, owner):
     """The default rmsnorm goal on the small test shapes (fast to evaluate)."""
-    from swarm.goals import default_goal
+    from swarm.goals.lifecycle import default_goal
 
     return default_goal("rmsnorm", "cpu-x86_64", "test-small", user=owner, name="rmsnorm small")

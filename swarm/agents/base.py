@@ -209,7 +209,7 @@ class Agent(abc.ABC):
     kind: str = "agent"
     #: Name of the agent in its run (the orchestrator sets it; "" outside a run).
     name: str = ""
-    #: Whether an agent of this kind runs in its own lane (:mod:`swarm.llm_lane`): its requests
+    #: Whether an agent of this kind runs in its own lane (:mod:`swarm.runs.llm_lane`): its requests
     #: run beside the generations instead of inside them.
     lane: bool = False
     #: Whether :meth:`propose` reads ``RunView.insights`` and the sources and logs of

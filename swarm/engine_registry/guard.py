@@ -1,6 +1,6 @@
 """The cross-layer guard: promoting a kernel must not break or slow down a production engine.
 
-:func:`check_kernel_promotion` is called by the promotion flow (``swarm.promotion``) before a
+:func:`check_kernel_promotion` is called by the promotion flow (``swarm.production.promotion``) before a
 candidate kernel becomes production for (workload, target, shape set). For every active
 :class:`~swarm.engine_registry.models.ProductionEngine` on that target whose plan runs the workload on
 its production kernel, it re-validates the engine with the candidate in place of the
@@ -77,7 +77,7 @@ def check_kernel_promotion(candidate, *, runner: Callable[[dict], dict] | None =
             :func:`engines._isolated.check_engine_isolated`).
         settings: :class:`engines._isolated.GuardSettings` of the default runner.
         floor_store: where the default runner keeps noise floors (the promotion flow passes
-            the database's, ``swarm.noise_floors.DbFloorStore``); default
+            the database's, ``swarm.runs.noise_floors.DbFloorStore``); default
             :class:`kernels.noise_floor.FileFloorStore`.
 
     Returns:

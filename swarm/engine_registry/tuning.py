@@ -24,7 +24,7 @@ from swarm.engine_registry.registry import DbRegistry
 from swarm.engine_registry.services import record_benchmark, register_engine
 
 log = logging.getLogger(__name__)
-#: The queue of the embedded worker (``swarm.dispatch.EMBEDDED_QUEUE``: every target's work
+#: The queue of the embedded worker (``swarm.runs.dispatch.EMBEDDED_QUEUE``: every target's work
 #: goes there in embedded mode); production workers consume ``target.<target>``.
 EMBEDDED_QUEUE = "embedded"
 

@@ -5,12 +5,12 @@ from django.urls import reverse
 
 from engines.goals import engine_space, evaluate_plan, parse_goal_workload
 from kernels import Outcome
-from swarm import orchestrator
 from swarm.engine_registry import goals as swarm_goals
 from swarm.engine_registry.goals import create_engine_goal
 from swarm.engine_registry.guard import check_kernel_promotion
 from swarm.engine_registry.models import EngineBenchmark, GuardCheck, ProductionEngine
 from swarm.engine_registry.services import record_benchmark
+from swarm.runs import orchestrator
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -113,7 +113,7 @@ def test_manage_py_engine_register_and_bench_record(owner):
 @pytest.mark.django_db
 def test_a_promoted_engine_plan_becomes_the_production_engines_plan():
     from swarm.models import Candidate, Run
-    from swarm.promotion import _adopt_engine_plan
+    from swarm.production.promotion import _adopt_engine_plan
 
     goal = create_engine_goal("llama-layer", config="small")
     run = Run.objects.create(goal=goal, budget=1, seed=1, space=goal.space, constraints=goal.constraints)

@@ -208,9 +208,9 @@ def test_queued_tunings_are_recovered_after_a_restart(monkeypatch):
 
 @pytest.mark.django_db
 def test_tuning_steps_go_to_the_queue_the_engines_target_worker_consumes(settings):
-    from swarm.dispatch import EMBEDDED_QUEUE
     from swarm.engine_registry.services import register_engine
     from swarm.engine_registry.tuning import queue_for
+    from swarm.runs.dispatch import EMBEDDED_QUEUE
 
     pe, _ = register_engine("kda-layer", config="small")
     settings.EMBEDDED = True

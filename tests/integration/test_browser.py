@@ -149,7 +149,7 @@ def test_define_watch_compare_promote(stack, demo_user, browser):
 
 
 def test_steer_a_running_run_and_read_the_api_docs(stack, demo_user, browser):
-    from swarm.goals import default_goal
+    from swarm.goals.lifecycle import default_goal
     from swarm.models import Insight
 
     goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", name="steering")
@@ -202,7 +202,7 @@ def _log_lines(page) -> list[str]:
 
 
 def test_stopping_keeps_the_event_log_and_a_reload_shows_the_stored_events(stack, demo_user, browser):
-    from swarm.goals import default_goal
+    from swarm.goals.lifecycle import default_goal
     from swarm.models import Run
 
     goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", name="stop and log")
@@ -271,7 +271,7 @@ def _candidates(goal, first_id: int, n: int, generation: int = 1) -> list[dict]:
 
 
 def test_agents_without_evaluations_show_no_data_yet(stack, demo_user, browser):
-    from swarm.goals import default_goal
+    from swarm.goals.lifecycle import default_goal
 
     goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", name="agents no data")
     run = _quiet_run(goal)
@@ -303,7 +303,7 @@ def test_agents_without_evaluations_show_no_data_yet(stack, demo_user, browser):
 
 
 def test_the_convergence_time_line_reaches_now_while_the_run_runs(stack, demo_user, browser):
-    from swarm.goals import default_goal
+    from swarm.goals.lifecycle import default_goal
 
     goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", name="convergence to now")
     run = _quiet_run(goal)
@@ -337,7 +337,7 @@ def test_the_convergence_time_line_reaches_now_while_the_run_runs(stack, demo_us
 
 
 def test_the_parallel_coordinates_follow_live_candidates_throttled(stack, demo_user, browser):
-    from swarm.goals import default_goal
+    from swarm.goals.lifecycle import default_goal
 
     goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", name="live parcoords")
     run = _quiet_run(goal)

@@ -67,7 +67,7 @@ def test_the_fingerprint_is_a_readable_table(stack, demo_user, browser):  # noqa
 
 
 def test_archive_hides_a_goal_and_duplicate_opens_its_copy_in_the_editor(stack, demo_user, browser):  # noqa: F811
-    from swarm.goals import default_goal
+    from swarm.goals.lifecycle import default_goal
     from swarm.models import Run
 
     goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", name="to archive")

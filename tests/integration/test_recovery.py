@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from swarm import orchestrator
-from swarm.goals import default_goal
+from swarm.goals.lifecycle import default_goal
 from swarm.models import Run
+from swarm.runs import orchestrator
 
 
 @pytest.mark.timeout(180)

@@ -7,7 +7,7 @@ import pytest
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import connect
 
-from swarm.goals import default_goal
+from swarm.goals.lifecycle import default_goal
 from tests.integration.stack import Browserless
 
 
@@ -90,7 +90,7 @@ def test_an_idle_run_websocket_stays_open(stack, demo_user):
 @pytest.mark.services
 @pytest.mark.timeout(300)
 def test_every_event_of_a_stressed_run_is_shown_live_or_backfilled(stack, demo_user):
-    """200 tasks publish 100 events each through :func:`swarm.events.publish` to one subscriber.
+    """200 tasks publish 100 events each through :func:`swarm.runs.events.publish` to one subscriber.
 
     The subscriber follows the run page's protocol (:class:`EventFollower`, as ``static/js/run/stream.js``):
     live events in sequence, a gap backfilled from ``/api/runs/<id>/events/?after=N``, and a last
@@ -103,7 +103,7 @@ def test_every_event_of_a_stressed_run_is_shown_live_or_backfilled(stack, demo_u
 
     from django.db import connection
 
-    from swarm import events
+    from swarm.runs import events
 
     run = _quiet_run()
     session, headers = _signed_in(stack, demo_user)

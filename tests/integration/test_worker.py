@@ -5,10 +5,10 @@ import time
 import pytest
 from django.db import connection
 
-from swarm import orchestrator
-from swarm.dispatch import dispatch
-from swarm.goals import default_goal
+from swarm.goals.lifecycle import default_goal
 from swarm.models import Evidence, Run
+from swarm.runs import orchestrator
+from swarm.runs.dispatch import dispatch
 
 
 @pytest.mark.services
@@ -56,7 +56,7 @@ def test_a_worker_killed_mid_task_loses_nothing_and_evaluates_once(stack, transa
     import os
     import signal
 
-    from swarm.goals import default_goal
+    from swarm.goals.lifecycle import default_goal
     from swarm.models import Candidate
 
     goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", name="slow kernel")

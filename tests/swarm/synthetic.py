@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from swarm import orchestrator
 from swarm.models import Goal
+from swarm.runs import orchestrator
 from tests.contracts.agent_contract import SPACE, landscape
 
 

@@ -12,8 +12,8 @@ from rest_framework.test import APIClient
 
 from benchmarks.run_page import BENCH_SPACE, populate
 from kernels.tuning_cache import load_cache
-from swarm import promotion
 from swarm.models import AuditEvent, Direction, Goal, Insight, PromotionRequest, Run
+from swarm.production import promotion
 from tests.swarm.test_views import paired_timed, timed
 
 GOAL = {
@@ -48,7 +48,7 @@ def viewer(outsider):
 @pytest.fixture
 def big_goal(db, owner):
     """A goal whose space holds the benchmark's synthetic runs."""
-    from swarm.goals import default_goal
+    from swarm.goals.lifecycle import default_goal
 
     goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", user=owner, name="synthetic")
     goal.space = BENCH_SPACE
@@ -241,7 +241,7 @@ def test_runs_are_listed_per_goal(engineer, synthetic_run, big_goal):
 
 @pytest.mark.django_db
 def test_a_goal_is_archived_through_the_api_and_then_starts_no_runs(client, owner):
-    from swarm.goals import default_goal
+    from swarm.goals.lifecycle import default_goal
     from swarm.models import AuditEvent
 
     goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", name="archive via api")

@@ -10,13 +10,13 @@ from asgiref.testing import ApplicationCommunicator
 from django.utils import timezone
 
 from benchmarks.run_page import BENCH_SPACE, populate
-from swarm import snapshot
 from swarm.models import Candidate, CandidateStatus
+from swarm.web import snapshot
 
 
 @pytest.fixture
 def synthetic_run(db, owner):
-    from swarm.goals import default_goal
+    from swarm.goals.lifecycle import default_goal
 
     goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", user=owner, name="synthetic")
     goal.space = BENCH_SPACE

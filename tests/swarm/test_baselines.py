@@ -9,8 +9,8 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from swarm import baselines, orchestrator
 from swarm.models import Baseline, Goal, Run
+from swarm.runs import baselines, orchestrator
 from tests.swarm.test_views import GOAL_POST
 
 

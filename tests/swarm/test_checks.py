@@ -3,8 +3,8 @@
 from django.core import checks
 from django.test import override_settings
 
-from swarm import promotion
 from swarm.checks import check_broker_visibility
+from swarm.production import promotion
 from swarm.tasks import evaluate
 
 REDIS = "redis://127.0.0.1:6379/0"

@@ -1,8 +1,8 @@
 import pytest
 
-from swarm import orchestrator
-from swarm.credit import Arm, allocate, frontier_improvements
+from swarm.learning.credit import Arm, allocate, frontier_improvements
 from swarm.models import Generation
+from swarm.runs import orchestrator
 from tests.swarm.synthetic import drive, synthetic_goal
 
 

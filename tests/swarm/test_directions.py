@@ -1,8 +1,8 @@
 import pytest
 
-from swarm import directions, orchestrator
-from swarm.directions import DirectionError
 from swarm.models import AuditEvent, Direction, Run
+from swarm.runs import directions, orchestrator
+from swarm.runs.directions import DirectionError
 from tests.swarm.synthetic import drive, synthetic_evaluate, synthetic_goal
 
 

@@ -8,8 +8,8 @@ from celery import current_app
 
 import swarm.tasks  # noqa: F401 - registers the tasks under their names
 from int21_site.celery_app import app
-from swarm import dispatch
-from swarm.dispatch import EMBEDDED_QUEUE, EVALUATE, EVALUATE_BATCH, REPLAY_CHUNK
+from swarm.runs import dispatch
+from swarm.runs.dispatch import EMBEDDED_QUEUE, EVALUATE, EVALUATE_BATCH, REPLAY_CHUNK
 
 NAMES = (dispatch.EVALUATE, dispatch.EVALUATE_BATCH, dispatch.VALIDATE_PROMOTION, dispatch.MEASURE_PAIRED,
          dispatch.MEASURE_BASELINE)

@@ -1,4 +1,4 @@
-from swarm import display
+from swarm.web import display
 
 
 def test_numbers_keep_a_few_significant_digits():

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from swarm import orchestrator, promotion
 from swarm.models import AuditEvent, PromotionRequest
+from swarm.production import promotion
+from swarm.runs import orchestrator
 from tests.swarm.test_views import timed
 
 BENCH = promotion.kernels.BenchSettings(warmup_ms=1, rep_ms=5, min_reps=5, max_reps=20)

@@ -7,10 +7,10 @@ from django.urls import reverse
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from swarm.forms import GoalForm
-from swarm.goal_validation import GoalInvalid, validate_goal
+from swarm.goals.replay import import_cache
+from swarm.goals.validation import GoalInvalid, validate_goal
 from swarm.models import Goal
-from swarm.replay_goals import import_cache
+from swarm.web.forms import GoalForm
 from tests.swarm.test_replay_api import GEMM
 
 FORM = {

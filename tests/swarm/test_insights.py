@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 
 from kernels import DesignSpace
-from swarm import orchestrator
-from swarm.insights import best_per_shape, failure_rules, parameter_importance
+from swarm.learning.insights import best_per_shape, failure_rules, parameter_importance
 from swarm.models import Insight
+from swarm.runs import orchestrator
 from tests.contracts.agent_contract import SPACE, landscape
 from tests.swarm.synthetic import drive, synthetic_goal
 

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from swarm import orchestrator
 from swarm.agents import make_agent
 from swarm.agents.llm_prompt import DATA_NOTE
 from swarm.models import Candidate, LaneRequest, ProposalFailure
+from swarm.runs import orchestrator
 from tests.contracts.agent_contract import view as synthetic_view
 from tests.swarm.chat_server import ChatServer
 

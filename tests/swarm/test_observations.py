@@ -3,10 +3,10 @@
 from datetime import UTC, datetime
 
 from kernels.space import point_key
-from swarm import observations
 from swarm.agents import Observation
-from swarm.history import Row
 from swarm.models import constraints_met
+from swarm.runs import agent_view
+from swarm.runs.history import Row
 
 NAMES = ("A", "B")
 
@@ -29,13 +29,13 @@ def from_scratch(constraints, names, rows):
 
 
 def check(identity, constraints, rows, names=NAMES):
-    got = observations.observe(identity, constraints, names, rows, point_key, lambda m: constraints_met(constraints, m))
+    got = agent_view.observe(identity, constraints, names, rows, point_key, lambda m: constraints_met(constraints, m))
     assert got == from_scratch(constraints, names, rows)
     return got
 
 
 def test_the_incremental_view_equals_the_one_built_from_scratch_as_the_history_changes():
-    observations.forget()
+    agent_view.forget()
     ident = "7@1.0"
     rows = [row(1), row(2, "wrong_result"), row(3, "queued"), row(4)]
     check(ident, [], rows)
@@ -56,8 +56,8 @@ def test_the_incremental_view_equals_the_one_built_from_scratch_as_the_history_c
 
 
 def test_runs_are_kept_apart_and_the_cache_is_bounded():
-    observations.forget()
-    for i in range(observations.MAX_RUNS + 3):
+    agent_view.forget()
+    for i in range(agent_view.MAX_RUNS + 3):
         check(f"{i}@0", [], [row(1), row(2)])
-    assert len(observations._kept) == observations.MAX_RUNS
+    assert len(agent_view._kept) == agent_view.MAX_RUNS
     check("0@0", [], [row(9)])  # evicted earlier: built again from these rows

@@ -6,8 +6,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from swarm import orchestrator
 from swarm.models import AgentRecord, Candidate, CandidateStatus, Evidence, Generation, Run
+from swarm.runs import orchestrator
 
 
 def drive(run, pending):

@@ -15,9 +15,11 @@ from django.urls import reverse
 
 import kernels
 from kernels.paired import Kernel, PairSettings, compare_paired
-from swarm import noise_floors, orchestrator, paired_runs, promotion, snapshot
-from swarm.credit import frontier_improvements
+from swarm.learning.credit import frontier_improvements
 from swarm.models import Candidate, Evidence, Goal, NoiseFloor, PairedComparisonRun, Promotion, Run
+from swarm.production import paired_runs, promotion
+from swarm.runs import noise_floors, orchestrator
+from swarm.web import snapshot
 from tests.swarm.synthetic import drive, synthetic_goal
 from tests.swarm.test_views import timed
 

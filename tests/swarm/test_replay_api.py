@@ -8,8 +8,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from kernels.backends import replay
-from swarm import orchestrator
 from swarm.models import Goal, Run
+from swarm.runs import orchestrator
 
 GEMM = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "tuning-cache" / "gemm-clblast-xgemm_RTX-3090.json.gz"
 
@@ -26,7 +26,7 @@ def api(owner) -> APIClient:
 
 @pytest.fixture
 def goal(db, owner) -> Goal:
-    from swarm.replay_goals import import_cache
+    from swarm.goals.replay import import_cache
 
     return import_cache(GEMM, user=owner)[0]
 

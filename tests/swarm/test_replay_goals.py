@@ -131,8 +131,8 @@ def test_a_half_written_last_entry_is_reported_with_its_key_and_line(tmp_path):
 def test_legacy_and_string_failure_markers_are_failed_candidates_in_the_api_and_csv(tmp_path):
     import csv
 
-    from swarm.api.exports import csv_lines
     from swarm.models import Run
+    from swarm.web.api.exports import csv_lines
 
     markers = {1: {"time": 1e20}, 2: {"time": "1e+20"}, 3: {"time": "ErrorConfig"},
                4: {"GFLOP/s": "CompilationFailedConfig"}}

@@ -9,13 +9,13 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from benchmarks.run_page import BENCH_SPACE, populate
-from swarm import orchestrator, results
 from swarm.models import Candidate, CandidateStatus, Evidence
+from swarm.runs import orchestrator, results
 
 
 @pytest.fixture
 def big_goal(db, owner):
-    from swarm.goals import default_goal
+    from swarm.goals.lifecycle import default_goal
 
     goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", user=owner, name="synthetic")
     goal.space = BENCH_SPACE

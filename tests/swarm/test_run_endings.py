@@ -13,9 +13,9 @@ from django.urls import reverse
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from swarm import directions, orchestrator
-from swarm.directions import DirectionError
 from swarm.models import Direction, Goal, Run
+from swarm.runs import directions, orchestrator
+from swarm.runs.directions import DirectionError
 from tests.swarm.synthetic import drive, synthetic_evaluate, synthetic_goal
 
 GEMM = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "tuning-cache" / "gemm-clblast-xgemm_RTX-3090.json.gz"
@@ -148,7 +148,7 @@ def test_factory_run_json_has_the_end_reason():
     out = StringIO()
     from unittest import mock
 
-    with mock.patch("swarm.orchestrator.evaluator_for", return_value=synthetic_evaluate):
+    with mock.patch("swarm.runs.orchestrator.evaluator_for", return_value=synthetic_evaluate):
         call_command("factory", "run", "--goal", str(goal.pk), "--budget", "3", "--seed", "1", "--json",
                      "--no-baseline", stdout=out)
     summary = json.loads(out.getvalue())
@@ -206,7 +206,7 @@ def test_two_directions_that_together_empty_the_space_the_second_is_rejected_at_
 @pytest.mark.skipif(not GEMM.exists(), reason="shared tuning-cache data set not present")
 @pytest.mark.django_db
 def test_on_a_replay_goal_mwg_beyond_any_recorded_value_is_refused(owner):
-    from swarm.replay_goals import import_cache
+    from swarm.goals.replay import import_cache
 
     goal, _ = import_cache(GEMM)
     run, pending = orchestrator.start_run(goal, budget=20, seed=1, batch_size=4)

@@ -8,8 +8,8 @@ from rest_framework.test import APIClient
 
 from int21_site.channel_log import OverCapacityAsWarning
 from int21_site.origins import allowed_origins, origin_tuple
-from swarm import events
 from swarm.models import Run
+from swarm.runs import events
 
 
 @pytest.fixture

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from kernels import Outcome
-from swarm import observations, orchestrator
-from swarm.history import Row
-from swarm.insights import failure_rules
+from swarm.learning.insights import failure_rules
 from swarm.models import Candidate, Insight
+from swarm.runs import agent_view, orchestrator
+from swarm.runs.history import Row
 from tests.contracts.agent_contract import SPACE, landscape
 from tests.swarm.synthetic import FakeEvidence, drive, synthetic_goal
 
@@ -33,8 +33,8 @@ def test_no_failure_rule_is_learned_from_invalid_input():
 def test_agents_see_an_invalid_input_candidate_but_never_observe_it():
     params = [{"BX": 16, "BY": 1, "TILE": 1, "UNROLL": 0}, {"BX": 32, "BY": 1, "TILE": 1, "UNROLL": 0}]
     rows = [Row(1, 1, 1, "a", "invalid_input", params[0], {}, None), Row(2, 1, 1, "a", "ok", params[1], {}, None)]
-    seen, history = observations.observe("unjudged-test", [], SPACE.names, rows, SPACE.point_key, lambda m: True)
-    observations.forget("unjudged-test")
+    seen, history = agent_view.observe("unjudged-test", [], SPACE.names, rows, SPACE.point_key, lambda m: True)
+    agent_view.forget("unjudged-test")
     assert seen == {SPACE.point_key(p) for p in params}
     assert [o.candidate for o in history] == [2]
 

@@ -9,8 +9,9 @@ from django.urls import reverse
 
 from kernels.paired import PairedComparison
 from kernels.verdict import judge_rounds
-from swarm import baselines, orchestrator, promotion
 from swarm.models import AuditEvent, Baseline, Candidate, Direction, Goal, Insight, Promotion, PromotionRequest, Run
+from swarm.production import promotion
+from swarm.runs import baselines, orchestrator
 
 GOAL_POST = {
     "name": "rmsnorm test",
@@ -308,8 +309,8 @@ def test_the_candidate_page_shows_the_first_call_beside_the_steady_state_and_the
 
 @pytest.mark.django_db
 def test_per_shape_first_call_metrics_stay_out_of_whole_run_listings(owner):
-    from swarm import comparison
-    from swarm.api import exports
+    from swarm.web import comparison
+    from swarm.web.api import exports
 
     run, (setup, plain) = _first_call_candidates()
     names = [r["name"] for r in comparison.metric_rows([setup, plain])]

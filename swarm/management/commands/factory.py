@@ -9,9 +9,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kernels.backends import capabilities, get_backend
-from swarm import baselines, orchestrator, replay_goals, sweeper
-from swarm.goals import default_goal
+from swarm.goals import replay
+from swarm.goals.lifecycle import default_goal
 from swarm.models import Baseline, Goal, target_backend
+from swarm.runs import baselines, orchestrator, sweeper
 
 
 class Command(BaseCommand):
@@ -62,7 +63,7 @@ class Command(BaseCommand):
         from kernels.tuning_cache import TuningCacheError
 
         try:
-            goal, summary = replay_goals.import_cache(opts["file"], name=opts["name"])
+            goal, summary = replay.import_cache(opts["file"], name=opts["name"])
         except (OSError, TuningCacheError, ValueError) as exc:
             raise CommandError(f"cannot import {opts['file']}: {exc}") from exc
         if opts["json"]:

@@ -15,8 +15,8 @@ from celery import current_app
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from swarm import sweeper
-from swarm.dispatch import EMBEDDED_QUEUE
+from swarm.runs import sweeper
+from swarm.runs.dispatch import EMBEDDED_QUEUE
 
 log = logging.getLogger("swarm")
 

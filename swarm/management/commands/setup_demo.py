@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.core.management.base import BaseCommand
 
-from swarm.goals import default_goal
+from swarm.goals.lifecycle import default_goal
 
 ROLES = {
     # role -> permission codenames of the swarm app

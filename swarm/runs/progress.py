@@ -1,0 +1,45 @@
+"""A run's progress (:func:`run_state`) and its end (:func:`finish`).
+
+Both the generation loop (:mod:`swarm.runs.orchestrator`) and directions applied to a run
+(:mod:`swarm.runs.directions`) end runs through :func:`finish`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from swarm.models import PENDING_STATUSES, Run
+from swarm.runs import events, llm_lane
+
+
+def run_state(run: Run) -> dict[str, Any]:
+    """Progress of a run: state, generation, budget, evaluated and status counts."""
+    counts = dict(run.candidates.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
+    evaluated = sum(n for s, n in counts.items() if s not in PENDING_STATUSES)
+    return {
+        "id": run.pk,
+        "state": run.state,
+        "generation": run.generation,
+        "budget": run.budget,
+        "evaluated": evaluated,
+        "status_counts": counts,
+        "llm_usage": run.llm_usage,
+        "end_kind": run.end_kind,
+        "end_reason": run.end_reason,
+    }
+
+
+def finish(run: Run, state: str, kind: str, reason: str) -> None:
+    """Mark ``run`` finished/stopped/failed with why (``kind``: a :class:`Run.EndKind`;
+    ``reason``: words for the run page, the API and ``factory run --json``) and publish its
+    final state after commit (inside the caller's transaction, which holds the run's row)."""
+    run.state, run.end_kind, run.end_reason = state, kind, reason
+    run.finished_at = timezone.now()
+    run.save(update_fields=["state", "end_kind", "end_reason", "finished_at"])
+    llm_lane.cancel(run)  # the lane's requests end with the run
+    llm_lane.settle(run)  # answers finished but never taken were still paid for
+    transaction.on_commit(lambda: events.publish(run.pk, "run", run_state(run)))
