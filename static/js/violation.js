@@ -1,4 +1,4 @@
-// Total constraint violation of one candidate, as swarm/results.py computes it: over the
+// Total constraint violation of one candidate, as swarm/runs/results.py computes it: over the
 // constraints, the excess relative to the bound, max(0, m - v) / s for "<=" and
 // max(0, v - m) / s for ">=", s = |v| (1 when v is 0); Infinity when a metric is missing.
 (function (root) {

@@ -6,7 +6,7 @@ import { fmt } from "./format.js";
 import { meta } from "./state.js";
 
 export const NO_DATA = "no data yet";
-const UNTRIED_SCORE = 1e9; // swarm/credit.py: an arm never pulled
+const UNTRIED_SCORE = 1e9; // swarm/learning/credit.py: an arm never pulled
 
 const noData = () => el("td", { class: "num muted no-data", title: NO_DATA }, "–");
 const num = (text) => el("td", { class: "num" }, text);

@@ -1,4 +1,4 @@
-// Applies one run event ({event, data}: swarm/events.py) to the page's data and marks what to
+// Applies one run event ({event, data}: swarm/runs/events.py) to the page's data and marks what to
 // redraw; its log lines come from log.js's describe(). Events before the snapshot are dropped
 // (the snapshot includes them).
 import { setupAxes } from "./axes.js";

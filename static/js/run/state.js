@@ -62,7 +62,7 @@ function code(list, value) {
   return i;
 }
 
-// The snapshot: {meta, columns} (swarm/snapshot.py). Everything is rebuilt at the next redraw.
+// The snapshot: {meta, columns} (swarm/web/snapshot.py). Everything is rebuilt at the next redraw.
 export function loadSnapshot(data) {
   meta = data.meta;
   Object.assign(C, data.columns);
