@@ -36,9 +36,11 @@ def norm_rows(res):
 def test_operator_errors_tell_kernels_apart_where_the_layer_figure_cannot():
     f, d = run_with(SRC, {"ACC_DOUBLE": 0}), run_with(SRC, {"ACC_DOUBLE": 1})
     assert f["status"] == d["status"] == "ok"
-    assert f["max_rel_error"] == d["max_rel_error"]  # the end-to-end figure: the same bits
     fr, dr = norm_rows(f), norm_rows(d)
     assert fr and all(r["kernel"]["kind"] == "production" for r in fr + dr)
+    # The end-to-end figure is floored by the rest of the layer's float32 rounding: either
+    # kernel's own error is a small part of it, so it cannot say which kernel is better.
+    assert max(r["max_rel_error"] for r in fr + dr) < 0.1 * min(f["max_rel_error"], d["max_rel_error"])
     assert {tuple(r["shape"].items()) for r in fr} == {(("rows", 24), ("hidden", 256)), (("rows", 1), ("hidden", 256))}
     assert [r["max_rel_error"] for r in fr] != [r["max_rel_error"] for r in dr]
 
