@@ -380,13 +380,13 @@ def test_a_deep_directory_tree_left_by_a_candidate_is_removed(quick_bench):
     recurses past Python's limit here, ``rm -rf`` does not."""
     import glob
 
-    before = set(glob.glob("/tmp/int21-eval-*"))
+    before = set(glob.glob(f"/tmp/int21-eval-{os.getpid()}-*"))
     deep = k('static int done; if (!done) { done = 1; char cwd[4096]; if (getcwd(cwd, sizeof cwd)) {'
              ' for (int i = 0; i < 3000; i++) { if (mkdir("d", 0700) || chdir("d")) break; } (void)!chdir(cwd); } }'
              "rms_rows(x, w, y, rows, hidden, eps);", prelude="#include <sys/stat.h>\n")
     ev = run(deep, quick_bench)
     assert ev.status == Outcome.runtime_error and "nested deeper than 32 levels" in ev.log, ev.log[-2000:]
-    assert set(glob.glob("/tmp/int21-eval-*")) <= before
+    assert set(glob.glob(f"/tmp/int21-eval-{os.getpid()}-*")) <= before
 
 
 @root_only
