@@ -180,7 +180,7 @@ def in_process(cp, best: dict[str, Any]) -> dict[str, Any] | None:
     """The best rmsnorm point timed in this process on rows=512 (no sandbox, no rotation)."""
     from kernels import load_template
     from kernels.backends.cuda import CudaBackend
-    from kernels.launch_plan import LaunchPlan, plan_env, plan_names
+    from kernels.evaluation.launch_plan import LaunchPlan, plan_env, plan_names
     from kernels.space import format_defines
     from kernels.templates import default_launch_plan
     from kernels.workloads import get_workload
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(), "errors": []}
-    from kernels import static
+    from kernels.evaluation import static
 
     report["nvcc"] = static.nvcc_version()
     try:

@@ -22,10 +22,10 @@ the cache-eviction helper.
   together, so that short kernels are not capped at the default's 200 calls).
 - **bare benchmark**: what an engineer does without the evaluator, in this process:
   ``CpuBackend.compile`` + ``ctypes.CDLL`` load, then per timed shape the same benchmark
-  protocol on one input set of that shape: :func:`kernels.timing.bench` itself (warm-up calls
+  protocol on one input set of that shape: :func:`kernels.evaluation.timing.bench` itself (warm-up calls
   until ``warmup_ms`` of kernel time, at least 3), with exactly as many timed calls as the
   evaluator took samples (``len(evidence.samples_ms[label])``), each after the same cache
-  flush (:class:`kernels.timing.Evictor` over the call's buffers). No sandbox, no validation,
+  flush (:class:`kernels.evaluation.timing.Evictor` over the call's buffers). No sandbox, no validation,
   no NaN fill, no guards, no reference. Input generation is timed apart (``gen_s``) and is
   not part of it. OpenMP runs with ``OMP_WAIT_POLICY=PASSIVE`` here, as in the evaluator's
   timing child.
@@ -95,10 +95,10 @@ if str(ROOT) not in sys.path:
 import kernels  # noqa: E402
 from benchmarks._report import emit  # noqa: E402
 from kernels import hostperf  # noqa: E402
-from kernels._sandbox_child import bind  # noqa: E402  (the child's own binding)
 from kernels.backends.cpu import CpuBackend  # noqa: E402
+from kernels.evaluation.timing import BenchSettings, Evictor, bench, evict_library  # noqa: E402
+from kernels.sandbox.child import bind  # noqa: E402  (the child's own binding)
 from kernels.space import format_defines  # noqa: E402
-from kernels.timing import BenchSettings, Evictor, bench, evict_library  # noqa: E402
 from kernels.workloads import get_workload, shape_label  # noqa: E402
 
 FIDELITY_TOL = 0.03  # |evaluator median / bare median - 1|
@@ -182,7 +182,7 @@ def bare_run(workload: str, shape_set: str, source: str, params: dict, reps: dic
         evict = evictor.plan(keep) if evictor is not None else (lambda: None)
         gen_s += clock() - g0
         n = reps[shape_label(shape)]
-        # The evaluator's own protocol (kernels.timing.bench): the same warm-up (same cap),
+        # The evaluator's own protocol (kernels.evaluation.timing.bench): the same warm-up (same cap),
         # then exactly n timed calls (rep_ms 0: min_reps decides), each after the flush.
         b0 = clock()
         samples = bench(lambda: fn(*args), replace(settings, rep_ms=0, min_reps=n), flush=evict)

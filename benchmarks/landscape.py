@@ -46,7 +46,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks._report import emit  # noqa: E402
 from benchmarks.search_efficiency import default_caches  # noqa: E402
-from kernels.tuning_cache import TuningCacheError, load_cache  # noqa: E402
+from kernels.interchange.tuning_cache import TuningCacheError, load_cache  # noqa: E402
 
 COLUMNS = ("dataset", "configurations", "failed", "second_best", "best_neighbour", "within_1pct", "within_5pct",
            "neighbour_rank", "random_evals_1pct", "fdc", "neighbour_corr")
@@ -90,7 +90,7 @@ def describe(path: Path) -> dict:
 
     Raises:
         FileNotFoundError: no such file.
-        kernels.tuning_cache.TuningCacheError: the file is not a Kernel Tuner cache, or it
+        kernels.interchange.tuning_cache.TuningCacheError: the file is not a Kernel Tuner cache, or it
             records no configuration with a valid time.
     """
     cache = load_cache(path)

@@ -102,7 +102,7 @@ class Dataset:
 
 
 def load_dataset(path: Path, workdir: Path) -> Dataset:
-    from kernels.tuning_cache import load_cache
+    from kernels.interchange.tuning_cache import load_cache
 
     cache = load_cache(path)
     raw = gzip.open(path, "rt").read() if path.read_bytes()[:2] == b"\x1f\x8b" else path.read_text()
@@ -299,7 +299,7 @@ def run_optuna_tpe(ds: Dataset, seed: int, budget: int) -> Trace:
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import TrialState, create_trial
 
-    from kernels.tuning_cache import load_cache
+    from kernels.interchange.tuning_cache import load_cache
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     cache = load_cache(ds.path)

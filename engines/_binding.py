@@ -4,7 +4,7 @@ Trust decision (documented here because it is the one place candidate code enter
 process): a C kernel is loaded with ``ctypes`` (:func:`c_kernel`) into the process that
 binds it. Which processes bind which code:
 
-* **sandbox children only**, confined as the evaluator's (:func:`kernels.sandbox.start_child`:
+* **sandbox children only**, confined as the evaluator's (:func:`kernels.sandbox.spawn.start_child`:
   sandbox user, namespaces, Landlock, seccomp, limits, disk quota, empty environment), for
   what the swarm evaluates or checks automatically:
 
@@ -209,7 +209,7 @@ _LIBS_LOCK = threading.Lock()
 def _prepare_openmp_env() -> None:
     """Sleeping (not spinning) OpenMP threads, unless the user chose otherwise: in an engine
     the C kernels alternate with BLAS calls whose threads would otherwise fight spinning
-    OpenMP workers for the same cores (see :mod:`kernels.timing` for the measurements that
+    OpenMP workers for the same cores (see :mod:`kernels.evaluation.timing` for the measurements that
     made PASSIVE the evaluator's timing default too). Read by libgomp when it is first loaded."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 

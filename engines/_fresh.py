@@ -2,7 +2,7 @@
 
 A kernel that caches its outputs by a hash of its inputs (or by a few of their elements) is
 fast only when calls repeat their inputs; the timed calls of the guard must therefore never
-repeat them. The protocol is the evaluator's (``kernels._sandbox_child``, ``_Io.salt`` and
+repeat them. The protocol is the evaluator's (``kernels.sandbox.child``, ``_Io.salt`` and
 ``_Rotation``): the calls rotate between several input sets, and before each call two
 different values of one row (last axis) of every input are swapped, undone after the call.
 A swap keeps row sums, norms and value ranges as generated, so the work a call does is the

@@ -1,6 +1,6 @@
 """The promotion guard's engine check inside a sandbox child (request mode ``"engine-check"``).
 
-:mod:`kernels._sandbox_child` imports this module by the name the request gives
+:mod:`kernels.sandbox.child` imports this module by the name the request gives
 (``"runner": "engines._guard_child"``) and calls :func:`prepare` in its trusted phase,
 before the lockdown; the callable it returns runs after the lockdown (the confinement of every
 evaluation child: sandbox user, namespaces, Landlock, seccomp, limits, empty environment).
@@ -17,7 +17,7 @@ compiler), then
 
 * ``"phase": "validate"``: :func:`engines._validate.validate` (end to end and per operator);
   the result holds ``validation`` and ``shapes`` (the candidate workload's call shapes);
-* ``"phase": "turns"`` (a turn-taking child, :meth:`kernels.sandbox.PendingChild.turn`):
+* ``"phase": "turns"`` (a turn-taking child, :meth:`kernels.sandbox.spawn.PendingChild.turn`):
   each command byte ``k`` runs item ``k`` once and is timed alone (``perf_counter_ns``):
   an end-to-end scenario (:class:`engines._timing.FreshScenario`) or one kernel call of an
   operator of the candidate's workload at one of its engine shapes. Every call sees input

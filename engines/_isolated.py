@@ -4,7 +4,7 @@ The promotion guard (:mod:`swarm.engine_registry.guard`) calls :func:`check_engi
 production engine that uses the workload of a kernel about to be promoted. The candidate has
 passed the sandboxed evaluation but is not production yet, so (see the trust decision in
 :mod:`engines._binding`) it is loaded only in sandbox children confined exactly as the
-evaluator's (:func:`kernels.sandbox.start_child`: sandbox user, network namespace, Landlock,
+evaluator's (:func:`kernels.sandbox.spawn.start_child`: sandbox user, network namespace, Landlock,
 seccomp, resource limits, disk quota, empty environment), never in the web or worker process.
 The children run :mod:`engines._guard_child` (request mode ``"engine-check"``).
 
@@ -16,16 +16,16 @@ children cannot run the compiler) and then runs
    runs today), each validating end to end and operator by operator at the engine's shapes
    (:func:`engines._validate.validate`);
 2. **speed**, only when the challenger validated: the paired, interleaved protocol of
-   :mod:`kernels.paired`, on engines: per *round* a fresh pair of turn-taking children
+   :mod:`kernels.comparison.paired`, on engines: per *round* a fresh pair of turn-taking children
    (incumbent A, challenger B) take turns call by call in the order A B B A ... (the side that
    starts alternates between rounds), the idle child's process group stopped. The items are
    the engine's end-to-end scenarios and one kernel call of the candidate's workload at each
    of its engine shapes (per operator). A round's ratio per item is ``median(B) / median(A)``;
-   each item's verdict comes from the rounds' ratios (:func:`kernels.verdict.judge_rounds`)
+   each item's verdict comes from the rounds' ratios (:func:`kernels.comparison.verdict.judge_rounds`)
    against the item's noise floor: given, stored (``floor_store`` under
-   :func:`kernels.noise_floor.floor_key` with workload ``engine:<engine>`` and shape set
+   :func:`kernels.comparison.noise_floor.floor_key` with workload ``engine:<engine>`` and shape set
    ``<config>:<workload>``), or measured by A/A rounds of the incumbent against itself and
-   stored (:func:`kernels.noise_floor.floor_from_ratios`, per item).
+   stored (:func:`kernels.comparison.noise_floor.floor_from_ratios`, per item).
 
 Request: ``{"engine", "config", "plan", "target", "production": [entries of
 /api/production/], "candidate": {"workload", "source", "params", "candidate", "hash",
@@ -40,8 +40,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kernels.sandbox_side import SandboxSide, SideFailed
-from kernels.timing import omp_environment
+from kernels.comparison.sandbox_side import SandboxSide, SideFailed
+from kernels.evaluation.timing import omp_environment
 
 RUNNER = "engines._guard_child"
 _PREPARE_S = 300.0  # the first turn also waits for the child's weights, shapes and inputs
@@ -49,7 +49,7 @@ _PREPARE_S = 300.0  # the first turn also waits for the child's weights, shapes 
 
 @dataclass(frozen=True)
 class GuardSettings:
-    """How the engine check measures speed (see :class:`kernels.paired.PairSettings`).
+    """How the engine check measures speed (see :class:`kernels.comparison.paired.PairSettings`).
 
     Attributes:
         rounds: fresh pairs of children, at least 2; floor_rounds: A/A rounds behind a
@@ -127,7 +127,7 @@ class _Libraries:
 
 
 class _Child:
-    """One sandbox child of the check (:class:`kernels.sandbox_side.SandboxSide`): its private
+    """One sandbox child of the check (:class:`kernels.comparison.sandbox_side.SandboxSide`): its private
     directory with the libraries copied in, its logs; failures named by the engine side."""
 
     def __init__(self, libs: _Libraries, request: dict, side: str, phase: str, policy, timeout_s: float, *,
@@ -224,7 +224,7 @@ def _ratios(rounds: list[dict[str, list[list[float]]]], n: int) -> list[list[flo
 def _floors(libs: _Libraries, req: dict, items: list[dict], policy, settings: GuardSettings,
             floor_store) -> tuple[list[float], str, dict | None]:
     """Per item the noise floor, where it came from, and the stored entry."""
-    from kernels.noise_floor import FileFloorStore, floor_from_ratios, floor_key  # noqa: PLC0415
+    from kernels.comparison.noise_floor import FileFloorStore, floor_from_ratios, floor_key  # noqa: PLC0415
 
     if settings.noise_floor is not None:
         return [settings.noise_floor] * len(items), "given", None
@@ -257,9 +257,9 @@ def check_engine_isolated(req: dict[str, Any], *, settings: GuardSettings | None
     Args:
         req: the request (module docstring).
         settings: :class:`GuardSettings`; default ``GuardSettings()``.
-        policy: the sandbox's :class:`kernels.sandbox.SandboxPolicy`; default from the
+        policy: the sandbox's :class:`kernels.sandbox.spawn.SandboxPolicy`; default from the
             environment, as the evaluator's.
-        floor_store: where noise floors are kept (:class:`kernels.noise_floor.FloorStore`).
+        floor_store: where noise floors are kept (:class:`kernels.comparison.noise_floor.FloorStore`).
         reference: the encoder's reference embeddings (``minilm``; default computed here by
             :func:`engines.minilm.reference_embeddings`, a child process).
 
@@ -271,8 +271,8 @@ def check_engine_isolated(req: dict[str, Any], *, settings: GuardSettings | None
         "calls"} or None, "sandbox"}``, or ``{"error": ...}`` when a child crashed, timed out
         or failed, or a library does not compile (the guard blocks either way).
     """
-    from kernels.sandbox import SandboxError, SandboxPolicy  # noqa: PLC0415
-    from kernels.verdict import judge_rounds  # noqa: PLC0415
+    from kernels.comparison.verdict import judge_rounds  # noqa: PLC0415
+    from kernels.sandbox.spawn import SandboxError, SandboxPolicy  # noqa: PLC0415
 
     settings = settings or GuardSettings()
     policy = policy or SandboxPolicy.from_env()

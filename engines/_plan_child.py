@@ -1,6 +1,6 @@
 """One engine plan's evaluation inside a sandbox child (an engine goal's candidate).
 
-:mod:`kernels._sandbox_child` imports this module by the name the request gives
+:mod:`kernels.sandbox.child` imports this module by the name the request gives
 (``"mode": "engine-check", "runner": "engines._plan_child"``) and calls :func:`prepare` in
 its trusted phase, before the lockdown; the callable it returns runs after the lockdown (the
 confinement of every evaluation child: sandbox user, namespaces, Landlock, seccomp, resource

@@ -3,7 +3,7 @@
 An engine goal's candidate is a plan; it binds production kernels (C code that passed the
 sandboxed evaluation and was promoted) and templates, and the swarm evaluates plans in its
 worker processes. Those kernels are loaded only in a sandbox child confined exactly as the
-evaluator's (:func:`kernels.sandbox.start_child`: sandbox user, network namespace, Landlock,
+evaluator's (:func:`kernels.sandbox.spawn.start_child`: sandbox user, network namespace, Landlock,
 seccomp, resource limits, disk quota, empty environment), never in the web or worker process
 (see the trust decision in :mod:`engines._binding`).
 
@@ -11,9 +11,9 @@ This process resolves what the plan binds from the registry it was given
 (:func:`engines._plan_registry.plan_kernels`), compiles every one of those kernels with the CPU
 backend (the child cannot run the compiler; same flags and content-addressed cache as the
 evaluator), computes the encoder's reference embeddings (``minilm``: a child process of its
-own, cached on disk), and runs one child (:class:`kernels.sandbox_side.SandboxSide`, request
+own, cached on disk), and runs one child (:class:`kernels.comparison.sandbox_side.SandboxSide`, request
 mode ``"engine-check"``, runner :mod:`engines._plan_child`) with the libraries copied into its
-private directory and the OpenMP timing environment (:func:`kernels.timing.omp_environment`).
+private directory and the OpenMP timing environment (:func:`kernels.evaluation.timing.omp_environment`).
 The child validates the plan and times its scenarios; :func:`run_plan_isolated` returns its
 result, or how it failed as a :class:`kernels.Outcome` and a reason.
 """
@@ -33,11 +33,11 @@ from engines.minilm import SENTENCES, reference_embeddings
 from engines.registry import engine_class
 from kernels.backends import get_backend
 from kernels.backends.cpu import CompileError
+from kernels.comparison.sandbox_side import SandboxSide
+from kernels.evaluation.timing import omp_environment
 from kernels.outcome import Outcome
-from kernels.sandbox import ChildRun, SandboxError, SandboxPolicy
-from kernels.sandbox_side import SandboxSide
+from kernels.sandbox.spawn import ChildRun, SandboxError, SandboxPolicy
 from kernels.space import SpaceError, format_defines
-from kernels.timing import omp_environment
 
 RUNNER = "engines._plan_child"
 _TAIL = 2000  # characters of the child's stderr kept in a failure's message
@@ -57,7 +57,7 @@ class PlanRun:
         reason: the failure's reason for a person ("" when there is none).
         kernels: what the plan binds (:func:`engines._plan_registry.plan_kernels`, without
             sources), for the fingerprint.
-        sandbox: the child's confinement report (:func:`kernels._isolation.apply`), None
+        sandbox: the child's confinement report (:func:`kernels.sandbox.isolation.apply`), None
             when it died before writing it or never started.
         wall_s: seconds from the child's go to its exit; compile_s: seconds compiling.
         stderr: the tail of the child's stderr.
@@ -153,7 +153,7 @@ def run_plan_isolated(engine: str, config: str | None, plan: Plan, scenarios: tu
             from (:class:`engines._binding.ProductionRegistry`).
         reps: timed calls per scenario.
         timeout_s: the child's wall-clock limit (s), its set-up included.
-        policy: confinement (default :meth:`kernels.sandbox.SandboxPolicy.from_env`, as the
+        policy: confinement (default :meth:`kernels.sandbox.spawn.SandboxPolicy.from_env`, as the
             evaluator's).
         reference: the encoder's reference embeddings (default computed here,
             :func:`engines.minilm.reference_embeddings`).

@@ -35,9 +35,9 @@ from engines._plan_isolated import run_plan_isolated
 from engines._timing import SCENARIOS
 from engines.registry import CONFIGS, engine_class
 from kernels import stats
+from kernels.evaluation.timing import omp_environment
 from kernels.evidence import Evidence
 from kernels.outcome import Outcome
-from kernels.timing import omp_environment
 
 PREFIX = "engine:"
 

@@ -131,7 +131,7 @@ def _production(registry, workload: str, target: str, shape: Mapping[str, int]):
 
 
 def _measure(item: dict, state: dict, registry, evaluate: Callable, time_baseline: Callable) -> dict:
-    from kernels.timing import BenchSettings  # noqa: PLC0415
+    from kernels.evaluation.timing import BenchSettings  # noqa: PLC0415
 
     w, kind, shape_set = item["workload"], item["kind"], state["shape_set"]
     bench = BenchSettings(**state["bench"])

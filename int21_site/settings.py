@@ -195,7 +195,7 @@ else:
 
 # --- evaluation -----------------------------------------------------------------------------
 EVAL_TIMEOUT_S = env_float("EVAL_TIMEOUT_S", 60.0)
-# Paired comparisons (compare page, promotion): kernels.paired.PairSettings fields, and
+# Paired comparisons (compare page, promotion): kernels.comparison.paired.PairSettings fields, and
 # "noise_floor" to judge against a given floor instead of the target's stored one. Empty: the
 # library's defaults (8 rounds of at least 15 timed calls per side and shape).
 PAIRED_COMPARISON: dict = {}

@@ -10,10 +10,10 @@ pipeline for all of them.
 """
 
 from kernels.backends import replay as _replay  # noqa: F401  (provides the replay:<dataset> domains)
-from kernels.evaluator import BenchSettings, Evidence, evaluate
+from kernels.evaluation.pipeline import BenchSettings, Evidence, evaluate
 from kernels.hashing import candidate_hash
 from kernels.outcome import Outcome
-from kernels.sandbox import SandboxPolicy
+from kernels.sandbox.spawn import SandboxPolicy
 from kernels.space import DesignSpace, Parameter, SpaceError, point_key
 from kernels.stats import Comparison, compare, summarize
 from kernels.templates import default_space, load_template

@@ -19,9 +19,10 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from kernels import stats, timing
+from kernels import stats
 from kernels.backends.cpu import CompileError
-from kernels.timing import BenchSettings
+from kernels.evaluation import timing
+from kernels.evaluation.timing import BenchSettings
 from kernels.workloads import WORKLOADS, get_workload
 from kernels.workloads.fused_add_rmsnorm import numpy_fused_add_rmsnorm
 from kernels.workloads.gemm import numpy_gemm

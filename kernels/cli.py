@@ -24,7 +24,7 @@ best candidate.
 
 ``compare`` first validates both kernels (``evaluate`` with the short timing protocol; skip
 with ``--no-validate``), then measures them paired and interleaved in rounds
-(:func:`kernels.paired.compare_paired`) and prints one object: ``verdict`` (``a_faster``,
+(:func:`kernels.comparison.paired.compare_paired`) and prints one object: ``verdict`` (``a_faster``,
 ``b_faster`` or ``tie``), ``ratio`` (median over rounds of B's time over A's), ``ci``
 (``[low, high]``), ``noise_floor`` (fraction) and ``floor_source``, ``rounds``,
 ``round_ratios``, ``rounds_needed``, ``why``, ``shapes``, ``identical``, ``median_a_ms``,
@@ -218,13 +218,13 @@ def _check_template_params(workload: str, backend: str, params: dict, source: st
 
 
 def _bench(quick: bool):
-    from kernels.timing import BenchSettings  # noqa: PLC0415
+    from kernels.evaluation.timing import BenchSettings  # noqa: PLC0415
 
     return BenchSettings(**QUICK_BENCH) if quick else BenchSettings()
 
 
 def _evaluate(args: argparse.Namespace, source: str, params: dict, shape_set: str, seed: int | None):
-    from kernels.evaluator import evaluate  # noqa: PLC0415
+    from kernels.evaluation.pipeline import evaluate  # noqa: PLC0415
 
     try:
         return evaluate(
@@ -344,9 +344,9 @@ def _writable_dir(out: Path) -> None:
 
 def _write_flashinfer(out: Path, workload: str, source: str, params: dict, shape_set: str, ev: Any) -> None:
     """``out/solution.json`` and ``out/traces.jsonl`` (one Trace per workload entry of the
-    definition the shape set was imported from; see :mod:`kernels.flashinfer_trace`)."""
-    from kernels import flashinfer_trace as fi  # noqa: PLC0415
+    definition the shape set was imported from; see :mod:`kernels.interchange.flashinfer_trace`)."""
     from kernels.hashing import candidate_hash  # noqa: PLC0415
+    from kernels.interchange import flashinfer_trace as fi  # noqa: PLC0415
 
     definition = shape_set[len(fi.IMPORTED_PREFIX):]
     target = ev.fingerprint.get("target") or f"{ev.fingerprint.get('backend', 'cpu')}-{ev.fingerprint.get('machine', '')}"
@@ -427,7 +427,7 @@ def _json_object(text: str, option: str) -> dict:
 
 
 def _pair_settings(args: argparse.Namespace):
-    from kernels.paired import PairSettings  # noqa: PLC0415
+    from kernels.comparison.paired import PairSettings  # noqa: PLC0415
 
     given = {**(QUICK_PAIRS if args.quick else {}), **({"rounds": args.rounds} if args.rounds is not None else {}),
              "seed": args.seed}
@@ -477,7 +477,7 @@ def _pair_params(workload: str, params: dict, source_path: str | None, source: s
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from kernels.paired import ComparisonFailed, Kernel, compare_paired  # noqa: PLC0415
+    from kernels.comparison.paired import ComparisonFailed, Kernel, compare_paired  # noqa: PLC0415
 
     shape_set = _shape_set(args.workload, args.shape)
     kernels_ = {side: Kernel(_source(args.workload, "cpu", path, f"--{side.lower()}"),
@@ -532,7 +532,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_noise_floor(args: argparse.Namespace) -> int:
-    from kernels.paired import ComparisonFailed, Kernel, measure_noise_floor  # noqa: PLC0415
+    from kernels.comparison.paired import ComparisonFailed, Kernel, measure_noise_floor  # noqa: PLC0415
     from kernels.templates import default_space  # noqa: PLC0415
 
     shape_set = _shape_set(args.workload, args.shape)

@@ -86,7 +86,7 @@ def validation_store_limit() -> int:
 
 def sandbox_spawn() -> str:
     """How sandbox children start: ``"fork"`` (default: forked by a pre-imported fork server,
-    :mod:`kernels.forkserver`) or ``"exec"`` (a fresh ``python -I`` each);
+    :mod:`kernels.sandbox.forkserver`) or ``"exec"`` (a fresh ``python -I`` each);
     ``KERNELS_SANDBOX_SPAWN``.
 
     Raises:

@@ -26,7 +26,7 @@ class Evidence:
             whole set, ``max_abs_error``, ``max_rel_error``, and per shape
             ``latency_ms[<label>]``, ``gbps[<label>]``, ``gflops[<label>]``,
             ``roofline_pct[<label>]``; the first call apart from that steady state
-            (:mod:`kernels.first_call`): ``first_call_ms`` (the timing child's first call of
+            (:mod:`kernels.evaluation.first_call`): ``first_call_ms`` (the timing child's first call of
             the candidate, ms), ``first_call_ratio`` (over the same shape's median),
             ``first_call_flag`` (1.0 when a shape's first call costs over 10x its steady
             median: set-up cost on first use, also noted in ``log``; else 0.0) and per shape
@@ -45,13 +45,13 @@ class Evidence:
         fingerprint: backend environment (compiler, flags, CPU) plus evaluation settings:
             ``bench``, ``seed``, ``omp`` / ``omp_validation`` (OpenMP environment of the
             timing / validation child), ``limits`` (physical limits and their source),
-            ``sandbox`` (what the sandbox applied, see :mod:`kernels.sandbox`),
+            ``sandbox`` (what the sandbox applied, see :mod:`kernels.sandbox.spawn`),
             ``child_wall_s`` (seconds per child, start to exit) and ``compile_s`` (seconds in
             the compiler, or reading the compile cache).
         duration_s: wall-clock seconds of the whole evaluation.
         static: static evidence (CUDA: nvcc's registers, spills, shared memory per kernel
             and the theoretical occupancy of every launch, see
-            :func:`kernels._cuda_eval.static_summary`); empty for other backends.
+            :func:`kernels.evaluation.cuda_pipeline.static_summary`); empty for other backends.
     """
 
     status: Outcome

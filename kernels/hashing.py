@@ -42,5 +42,5 @@ def array_digest(arr: Any) -> str:
 
 def result_mac(key: bytes, body: bytes) -> bytes:
     """HMAC-SHA256 (hex, ASCII bytes) of a sandbox child's result document under its run's
-    key: the child signs with it, :func:`kernels.sandbox.run_child` checks it."""
+    key: the child signs with it, :func:`kernels.sandbox.spawn.run_child` checks it."""
     return hmac.new(key, body, hashlib.sha256).hexdigest().encode()

@@ -44,8 +44,8 @@ from dataclasses import asdict, dataclass
 
 from kernels import config
 from kernels.backends.cpu import CompileError, CpuBackend
-from kernels.sandbox import child_env
-from kernels.timing import omp_environment
+from kernels.evaluation.timing import omp_environment
+from kernels.sandbox.spawn import child_env
 
 __all__ = ["HostLimits", "HostPerfError", "host_limits", "physical_limits"]
 

@@ -8,7 +8,7 @@ import enum
 class Outcome(enum.StrEnum):
     """Final classification of one candidate evaluation.
 
-    Only :func:`kernels.evaluator.evaluate` assigns it (one place classifies).
+    Only :func:`kernels.evaluation.pipeline.evaluate` assigns it (one place classifies).
 
     - ``ok``: compiled, ran, every validation case passed, timed.
     - ``compile_error``: the compiler rejected the source (log kept).
@@ -21,7 +21,7 @@ class Outcome(enum.StrEnum):
       hardware's physical limit.
     - ``invalid_input``: the workload's inputs, not the candidate, failed: the float64
       reference of a case is not finite or beyond the workload's magnitude bound
-      (:mod:`kernels.reference_check`), so no kernel can be judged on it; evaluation was
+      (:mod:`kernels.evaluation.reference_check`), so no kernel can be judged on it; evaluation was
       not possible, and the input generator needs fixing.
     """
 

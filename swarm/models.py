@@ -764,9 +764,9 @@ class AuditEvent(models.Model):
 
 class NoiseFloor(models.Model):
     """The noise floor of a target for (workload, shape set) on one host fingerprint: the
-    smallest time ratio a paired comparison there resolves (``kernels.noise_floor``).
+    smallest time ratio a paired comparison there resolves (``kernels.comparison.noise_floor``).
 
-    ``key`` is ``kernels.noise_floor.floor_key(target, fingerprint, workload, shape_set, protocol)``;
+    ``key`` is ``kernels.comparison.noise_floor.floor_key(target, fingerprint, workload, shape_set, protocol)``;
     ``floor`` a fraction (0.02 = 2%); ``entry`` the whole stored entry (A/A round ratios,
     rounds, settings). Written by the target's workers (:mod:`swarm.runs.noise_floors`), read by the
     web host.
@@ -793,7 +793,7 @@ class NoiseFloor(models.Model):
 
 class PairedComparisonRun(models.Model):
     """A paired, interleaved comparison of two candidates measured on their target's worker
-    (``kernels.paired.compare_paired``, A = ``candidate_a``): ``result`` is
+    (``kernels.comparison.paired.compare_paired``, A = ``candidate_a``): ``result`` is
     ``PairedComparison.to_dict()`` (``verdict``, ``ratio`` = time(B) / time(A), ``ci``,
     ``noise_floor``, ``rounds``, ...), ``error`` says why a failed one could not be measured."""
 

@@ -43,11 +43,11 @@ class Capabilities:
         needs_target: :func:`kernels.evaluate` must be given the goal's ``target``
             (it selects the data set or the device architecture).
         launch_plan: candidates carry a launch plan (grid, block, shared memory,
-            arguments; :mod:`kernels.launch_plan`) instead of a C entry point.
+            arguments; :mod:`kernels.evaluation.launch_plan`) instead of a C entry point.
         static_report: a compiled candidate has a static report (registers, spills, shared
-            memory, theoretical occupancy; :mod:`kernels.static`).
+            memory, theoretical occupancy; :mod:`kernels.evaluation.static`).
         paired_turns: a paired comparison runs both candidates in one turn-taking child
-            (:func:`kernels.paired.compare_paired`); otherwise paired measurements are
+            (:func:`kernels.comparison.paired.compare_paired`); otherwise paired measurements are
             alternating evaluations.
         measures_baseline: the NumPy baselines (:mod:`kernels.baselines`) are measured on
             this backend's targets.
@@ -58,7 +58,7 @@ class Capabilities:
         host_target: serves only this machine's own target (``cpu-<machine>``).
         native_helpers: the evaluation compiles the trusted native helpers (guard-fault
             locator, cache eviction and thread-team start) and guards buffers with
-            inaccessible pages (:mod:`kernels.guard_pages`).
+            inaccessible pages (:mod:`kernels.sandbox.guard_pages`).
         language: candidate source language, ``"c"``, ``"cuda"``, or ``""`` (no source).
     """
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kernels import config
 from kernels.backends import CAPABILITIES, TARGET_PREFIXES
-from kernels.toolchain import CompileError, ToolTimeout, compiler_ids, failure, run_tool
+from kernels.sandbox.toolchain import CompileError, ToolTimeout, compiler_ids, failure, run_tool
 
 FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 # Link flags: fail at compile time (compile_error) on undefined symbols, not at dlopen.

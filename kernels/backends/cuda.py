@@ -1,11 +1,11 @@
 """CUDA backend: ``extern "C" __global__`` kernels (or PTX) driven through CuPy.
 
-A CUDA candidate is a source plus a :class:`~kernels.launch_plan.LaunchPlan` (one or more
+A CUDA candidate is a source plus a :class:`~kernels.evaluation.launch_plan.LaunchPlan` (one or more
 launches with grid, block and shared memory as safe expressions over axes, parameters and
-attributes, and argument lists; see :mod:`kernels.launch_plan`, re-exported here).
+attributes, and argument lists; see :mod:`kernels.evaluation.launch_plan`, re-exported here).
 
 - Compile (:meth:`CudaBackend.compile`): ``nvcc -cubin --resource-usage`` is the compile
-  gate and the static evidence wherever nvcc exists (no GPU needed, :mod:`kernels.static`);
+  gate and the static evidence wherever nvcc exists (no GPU needed, :mod:`kernels.evaluation.static`);
   the module that runs is built by CuPy's ``RawModule`` with NVRTC in the sandbox child
   (``compiler="nvrtc"``, the default), or is nvcc's cubin (``compiler="nvcc"``, needed for
   ``sm_90a``). PTX candidates load through the same plan (``cupy.RawModule(path=...)``; the
@@ -14,7 +14,7 @@ attributes, and argument lists; see :mod:`kernels.launch_plan`, re-exported here
   repetition (:func:`bench_events`), like Triton's ``do_bench``; limits for the ``invalid``
   check and the roofline come from vendor datasheets (:func:`roofline_for`).
 - Evaluate: :func:`kernels.evaluate` with ``backend="cuda"`` runs
-  :func:`kernels._cuda_eval.evaluate_cuda` (parent side) and :mod:`kernels._cuda_child`
+  :func:`kernels.evaluation.cuda_pipeline.evaluate_cuda` (parent side) and :mod:`kernels.sandbox.cuda_child`
   (sandbox side).
 
 cupy is imported lazily (:func:`import_cupy`); without it running raises an ImportError that
@@ -33,9 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernels import config, static
+from kernels import config
 from kernels.backends import CAPABILITIES, TARGET_PREFIXES
-from kernels.launch_plan import (
+from kernels.evaluation import static
+from kernels.evaluation.launch_plan import (
     Launch,
     LaunchArg,
     LaunchPlan,
@@ -44,8 +45,8 @@ from kernels.launch_plan import (
     plan_env,
     plan_names,
 )
-from kernels.timing import BenchRun, BenchSettings
-from kernels.toolchain import CompileError
+from kernels.evaluation.timing import BenchRun, BenchSettings
+from kernels.sandbox.toolchain import CompileError
 
 __all__ = [
     "CompileError",
@@ -90,7 +91,7 @@ def target_arch(target: str) -> str:
 
     Raises:
         ValueError: not a ``cuda-sm<digits>[a]`` name, or an architecture
-            :data:`kernels.static.ARCHS` does not know.
+            :data:`kernels.evaluation.static.ARCHS` does not know.
     """
     m = _TARGET.match(target or "")
     if not m:
@@ -117,7 +118,7 @@ class CompileOptions:
 
     Attributes:
         arch: ``sm_90`` (H100/H200), ``sm_100`` (B200), ``sm_90a`` (wgmma/setmaxnreg; needs
-            ``compiler="nvcc"``), ... (:data:`kernels.static.ARCHS`).
+            ``compiler="nvcc"``), ... (:data:`kernels.evaluation.static.ARCHS`).
         compiler: ``"nvrtc"`` (CuPy ``RawModule``, compiled in the sandbox child for the
             device's architecture) or ``"nvcc"`` (nvcc's cubin runs as built).
         extra: additional flags from a whitelist: ``--use_fast_math``, ``-lineinfo``,
@@ -190,7 +191,7 @@ class CudaArtifact:
         log: nvcc's output (resource usage, warnings); empty on a cache hit.
         key: sha256 hex of source, defines, options and nvcc version.
         cached: True if the static report was reused from the cache.
-        static: nvcc's resource report (:func:`kernels.static.compile_cubin`): per kernel
+        static: nvcc's resource report (:func:`kernels.evaluation.static.compile_cubin`): per kernel
             registers, spills, shared memory, barriers; ``{}`` when nvcc is missing.
         language: ``"cuda"`` or ``"ptx"``.
     """
@@ -350,7 +351,7 @@ def bench_events_run(
 ) -> BenchRun:
     """Time ``fn`` (which enqueues work on the current stream) with CUDA events.
 
-    Same protocol as :func:`kernels.timing.bench_run`, measured on the device: at least 3 and
+    Same protocol as :func:`kernels.evaluation.timing.bench_run`, measured on the device: at least 3 and
     up to ``max_reps`` warm-up calls until ``warmup_ms`` of device time, an estimate from the
     faster half of them sizing the timed repetitions to about ``rep_ms`` within
     ``[min_reps, max_reps]``. ``prepare`` (e.g. NaN-fill outputs, rotate inputs) and
@@ -365,7 +366,7 @@ def bench_events_run(
         prepare, flush: untimed work before each call.
 
     Returns:
-        :class:`kernels.timing.BenchRun`: the raw samples in ms (one per timed call) and the
+        :class:`kernels.evaluation.timing.BenchRun`: the raw samples in ms (one per timed call) and the
         first warm-up call's device time (ms).
     """
     start, end = cp.cuda.Event(), cp.cuda.Event()
@@ -537,7 +538,7 @@ class CudaBackend:
         self.arch = target_arch(self.target)
 
     def supports(self, target: str) -> bool:
-        """True for ``cuda-smXY`` targets of a known architecture (:data:`kernels.static.ARCHS`).
+        """True for ``cuda-smXY`` targets of a known architecture (:data:`kernels.evaluation.static.ARCHS`).
 
         Compiling and static evidence work for all of them on any machine with nvcc;
         running needs a GPU of that compute capability (the sandbox child checks and fails

@@ -24,8 +24,8 @@ from typing import Any
 from kernels import config
 from kernels.backends import CAPABILITIES, TARGET_PREFIXES
 from kernels.evidence import Evidence
+from kernels.interchange.tuning_cache import TuningCache, dataset_name, load_cache, load_resolved
 from kernels.space import DesignSpace, Domain, SpaceError, register_domain_kind
-from kernels.tuning_cache import TuningCache, dataset_name, load_cache, load_resolved
 
 __all__ = [
     "PREFIX",

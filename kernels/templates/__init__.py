@@ -49,7 +49,7 @@ def default_space(workload: str, backend: str = "cpu") -> DesignSpace:
 
 
 def default_launch_plan(workload: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The launch plan (JSON dict for :meth:`kernels.launch_plan.LaunchPlan.from_dict`) of
+    """The launch plan (JSON dict for :meth:`kernels.evaluation.launch_plan.LaunchPlan.from_dict`) of
     ``workload``'s CUDA template at ``params`` (some plans depend on them, e.g. gemm's
     ``SPLIT_K > 1`` adds a reduction launch and a scratch buffer).
 

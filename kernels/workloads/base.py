@@ -113,7 +113,7 @@ class Workload:
         spaces: default design space of the workload's template per backend (``"cpu"`` for
             ``template.c``, ``"cuda"`` for ``template.cu`` in the workload's folder).
         launch_plan: ``params -> launch plan`` (JSON dict for
-            :meth:`kernels.launch_plan.LaunchPlan.from_dict`) of ``template.cu`` at a
+            :meth:`kernels.evaluation.launch_plan.LaunchPlan.from_dict`) of ``template.cu`` at a
             parameter point; None without a CUDA template.
         numpy_baseline: optional ``(inputs, attrs, out) -> outputs``: the workload in plain
             NumPy float32, run once per call (``out``: a per-input-set dict the function may

@@ -1,6 +1,6 @@
 """The registry of workloads: one folder per workload, with the serving shapes recorded in
 FlashInfer Trace added as shape sets ``flashinfer-<definition>``
-(:func:`kernels.flashinfer_shapes.with_imported_shape_sets`), and the shape sets registered in
+(:func:`kernels.interchange.flashinfer_shapes.with_imported_shape_sets`), and the shape sets registered in
 this process (:func:`add_shape_set`).
 
 A workload is a subpackage ``kernels/workloads/<name>/`` found by iterating this package's
@@ -19,7 +19,7 @@ import pkgutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from kernels.flashinfer_shapes import with_imported_shape_sets
+from kernels.interchange.flashinfer_shapes import with_imported_shape_sets
 from kernels.workloads.base import Workload, shape_label
 
 __all__ = ["FOLDERS", "WORKLOADS", "add_shape_set", "get_workload", "template_path"]

@@ -14,7 +14,7 @@ in-process yet). The promotion is blocked when
 * the engine is slower beyond noise: in the paired, interleaved rounds of incumbent and
   challenger children, an end-to-end scenario or a call of the candidate's workload at one
   of its engine shapes has its whole interval of ``time(challenger) / time(incumbent)``
-  above the noise floor band (verdict ``a_faster`` of :func:`kernels.verdict.judge_rounds`).
+  above the noise floor band (verdict ``a_faster`` of :func:`kernels.comparison.verdict.judge_rounds`).
 
 A passed check records the shapes it validated and benchmarked the candidate at
 (``evidence["engines"][name]["shapes"]``): the engine may then bind the promoted kernel there
@@ -78,7 +78,7 @@ def check_kernel_promotion(candidate, *, runner: Callable[[dict], dict] | None =
         settings: :class:`engines._isolated.GuardSettings` of the default runner.
         floor_store: where the default runner keeps noise floors (the promotion flow passes
             the database's, ``swarm.runs.noise_floors.DbFloorStore``); default
-            :class:`kernels.noise_floor.FileFloorStore`.
+            :class:`kernels.comparison.noise_floor.FileFloorStore`.
 
     Returns:
         :class:`GuardResult` (also stored as a ``GuardCheck``).

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kernels.backends import replay
-from kernels.tuning_cache import TuningCache, TuningCacheError, load_cache
+from kernels.interchange.tuning_cache import TuningCache, TuningCacheError, load_cache
 from swarm.models import Goal
 
 
@@ -27,13 +27,13 @@ def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tup
     Returns:
         The goal and a summary: dataset, device, kernel, entries, valid/failed counts,
         Cartesian size, the recorded optimum (ms), ``reused`` and ``warnings`` (the cache's
-        :attr:`~kernels.tuning_cache.TuningCache.warnings`: repairs such as a dropped
+        :attr:`~kernels.interchange.tuning_cache.TuningCache.warnings`: repairs such as a dropped
         half-written entry with its key and line, missing fields of older layouts, legacy
         failure markers).
 
     Raises:
         FileNotFoundError: no such file.
-        kernels.tuning_cache.TuningCacheError: not a readable cache file, or one without a
+        kernels.interchange.tuning_cache.TuningCacheError: not a readable cache file, or one without a
             valid recorded time.
         ValueError: a data set of that name is registered for another file.
     """

@@ -1,13 +1,13 @@
 """Paired comparisons of two candidates, requested on the compare page and measured on the
-target's worker with ``kernels.paired.compare_paired``.
+target's worker with ``kernels.comparison.paired.compare_paired``.
 
 Stored timing samples of two candidates come from separate processes at separate times; the
 difference between processes dominates them, so they say nothing about which kernel is faster.
 A paired comparison measures both kernels in the same rounds, taking turns call by call, and
-calls one faster only beyond the noise floor of the host (``kernels.verdict``). The floor is
+calls one faster only beyond the noise floor of the host (``kernels.comparison.verdict``). The floor is
 read from, and when missing measured into, the database (:class:`swarm.runs.noise_floors.DbFloorStore`).
 
-Settings: ``PAIRED_COMPARISON`` (a dict): the :class:`kernels.paired.PairSettings` fields
+Settings: ``PAIRED_COMPARISON`` (a dict): the :class:`kernels.comparison.paired.PairSettings` fields
 (``rounds``, ``warmup_calls``, ``min_calls``, ``max_calls``, ``round_ms``, ``flush``,
 ``turn_timeout_s``, ``seed``) and ``noise_floor`` (a fraction to judge against instead of the
 stored floor; None: the stored or measured one). Missing keys take the library's defaults.
@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from kernels.paired import ComparisonFailed, Kernel, PairedComparison, PairSettings, compare_paired
+from kernels.comparison.paired import ComparisonFailed, Kernel, PairedComparison, PairSettings, compare_paired
 from swarm.models import Candidate, PairedComparisonRun
 from swarm.runs.noise_floors import DbFloorStore
 
@@ -97,7 +97,7 @@ def compare_candidates(a: Candidate, b: Candidate, *, goal=None, compare: Compar
     its workload, shape set and target), with :func:`pair_settings` and the database floor store.
 
     Raises:
-        As ``kernels.paired.compare_paired``: ValueError for a backend without a turn-taking
+        As ``kernels.comparison.paired.compare_paired``: ValueError for a backend without a turn-taking
         child (CUDA), ComparisonFailed when a side cannot be measured, KeyError for an
         unknown workload or shape set.
     """

@@ -13,14 +13,14 @@ wrong is worthless"):
    repetitions (:data:`EXTENDED_BENCH`), and the incumbent once with the same settings. It
    promotes the candidate only if every re-evaluation is ``ok`` and meets the constraints, and
    the candidate is faster than the incumbent beyond the noise floor of the target. Speed is
-   decided by a paired comparison (``kernels.paired.compare_paired``, the incumbent as A, the
+   decided by a paired comparison (``kernels.comparison.paired.compare_paired``, the incumbent as A, the
    candidate as B, so ``b_faster`` means the candidate is faster): the two kernels take turns
    call by call in fresh pairs of sandbox children, and the verdict is drawn over the rounds'
    ratios against the floor. Samples of separate evaluations are never pooled into a verdict:
    the difference between processes dominates them. On CUDA targets, which have no
    turn-taking child, the candidate and the incumbent are evaluated alternately
    (C I I C C I ...), each pair of evaluations is one round whose ratio is the ratio of their
-   ``latency_ms`` (sums of per-shape medians), and :func:`kernels.verdict.judge_rounds`
+   ``latency_ms`` (sums of per-shape medians), and :func:`kernels.comparison.verdict.judge_rounds`
    judges those rounds against the stored floor or :data:`swarm.runs.noise_floors.DEFAULT_FLOOR`.
    Otherwise ``reason`` says exactly why not (for speed: the ratio, its interval, the floor
    and the rounds). Everything measured is kept in the request's ``evidence``.
@@ -48,8 +48,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 import kernels
-from kernels.paired import ComparisonFailed
-from kernels.verdict import judge_rounds
+from kernels.comparison.paired import ComparisonFailed
+from kernels.comparison.verdict import judge_rounds
 from swarm.models import (
     UNJUDGED_STATUSES,
     AuditEvent,
@@ -266,7 +266,7 @@ def validate_request(
         request_id: a :class:`PromotionRequest` in state ``validating``.
         evaluate: the evaluator (default ``kernels.evaluate``), injectable for tests.
         bench: timing protocol of the re-evaluations (default :data:`EXTENDED_BENCH`).
-        compare: the paired comparison (default ``kernels.paired.compare_paired`` with
+        compare: the paired comparison (default ``kernels.comparison.paired.compare_paired`` with
             ``settings.PAIRED_COMPARISON``, see :mod:`swarm.production.paired_runs`), injectable for tests.
 
     Returns:
@@ -451,7 +451,7 @@ def _alternating_verdict(cand: list[dict], inc: list[dict], order: list[str], re
                          floor_setting: float | None) -> dict[str, Any]:
     """The verdict of a CUDA promotion: one round per pair of evaluations (in ``order``), its
     ratio ``latency_ms(candidate) / latency_ms(incumbent)`` (each a sum of per-shape medians
-    of one evaluation), judged by :func:`kernels.verdict.judge_rounds` against the floor given
+    of one evaluation), judged by :func:`kernels.comparison.verdict.judge_rounds` against the floor given
     in ``settings.PAIRED_COMPARISON``, else the stored one of the target, else
     :data:`swarm.runs.noise_floors.DEFAULT_FLOOR` (conservative: evaluations in separate processes
     vary more than the turns of a paired comparison)."""

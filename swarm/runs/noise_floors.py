@@ -1,7 +1,7 @@
-"""Noise floors in the database: the ``kernels.noise_floor.FloorStore`` of the web application.
+"""Noise floors in the database: the ``kernels.comparison.noise_floor.FloorStore`` of the web application.
 
 A target's worker measures the floor of its host when a paired comparison finds none stored
-(``kernels.paired.compare_paired`` given :class:`DbFloorStore`) and writes it here, so the
+(``kernels.comparison.paired.compare_paired`` given :class:`DbFloorStore`) and writes it here, so the
 web host, which cannot measure the target, reads it: the run page marks candidates tied with
 the best (:func:`tied_with_best`) and agents are not credited for "improvements" inside it
 (:mod:`swarm.runs.orchestrator`).
@@ -31,7 +31,7 @@ def _valid_floor(value) -> bool:
 
 
 def _split_key(key: str) -> tuple[str, str, str]:
-    """``(target, workload, shape_set)`` of a ``kernels.noise_floor.floor_key``:
+    """``(target, workload, shape_set)`` of a ``kernels.comparison.noise_floor.floor_key``:
     ``"<target>@<digest>/<workload>/<shape set>"`` (a workload name may hold ``/``)."""
     target, _, rest = key.partition("@")
     _, _, rest = rest.partition("/")
@@ -40,7 +40,7 @@ def _split_key(key: str) -> tuple[str, str, str]:
 
 
 class DbFloorStore:
-    """``kernels.noise_floor.FloorStore`` over :class:`swarm.models.NoiseFloor` rows."""
+    """``kernels.comparison.noise_floor.FloorStore`` over :class:`swarm.models.NoiseFloor` rows."""
 
     def get(self, key: str) -> dict | None:
         """The entry stored under ``key`` (with ``floor`` a fraction >= 0), or None."""

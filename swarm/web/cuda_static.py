@@ -20,16 +20,16 @@ def arch_of(target: str) -> str:
 def candidate_static(candidate) -> dict[str, Any]:
     """``{"available": True, "summary": {...}, "ptx": str}`` or ``{"available": False, "reason"}``.
 
-    ``summary`` is ``kernels._cuda_eval.static_summary``'s dict: per-kernel registers, spills,
+    ``summary`` is ``kernels.evaluation.cuda_pipeline.static_summary``'s dict: per-kernel registers, spills,
     shared memory, and per launch the theoretical occupancy and its limiting factor.
     """
     goal = candidate.goal
     if not goal.capabilities.static_report:
         return {"available": False, "reason": f"static analysis applies to CUDA targets; this goal runs on {goal.target}"}
     try:
-        from kernels import static as ks  # noqa: PLC0415
-        from kernels._cuda_eval import static_summary  # noqa: PLC0415
         from kernels.backends.cuda import LaunchPlan, plan_env  # noqa: PLC0415
+        from kernels.evaluation import static as ks  # noqa: PLC0415
+        from kernels.evaluation.cuda_pipeline import static_summary  # noqa: PLC0415
     except ImportError as exc:
         return {"available": False, "reason": f"kernels' static analysis is not available here: {exc}"}
     arch = arch_of(goal.target)

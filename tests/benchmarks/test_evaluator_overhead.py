@@ -4,7 +4,7 @@ answer is known (the measurements themselves need a compiler and time: not a uni
 import pytest
 
 from benchmarks import evaluator_overhead as eo
-from kernels.timing import BenchSettings
+from kernels.evaluation.timing import BenchSettings
 
 
 def _row(rep_ms, work_s, ev_s, compile_s=0.4, params=None, status="ok", medians=((12.0, 12.1),)):

@@ -78,7 +78,7 @@ def test_simulated_annealing_depends_on_the_budget_so_it_runs_once_per_budget(tm
 def test_the_tpe_peer_gets_its_whole_budget_of_distinct_recorded_configurations(tmp_path):
     # The file records 898 of 207,360 configurations: without repair TPE ended after 1-5
     # evaluations (most asks unrecorded, the ask cap reached).
-    from kernels.tuning_cache import load_cache
+    from kernels.interchange.tuning_cache import load_cache
 
     ds = load_dataset(ENERGY_FILE, tmp_path)
     trace = run_optuna_tpe(ds, 0, 60)

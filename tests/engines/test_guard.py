@@ -118,7 +118,7 @@ def test_a_crashing_candidate_is_blocked(owner, llama_engine):
 
 
 def test_a_slowdown_beyond_noise_blocks(owner, llama_engine):
-    from kernels.verdict import judge_rounds
+    from kernels.comparison.verdict import judge_rounds
 
     def slow_runner(req):
         val = {"status": "ok", "max_rel_error": 1e-6, "kernels": {}, "operators": []}

@@ -20,7 +20,6 @@ import cuda_emu
 import numpy as np
 import pytest
 
-from kernels import static
 from kernels.backends import BACKENDS, get_backend
 from kernels.backends.cuda import (
     CompileError,
@@ -33,6 +32,7 @@ from kernels.backends.cuda import (
     roofline_for,
     target_arch,
 )
+from kernels.evaluation import static
 from kernels.outcome import Outcome
 from kernels.space import format_defines
 from kernels.templates import default_launch_plan, default_space, load_template
@@ -664,8 +664,8 @@ def _run_in_process(ev, tmp_path: Path, monkeypatch):
     """What evaluate_cuda does, with the child run in this process on the fake cupy."""
     import fake_cupy
 
-    from kernels import _cuda_child
-    from kernels.sandbox import ChildRun
+    from kernels.sandbox import cuda_child
+    from kernels.sandbox.spawn import ChildRun
 
     cache = tmp_path.parent / "emu-cache"
     cache.mkdir(exist_ok=True)
@@ -677,14 +677,14 @@ def _run_in_process(ev, tmp_path: Path, monkeypatch):
     workdir.mkdir()
     shutil.copyfile(ev.artifact.path, workdir / ev.module_name)
     monkeypatch.chdir(workdir)
-    run = _cuda_child.prepare(ev.request(workdir))
+    run = cuda_child.prepare(ev.request(workdir))
     result = run()
     return ev.judge(ChildRun(0, False, "", "", json.dumps(result).encode()), workdir)
 
 
 def _evaluation(source=None, params=None, **kw):
-    from kernels._cuda_eval import CudaEvaluation
-    from kernels.timing import BenchSettings
+    from kernels.evaluation.cuda_pipeline import CudaEvaluation
+    from kernels.evaluation.timing import BenchSettings
     from kernels.validation_store import ValidationStore
 
     params = RMS_PARAMS if params is None else params
@@ -805,13 +805,13 @@ def test_an_nvrtc_failure_in_the_child_is_a_compile_error(tmp_path, monkeypatch)
 def test_a_gpu_of_another_architecture_is_refused(tmp_path, monkeypatch):
     import fake_cupy
 
-    from kernels import _cuda_child
+    from kernels.sandbox import cuda_child
 
     fake_cupy.install(monkeypatch, tmp_path, tmp_path, props={"major": 8, "minor": 0, "name": b"NVIDIA A100"})
     ev = _evaluation()
     assert ev.prepare() is None
     with pytest.raises(RuntimeError, match="target architecture sm_90 but the GPU is NVIDIA A100"):
-        _cuda_child.prepare(ev.request(tmp_path))
+        cuda_child.prepare(ev.request(tmp_path))
 
 
 @pytest.mark.skipif("cupy" in sys.modules or HAVE_GPU, reason="cupy is installed here")

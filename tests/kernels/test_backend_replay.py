@@ -9,11 +9,12 @@ import time
 
 import pytest
 
-import kernels.evaluator
-from kernels import Outcome, config, evaluate, tuning_cache
+import kernels.evaluation.pipeline
+from kernels import Outcome, config, evaluate
 from kernels.backends import BACKENDS, get_backend, replay
 from kernels.backends.replay import ReplayBackend, list_datasets, register_dataset
-from kernels.tuning_cache import NOT_RECORDED_LOG, TuningCacheError, load_cache
+from kernels.interchange import tuning_cache
+from kernels.interchange.tuning_cache import NOT_RECORDED_LOG, TuningCacheError, load_cache
 
 DATA = config.shared_dataset_dir("tuning-cache")
 pytestmark = pytest.mark.skipif(DATA is None, reason="shared/datasets/tuning-cache not found")
@@ -282,7 +283,7 @@ def test_evaluate_replays_without_compiling_or_starting_a_child(monkeypatch, con
     def forbidden(*a, **k):
         raise AssertionError("replay must not compile or run anything")
 
-    monkeypatch.setattr(kernels.evaluator, "start_child", forbidden)
+    monkeypatch.setattr(kernels.evaluation.pipeline, "start_child", forbidden)
     monkeypatch.setattr("kernels.backends.cpu.CpuBackend.compile", forbidden)
     ev = evaluate("convolution_kernel", "ignored", CONV_PARAMS, backend="replay", target=f"replay:{CONV}")
     assert ev.status == Outcome.ok and ev.metrics == conv.lookup(CONV_PARAMS).metrics

@@ -111,7 +111,7 @@ def test_a_nondeterministic_kernel_is_wrong_result(quick_bench):
 def test_a_result_file_whose_header_claims_a_huge_array_is_broken_not_a_crash(tmp_path):
     import numpy as np
 
-    from kernels.judge import _Broken, _load
+    from kernels.evaluation.judge import _Broken, _load
 
     with open(tmp_path / "v0_call1_y.npy", "wb") as f:  # a valid header for 2**40 float32, 16 bytes of data
         np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (2**40,)})
@@ -123,8 +123,8 @@ def test_a_result_file_whose_header_claims_a_huge_array_is_broken_not_a_crash(tm
 def test_result_files_are_judged_only_as_the_child_reported_them(tmp_path):
     import numpy as np
 
+    from kernels.evaluation.judge import _Broken, _load, _Tampered
     from kernels.hashing import array_digest
-    from kernels.judge import _Broken, _load, _Tampered
 
     saved = np.arange(4, dtype=np.float32)
     np.save(tmp_path / "a.npy", saved)
@@ -299,8 +299,8 @@ def test_a_fifo_planted_where_the_child_saves_is_named_not_a_hang(quick_bench):
 
 
 def test_the_child_reports_input_digests_and_saves_only_changed_inputs(tmp_path, monkeypatch):
-    from kernels._sandbox_child import _Io
     from kernels.hashing import array_digest
+    from kernels.sandbox.child import _Io
     from kernels.workloads import get_workload
 
     monkeypatch.chdir(tmp_path)
@@ -323,7 +323,7 @@ def test_the_child_reports_input_digests_and_saves_only_changed_inputs(tmp_path,
 def test_input_files_are_read_straight_into_guarded_buffers(tmp_path):
     import numpy as np
 
-    from kernels._sandbox_child import GUARD_BITS, _Io, load_guarded
+    from kernels.sandbox.child import GUARD_BITS, _Io, load_guarded
     from kernels.workloads import get_workload
 
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
@@ -350,9 +350,9 @@ def test_input_files_are_read_straight_into_guarded_buffers(tmp_path):
 def test_the_parent_judges_the_reported_input_checks(tmp_path):
     import numpy as np
 
-    from kernels.guard_pages import GUARD_ELEMS as G
+    from kernels.evaluation.judge import _Broken, _check_inputs
     from kernels.hashing import array_digest
-    from kernels.judge import _Broken, _check_inputs
+    from kernels.sandbox.guard_pages import GUARD_ELEMS as G
 
     inputs = {"x": np.arange(4, dtype=np.float32), "w": np.ones(2, np.float32)}
     digests = {k: array_digest(v) for k, v in inputs.items()}
@@ -411,7 +411,7 @@ def test_unknown_names_raise_key_error(quick_bench):
 def test_expected_values_kept_ahead_equal_those_computed_on_demand():
     import numpy as np
 
-    from kernels.judge import Expected, _plan
+    from kernels.evaluation.judge import Expected, _plan
     from kernels.workloads import get_workload
 
     wl = get_workload("rmsnorm").for_shape_set("test-small")
@@ -432,8 +432,8 @@ def test_expected_values_kept_ahead_equal_those_computed_on_demand():
 def test_inputs_are_generated_once_and_handed_to_the_children_as_files(tmp_path, monkeypatch):
     import numpy as np
 
-    from kernels._sandbox_child import _inputs
-    from kernels.judge import Expected, _plan
+    from kernels.evaluation.judge import Expected, _plan
+    from kernels.sandbox.child import _inputs
     from kernels.workloads import get_workload
 
     wl = get_workload("rmsnorm").for_shape_set("test-small")
@@ -470,7 +470,7 @@ def test_inputs_are_generated_once_and_handed_to_the_children_as_files(tmp_path,
 
 
 def test_a_failure_to_write_the_input_files_is_an_infrastructure_error(tmp_path):
-    from kernels.judge import Expected, _plan
+    from kernels.evaluation.judge import Expected, _plan
     from kernels.workloads import get_workload
 
     wl = get_workload("rmsnorm").for_shape_set("test-small")
@@ -494,8 +494,8 @@ def test_a_compile_error_stops_the_expected_values_thread():
 def test_the_values_swapped_before_a_timed_call_are_undone_and_replayed_by_the_parent():
     import numpy as np
 
-    from kernels._sandbox_child import _Io
-    from kernels.judge import _Broken, _salted
+    from kernels.evaluation.judge import _Broken, _salted
+    from kernels.sandbox.child import _Io
     from kernels.workloads import get_workload
 
     wl = get_workload("rmsnorm")

@@ -1,5 +1,5 @@
 """The first call of a candidate is recorded apart from its steady state and flagged when
-it carries set-up cost (kernels.first_call, the timing loop and both children)."""
+it carries set-up cost (kernels.evaluation.first_call, the timing loop and both children)."""
 
 import json
 import os
@@ -10,7 +10,7 @@ import time
 import pytest
 
 from kernels import BenchSettings, Outcome, evaluate, load_template
-from kernels.first_call import FLAG_MIN_EXCESS_MS, FLAG_RATIO, first_call_metrics, first_call_note
+from kernels.evaluation.first_call import FLAG_MIN_EXCESS_MS, FLAG_RATIO, first_call_metrics, first_call_note
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -107,7 +107,7 @@ def test_no_first_call_reported_gives_no_first_call_metrics():
 
 
 def test_bench_run_reports_the_first_warm_up_call_apart_from_the_samples():
-    from kernels.timing import bench, bench_run
+    from kernels.evaluation.timing import bench, bench_run
 
     calls = []
 
@@ -129,7 +129,7 @@ def test_the_team_starter_creates_the_openmp_threads_in_a_fresh_process():
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: the OpenMP team is the calling thread alone")
     code = ("import os\n"
-            "from kernels.timing import evict_library, team_starter\n"
+            "from kernels.evaluation.timing import evict_library, team_starter\n"
             "start = team_starter(evict_library())\n"
             "before = len(os.listdir('/proc/self/task'))\n"
             "start()\n"
@@ -140,7 +140,7 @@ def test_the_team_starter_creates_the_openmp_threads_in_a_fresh_process():
     assert out.returncode == 0, out.stderr
     found, before, after = out.stdout.split()
     assert found == "True" and int(after) > int(before)
-    from kernels.timing import team_starter
+    from kernels.evaluation.timing import team_starter
 
     assert team_starter(None) is None
 

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from kernels import WORKLOADS, Evidence, Outcome, config, evaluate, load_template
-from kernels.flashinfer_trace import (
+from kernels.interchange.flashinfer_trace import (
     DEFINITION_MAP,
     STATUS_MAP,
     FlashInferTraceError,
@@ -131,7 +131,7 @@ def test_the_imported_definitions_are_shape_sets_of_the_registered_workloads():
 
 
 def test_without_the_folder_or_with_a_broken_one_the_registry_is_unchanged(tmp_path):
-    from kernels.flashinfer_trace import with_imported_shape_sets
+    from kernels.interchange.flashinfer_trace import with_imported_shape_sets
     from kernels.workloads.registry import WORKLOADS as registry
 
     own = dict(registry)
@@ -146,7 +146,7 @@ def test_without_the_folder_or_with_a_broken_one_the_registry_is_unchanged(tmp_p
 
 @pytest.mark.parametrize("break_it", ["const-value", "axes-list", "not-utf8", "name-list"])
 def test_a_malformed_folder_is_a_warning_and_imports_nothing(tmp_path, break_it):
-    from kernels.flashinfer_trace import with_imported_shape_sets
+    from kernels.interchange.flashinfer_trace import with_imported_shape_sets
     from kernels.workloads.registry import WORKLOADS as registry
 
     for sub in ("definitions/rmsnorm", "workloads/rmsnorm"):
@@ -299,7 +299,7 @@ def test_constraints_that_parse_are_enforced_on_the_shapes(tmp_path):
 
 
 def test_constraints_in_prose_or_over_tensor_contents_are_kept_and_flagged(tmp_path):
-    from kernels.flashinfer_trace import with_imported_shape_sets
+    from kernels.interchange.flashinfer_trace import with_imported_shape_sets
     from kernels.workloads.registry import WORKLOADS as registry
 
     constraints = ["M must be even", "K == A.shape[1]", "N == 4096"]
@@ -316,7 +316,7 @@ def test_constraints_in_prose_or_over_tensor_contents_are_kept_and_flagged(tmp_p
 def test_a_definition_whose_constraints_no_entry_meets_is_refused(tmp_path):
     import dataclasses
 
-    from kernels.flashinfer_trace import with_imported_shape_sets
+    from kernels.interchange.flashinfer_trace import with_imported_shape_sets
     from kernels.workloads.registry import WORKLOADS as registry
 
     folder = gemm_folder(tmp_path, constraints=["M > 100000"])
@@ -350,14 +350,14 @@ def test_a_definition_with_index_tensors_that_cannot_be_generated_is_refused(tmp
     with pytest.raises(FlashInferTraceError, match=f"index tensor 'kv_indptr' \\(int32 \\['len_indptr'\\]\\) "
                                                    f"cannot be generated validly: workload entry .* {words}"):
         import_shape_sets(folder)
-    from kernels.flashinfer_trace import import_report
+    from kernels.interchange.flashinfer_trace import import_report
 
     imported, refused = import_report(folder)
     assert "gemm_n4096_k4096" in refused and "gemm_n6144_k4096" in imported  # the others still import
 
 
 def test_the_recorded_definitions_parse_their_constraints():
-    from kernels.flashinfer_trace import parse_constraints
+    from kernels.interchange.flashinfer_trace import parse_constraints
 
     gqa = load_definitions()["gqa_paged_decode_h32_kv8_d128_ps1"]
     enforced, not_enforced = parse_constraints(gqa)

@@ -21,7 +21,7 @@ import pytest
 
 import kernels
 from kernels import BenchSettings, Outcome, evaluate, get_workload, load_template
-from kernels.guard_pages import GUARD_BITS, GUARD_ELEMS, GuardLayout, allocate, fault_report
+from kernels.sandbox.guard_pages import GUARD_BITS, GUARD_ELEMS, GuardLayout, allocate, fault_report
 from kernels.templates import default_space
 
 pytestmark = pytest.mark.timeout(180)
@@ -87,7 +87,7 @@ def test_a_store_past_the_sentinels_dies_naming_the_buffer():
         import ctypes, sys
         sys.path.insert(0, {PROJECT!r})
         from kernels.backends.cpu import CpuBackend
-        from kernels.guard_pages import FAULT_SOURCE, FaultReporter, GuardLayout, allocate
+        from kernels.sandbox.guard_pages import FAULT_SOURCE, FaultReporter, GuardLayout, allocate
         lay = GuardLayout.for_host()
         rep = FaultReporter(str(CpuBackend().compile(FAULT_SOURCE.read_text(), "").path))
         n = 2048
@@ -206,7 +206,7 @@ def test_the_fault_reason_names_inputs_reads_and_stray_pointers(stray, expected)
 
 
 def test_the_sentinel_layout_stays_for_callers_that_give_an_int():
-    from kernels._sandbox_child import guarded
+    from kernels.sandbox.child import guarded
 
     buf = guarded(5, 8, np.arange(5, dtype=np.float32))
     assert buf.size == 21 and np.array_equal(buf[8:13], np.arange(5))

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from kernels import BenchSettings, Outcome, ValidationStore, evaluate, load_template
-from kernels.judge import _plan
-from kernels.reference_check import reference_problems
+from kernels.evaluation.judge import _plan
+from kernels.evaluation.reference_check import reference_problems
 from kernels.workloads import registry
 from kernels.workloads.base import FLOAT32_MAX, MAGNITUDE_HEADROOM, default_magnitude_bound
 from kernels.workloads.registry import WORKLOADS

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kernels import WORKLOADS
-from kernels.judge import _salted
+from kernels.evaluation.judge import _salted
 
 HOOKED = sorted(name for name, wl in WORKLOADS.items() if wl.salted_reference is not None)
 

@@ -13,7 +13,7 @@ import pytest
 from test_hostile_cpu import FILLS_THE_DISK, WRITES_OUTSIDE, k  # tests/kernels is on sys.path (rootdir-relative imports)
 
 from kernels import Outcome, SandboxPolicy, evaluate
-from kernels.sandbox import SandboxError, child_env
+from kernels.sandbox.spawn import SandboxError, child_env
 
 ROOT = os.geteuid() == 0
 PROJECT = Path(__file__).resolve().parents[2]
@@ -162,7 +162,7 @@ def test_waiting_for_a_child_returns_on_exit_and_on_timeout():
     import subprocess
     import sys
 
-    from kernels.sandbox import DiskWatch, _wait_exit
+    from kernels.sandbox.spawn import DiskWatch, _wait_exit
 
     watch = DiskWatch(Path(tempfile.mkdtemp()), 2**20, 64)
     quick = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -206,7 +206,7 @@ def test_both_ways_of_starting_a_child_enforce_the_disk_quota(spawn, monkeypatch
 
 
 def test_the_disk_watch_counts_only_what_the_child_adds(tmp_path):
-    from kernels.sandbox import DiskWatch
+    from kernels.sandbox.spawn import DiskWatch
 
     (tmp_path / "input.npy").write_bytes(b"x" * 3 * 2**20)  # put there by the evaluator: not counted
     watch = DiskWatch(tmp_path, 2**20, 64)
@@ -226,7 +226,7 @@ def test_the_disk_watch_counts_only_what_the_child_adds(tmp_path):
 
 
 def test_the_disk_watch_allows_the_evaluators_own_files_besides_the_quota_and_rebases(tmp_path):
-    from kernels.sandbox import DiskWatch
+    from kernels.sandbox.spawn import DiskWatch
 
     watch = DiskWatch(tmp_path, 2**20, 64, own_bytes=4 * 2**20, own_entries=3)
     (tmp_path / "candidate.so").write_bytes(b"x" * 2 * 2**20)  # put there by the evaluator after the start
@@ -248,7 +248,7 @@ def test_the_disk_watch_allows_the_evaluators_own_files_besides_the_quota_and_re
 def test_the_free_space_is_a_guard_near_a_full_disk_only(tmp_path, monkeypatch):
     """Other processes' writes are not the child's: they count only when the disk is nearly
     full, and then only what the child's own additions do not explain."""
-    from kernels.sandbox import DiskWatch
+    from kernels.sandbox.spawn import DiskWatch
 
     free = [10 * 2**30]
     monkeypatch.setattr(DiskWatch, "_free", lambda self: free[0])
@@ -265,7 +265,7 @@ def test_the_free_space_is_a_guard_near_a_full_disk_only(tmp_path, monkeypatch):
 
 
 def test_the_disk_watch_polls_less_often_when_a_walk_is_costly(tmp_path, monkeypatch):
-    from kernels.sandbox import DiskWatch
+    from kernels.sandbox.spawn import DiskWatch
 
     watch = DiskWatch(tmp_path, 2**20, 64)
     calls = []
@@ -285,7 +285,7 @@ def test_the_disk_watch_polls_less_often_when_a_walk_is_costly(tmp_path, monkeyp
 
 @pytest.mark.skipif(ROOT, reason="root reads any directory")
 def test_a_directory_the_evaluator_cannot_read_is_over_quota(tmp_path):
-    from kernels.sandbox import DiskWatch
+    from kernels.sandbox.spawn import DiskWatch
 
     watch = DiskWatch(tmp_path, 2**30, 4096)
     (tmp_path / "hidden").mkdir(mode=0)
@@ -298,7 +298,7 @@ def test_a_directory_the_evaluator_cannot_read_is_over_quota(tmp_path):
 def test_a_tree_its_owner_made_unwritable_is_still_removed(tmp_path):
     """A child running as the worker's own user (not root) can chmod its directories 0500:
     ``rmtree`` fails there, and the space would be lost for good."""
-    from kernels.sandbox import remove_tree
+    from kernels.sandbox.spawn import remove_tree
 
     tree = tmp_path / "workdir"
     (tree / "keep").mkdir(parents=True)
@@ -315,7 +315,7 @@ def test_a_disk_quota_too_small_to_evaluate_anything_is_refused(field, value):
 
 
 def test_a_killed_fork_server_is_replaced(quick_bench):
-    from kernels import forkserver
+    from kernels.sandbox import forkserver
 
     assert run(CORRECT, quick_bench).status == Outcome.ok
     server = forkserver.server(child_env())
@@ -380,13 +380,13 @@ def test_a_deep_directory_tree_left_by_a_candidate_is_removed(quick_bench):
     recurses past Python's limit here, ``rm -rf`` does not."""
     import glob
 
-    before = set(glob.glob("/tmp/int21-eval-*"))
+    before = set(glob.glob(f"/tmp/int21-eval-{os.getpid()}-*"))
     deep = k('static int done; if (!done) { done = 1; char cwd[4096]; if (getcwd(cwd, sizeof cwd)) {'
              ' for (int i = 0; i < 3000; i++) { if (mkdir("d", 0700) || chdir("d")) break; } (void)!chdir(cwd); } }'
              "rms_rows(x, w, y, rows, hidden, eps);", prelude="#include <sys/stat.h>\n")
     ev = run(deep, quick_bench)
     assert ev.status == Outcome.runtime_error and "nested deeper than 32 levels" in ev.log, ev.log[-2000:]
-    assert set(glob.glob("/tmp/int21-eval-*")) <= before
+    assert set(glob.glob(f"/tmp/int21-eval-{os.getpid()}-*")) <= before
 
 
 @root_only
@@ -405,15 +405,15 @@ def test_a_timeout_that_is_not_a_positive_number_is_refused(timeout, quick_bench
 
 
 def test_a_request_larger_than_a_socket_buffer_reaches_a_forked_child(monkeypatch, quick_bench):
-    from kernels import sandbox
+    from kernels.sandbox import spawn
 
     monkeypatch.setenv("KERNELS_SANDBOX_SPAWN", "fork")
-    real = sandbox.start_child
+    real = spawn.start_child
 
     def padded(request, *a, **kw):
         return real({**request, "padding": "x" * (4 << 20)}, *a, **kw)
 
-    monkeypatch.setattr("kernels.evaluator.start_child", padded)
+    monkeypatch.setattr("kernels.evaluation.pipeline.start_child", padded)
     ev = run(CORRECT, quick_bench)
     assert ev.status == Outcome.ok, ev.log
 
@@ -432,10 +432,11 @@ def test_a_work_directory_is_the_sandbox_users_only_once_every_file_is_in(monkey
     # user while its directory is still being filled (the library after the compiler); the
     # directory becomes the sandbox user's only at the go, and the timing directory stays
     # root's while the validation child runs candidate code.
-    from kernels import evaluator, sandbox
+    from kernels.evaluation import pipeline
+    from kernels.sandbox import spawn
 
     made, started, ran = [], [], []
-    real_make, real_start, real_go = evaluator.make_workdir, evaluator.start_child, sandbox.PendingChild.go
+    real_make, real_start, real_go = pipeline.make_workdir, pipeline.start_child, spawn.PendingChild.go
 
     def make(*a, **kw):
         made.append(real_make(*a, **kw))
@@ -458,9 +459,9 @@ def test_a_work_directory_is_the_sandbox_users_only_once_every_file_is_in(monkey
         assert not any(p.is_symlink() for p in self.workdir.iterdir())
         return real_go(self, *a, **kw)
 
-    monkeypatch.setattr(evaluator, "make_workdir", make)
-    monkeypatch.setattr(evaluator, "start_child", start)
-    monkeypatch.setattr(sandbox.PendingChild, "go", go)
+    monkeypatch.setattr(pipeline, "make_workdir", make)
+    monkeypatch.setattr(pipeline, "start_child", start)
+    monkeypatch.setattr(spawn.PendingChild, "go", go)
     ev = run(CORRECT, quick_bench)
     assert ev.status == Outcome.ok, ev.log
     assert len(made) == 2 and started == made and ran == made  # validation, then timing
@@ -469,7 +470,7 @@ def test_a_work_directory_is_the_sandbox_users_only_once_every_file_is_in(monkey
 def test_what_a_cpu_child_may_read_never_opens_tmp_or_the_project_again(monkeypatch):
     import sys
 
-    from kernels._isolation import readable_roots
+    from kernels.sandbox.isolation import readable_roots
 
     monkeypatch.setattr(sys, "path", [*sys.path, "/", str(PROJECT), "/tmp", str(PROJECT.parent)])
     roots = readable_roots(str(PROJECT))
@@ -482,7 +483,7 @@ def test_directories_a_killed_process_left_are_swept(tmp_path, monkeypatch):
     import subprocess
     import sys
 
-    from kernels import sandbox
+    from kernels.sandbox import spawn
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -491,12 +492,12 @@ def test_directories_a_killed_process_left_are_swept(tmp_path, monkeypatch):
     for d in left:
         (d / "deep" / "er").mkdir(parents=True)
         (d / "deep" / "er" / "candidate.so").write_bytes(b"x" * 4096)
-    mine = sandbox.private_tempdir("eval")  # this process: alive
+    mine = spawn.private_tempdir("eval")  # this process: alive
     other = tmp_path / "int21-eval-1-abcd1234"  # pid 1: alive
     other.mkdir()
     unrelated = tmp_path / "int21-eval-notapid"
     unrelated.mkdir()
-    assert sandbox.sweep_stale_tempdirs() == 3
+    assert spawn.sweep_stale_tempdirs() == 3
     assert not any(d.exists() for d in left)
     assert mine.exists() and other.exists() and unrelated.exists()
     assert mine.name.startswith(f"int21-eval-{os.getpid()}-")
@@ -516,10 +517,10 @@ def test_a_started_child_runs_nothing_before_the_go_and_a_cancelled_one_never_ru
     # while the validation is judged) and wait for the go before their lockdown: until then no
     # report, no candidate code. A child whose run is not needed (here the compiler fails, so
     # the validation child is cancelled; the timing child is never started) exits unrun.
-    from kernels import evaluator
+    from kernels.evaluation import pipeline
 
     monkeypatch.setenv("KERNELS_SANDBOX_SPAWN", spawn)
-    real_start = evaluator.start_child
+    real_start = pipeline.start_child
     children = []
 
     def start(*a, **kw):
@@ -527,9 +528,9 @@ def test_a_started_child_runs_nothing_before_the_go_and_a_cancelled_one_never_ru
         children.append(child)
         return child
 
-    monkeypatch.setattr(evaluator, "start_child", start)
+    monkeypatch.setattr(pipeline, "start_child", start)
     slow = "#include \"/dev/null\"\n" + CORRECT  # compiles as usual
-    real_compile = evaluator.get_backend("cpu").compile
+    real_compile = pipeline.get_backend("cpu").compile
 
     def compile_slowly(self, source, *a, **kw):
         if source.startswith(slow[:20]):  # the candidate (not the host's or the eviction helper's)
@@ -539,7 +540,7 @@ def test_a_started_child_runs_nothing_before_the_go_and_a_cancelled_one_never_ru
             assert _alive(pid)
         return real_compile(source, *a, **kw)
 
-    monkeypatch.setattr(type(evaluator.get_backend("cpu")), "compile", compile_slowly)
+    monkeypatch.setattr(type(pipeline.get_backend("cpu")), "compile", compile_slowly)
     ev = run(slow, quick_bench)
     assert ev.status == Outcome.ok, ev.log
     assert len(children) == 2 and ev.fingerprint["sandbox"]["spawn"] == spawn
@@ -557,7 +558,7 @@ def test_the_fork_server_refuses_a_waiting_child_without_its_go_pipe(monkeypatch
     # before its directory is ready: the server refuses the request instead.
     import socket
 
-    from kernels import forkserver
+    from kernels.sandbox import forkserver
 
     monkeypatch.setattr(socket, "send_fds", lambda sock, bufs, fds, *a: socket.socket.sendmsg(
         sock, bufs, [(socket.SOL_SOCKET, socket.SCM_RIGHTS, __import__("array").array("i", fds[:5]))]))

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from kernels import candidate_hash, summarize
-from kernels.timing import BenchSettings, bench
+from kernels.evaluation.timing import BenchSettings, bench
 
 
 def test_summarize_gives_median_iqr_and_a_seeded_ci():
@@ -42,6 +42,6 @@ def test_candidate_hash_is_canonical():
 
 
 def test_the_library_never_imports_django():
-    code = "import sys, kernels, kernels.evaluator, kernels.baselines; print('django' in sys.modules)"
+    code = "import sys, kernels, kernels.evaluation.pipeline, kernels.baselines; print('django' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

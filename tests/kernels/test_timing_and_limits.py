@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from kernels import Outcome, evaluate, load_template
+from kernels.evaluation.timing import OMP_TIMING_DEFAULTS, make_flush, omp_environment
 from kernels.hostperf import host_limits, physical_limits
-from kernels.timing import OMP_TIMING_DEFAULTS, make_flush, omp_environment
 
 
 def test_the_flush_rewrites_one_buffer_per_cpu_through_pinned_threads():
@@ -78,7 +78,7 @@ def test_evidence_reports_roofline_and_the_limits_used(quick_bench):
 def _evictor():
     import platform
 
-    from kernels.timing import Evictor, evict_library
+    from kernels.evaluation.timing import Evictor, evict_library
 
     if platform.machine() not in ("x86_64", "aarch64"):
         pytest.skip("no cache-line eviction instruction on this architecture")
@@ -129,7 +129,7 @@ def test_the_fill_flush_nan_fills_only_the_given_ranges_and_keeps_the_rest():
 
 
 def test_bench_runs_timed_prepare_instead_of_prepare_before_timed_calls():
-    from kernels.timing import BenchSettings, bench
+    from kernels.evaluation.timing import BenchSettings, bench
 
     log = []
     settings = BenchSettings(warmup_ms=0, rep_ms=0, min_reps=4, max_reps=4, flush="none")
@@ -141,7 +141,7 @@ def test_bench_runs_timed_prepare_instead_of_prepare_before_timed_calls():
 
 
 def test_bench_settings_reject_an_unknown_flush():
-    from kernels.timing import BenchSettings
+    from kernels.evaluation.timing import BenchSettings
 
     with pytest.raises(ValueError, match="flush must be one of evict, rewrite, none"):
         BenchSettings(flush="clflush")
@@ -163,9 +163,9 @@ def test_evidence_records_the_flush_the_timing_child_used(mode, reported, quick_
 
 
 def test_a_missing_eviction_helper_falls_back_to_the_rewrite_flush(monkeypatch, quick_bench):
-    from kernels import evaluator
+    from kernels.evaluation import pipeline
 
-    monkeypatch.setattr(evaluator, "_evict_library", lambda be, bench, sections: None)
+    monkeypatch.setattr(pipeline, "_evict_library", lambda be, bench, sections: None)
     ev = evaluate("rmsnorm", load_template("rmsnorm"), {"ROWS_PER_CHUNK": 2, "UNROLL": 1, "VEC": 4, "ACC_DOUBLE": 1},
                   shape_set="test-small", bench=quick_bench, seed=3)
     assert ev.status == Outcome.ok, ev.log
@@ -177,7 +177,7 @@ def test_a_missing_eviction_helper_falls_back_to_the_rewrite_flush(monkeypatch, 
     ("max_reps", True), ("flush_bytes", 2**40), ("flush_bytes", 1.0),
 ])
 def test_bench_settings_reject_values_that_would_fail_in_the_child(field, value):
-    from kernels.timing import BenchSettings
+    from kernels.evaluation.timing import BenchSettings
 
     with pytest.raises(ValueError, match=f"BenchSettings: {field} must be"):
         BenchSettings(**{field: value})

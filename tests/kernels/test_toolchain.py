@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from kernels.toolchain import FILE_BYTES, LOG_KEEP, ToolTimeout, run_tool
+from kernels.sandbox.toolchain import FILE_BYTES, LOG_KEEP, ToolTimeout, run_tool
 
 ENV = {"PATH": "/usr/bin:/bin"}
 
@@ -98,6 +98,6 @@ def test_the_bootstrap_is_the_only_python_in_the_way(tmp_path):
     (1, "error: expected ';'", "exited with code 1"),
 ])
 def test_a_failure_says_why(rc, log, says):
-    from kernels.toolchain import failure
+    from kernels.sandbox.toolchain import failure
 
     assert says in failure("compiler", rc, log)

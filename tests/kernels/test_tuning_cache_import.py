@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kernels import Outcome, config
-from kernels.tuning_cache import LEGACY_FAILED_TIME, TuningCacheError, load_cache
+from kernels.interchange.tuning_cache import LEGACY_FAILED_TIME, TuningCacheError, load_cache
 
 DATA = config.shared_dataset_dir("tuning-cache")
 pytestmark = pytest.mark.skipif(DATA is None, reason="shared/datasets/tuning-cache not found")

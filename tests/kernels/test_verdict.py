@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from kernels.noise_floor import MIN_FLOOR, FileFloorStore, floor_from_ratios, floor_key
-from kernels.verdict import judge_rounds
+from kernels.comparison.noise_floor import MIN_FLOOR, FileFloorStore, floor_from_ratios, floor_key
+from kernels.comparison.verdict import judge_rounds
 
 
 def test_ratios_at_one_are_a_tie_whatever_the_floor():

@@ -169,7 +169,7 @@ def test_numpy_baseline_reports_a_positive_latency(quick_bench):
 
 @pytest.mark.parametrize("swapped", [("A",), ("B",), ("A", "B"), ()])
 def test_the_salted_reference_updates_only_what_the_swaps_change(swapped):
-    from kernels.judge import _salted
+    from kernels.evaluation.judge import _salted
 
     shape = {"M": 13, "N": 29, "K": 67}
     inputs = wl.generate(shape, 4)

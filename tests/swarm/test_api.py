@@ -11,7 +11,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from benchmarks.run_page import BENCH_SPACE, populate
-from kernels.tuning_cache import load_cache
+from kernels.interchange.tuning_cache import load_cache
 from swarm.models import AuditEvent, Direction, Goal, Insight, PromotionRequest, Run
 from swarm.production import promotion
 from tests.swarm.test_views import paired_timed, timed

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 import kernels
-from kernels.paired import Kernel, PairSettings, compare_paired
+from kernels.comparison.paired import Kernel, PairSettings, compare_paired
 from swarm.learning.credit import frontier_improvements
 from swarm.models import Candidate, Evidence, Goal, NoiseFloor, PairedComparisonRun, Promotion, Run
 from swarm.production import paired_runs, promotion

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from django.urls import reverse
 
-from kernels.paired import PairedComparison
-from kernels.verdict import judge_rounds
+from kernels.comparison.paired import PairedComparison
+from kernels.comparison.verdict import judge_rounds
 from swarm.models import AuditEvent, Baseline, Candidate, Direction, Goal, Insight, Promotion, PromotionRequest, Run
 from swarm.production import promotion
 from swarm.runs import baselines, orchestrator
@@ -266,7 +266,7 @@ def _first_call_candidates():
     """Two evaluated candidates of one run: #a builds a table on its first call (5 ms, steady
     20 us on the first shape), #b has no set-up but a slower steady state."""
     import kernels
-    from kernels.first_call import first_call_metrics
+    from kernels.evaluation.first_call import first_call_metrics
     from swarm.models import Evidence
 
     goal = Goal.objects.create(name="first calls", workload="rmsnorm", target="cpu-x86_64", shape_set="test-small",

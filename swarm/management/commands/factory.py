@@ -60,7 +60,7 @@ class Command(BaseCommand):
             time.sleep(opts["every"])
 
     def import_cache(self, opts: dict[str, Any]) -> None:
-        from kernels.tuning_cache import TuningCacheError
+        from kernels.interchange.tuning_cache import TuningCacheError
 
         try:
             goal, summary = replay.import_cache(opts["file"], name=opts["name"])

@@ -1,7 +1,7 @@
 """A run's candidates as CSV, JSON and a Kernel Tuner cache file.
 
 The Kernel Tuner cache follows ``kernel_tuner/util.py::store_cache`` (and reads back with
-:func:`kernels.tuning_cache.load_cache`): ``tune_params_keys`` in the design space's order,
+:func:`kernels.interchange.tuning_cache.load_cache`): ``tune_params_keys`` in the design space's order,
 ``tune_params`` the values, and ``cache`` keyed by the values joined with ``,``. An ``ok``
 candidate's entry has ``time`` (ms, the goal's ``latency_ms``: the sum over the shape set of
 per-shape medians) and ``times``: the raw samples when one shape is timed, otherwise the

@@ -14,7 +14,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from kernels.first_call import first_call_note, is_set_up_cost
+from kernels.evaluation.first_call import first_call_note, is_set_up_cost
 from swarm.launch import launch_plan
 from swarm.models import Candidate, PairedComparisonRun, PromotionRequest
 from swarm.production import paired_runs

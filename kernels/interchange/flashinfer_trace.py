@@ -18,7 +18,7 @@ A definition's ``constraints`` that parse as restrictions over its axes (``M % 2
 are enforced on the entries' shapes; the rest (prose, tensor contents) are kept and flagged
 as not enforced. A definition with index tensors (``kv_indptr``) that no recorded blob
 supplies is refused, naming the tensor.
-Reading and mapping the files is :mod:`kernels.flashinfer_shapes` (re-exported here), which
+Reading and mapping the files is :mod:`kernels.interchange.flashinfer_shapes` (re-exported here), which
 the workload registry uses to add each mapped definition as a shape set.
 
 Export mapping (our term -> FlashInfer field), documented on each function:
@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kernels.backends import backend_for_target, capabilities
-from kernels.flashinfer_shapes import (
+from kernels.interchange.flashinfer_shapes import (
     IMPORTED_PREFIX,
     Definition,
     FlashInferTraceError,
@@ -59,7 +59,7 @@ from kernels.flashinfer_shapes import (
     read_shape_sets,
     with_imported_shape_sets,
 )
-from kernels.flashinfer_shapes import entry_shape as _entry_shape
+from kernels.interchange.flashinfer_shapes import entry_shape as _entry_shape
 from kernels.outcome import Outcome
 from kernels.space import format_defines
 from kernels.workloads import WORKLOADS, Workload
@@ -89,7 +89,7 @@ __all__ = [
 ]
 
 #: FlashInfer definition -> (our workload, FlashInfer axis -> our axis, in our axis order) of
-#: the registered workloads (:func:`kernels.flashinfer_shapes.definition_map`: each
+#: the registered workloads (:func:`kernels.interchange.flashinfer_shapes.definition_map`: each
 #: workload's ``flashinfer`` mapping, defined in its folder).
 DEFINITION_MAP: Mapping[str, tuple[str, Mapping[str, str]]] = definition_map(WORKLOADS)
 

@@ -1,8 +1,8 @@
 """The sandbox: run the candidate-calling child in its own session, confined and limited.
 
-Every evaluation runs :mod:`kernels._sandbox_child` in fresh processes (the evaluator starts
+Every evaluation runs :mod:`kernels.sandbox.child` in fresh processes (the evaluator starts
 one for validation and one for timing), forked by this process's fork server
-(:mod:`kernels.forkserver`: a pre-imported process that never loads candidate code; a child
+(:mod:`kernels.sandbox.forkserver`: a pre-imported process that never loads candidate code; a child
 in 0.05-0.1 s instead of 0.2 s) or, with ``KERNELS_SANDBOX_SPAWN=exec``, started as
 ``python -I``; either way (the same report, ``"spawn"`` says which):
 
@@ -19,14 +19,14 @@ in 0.05-0.1 s instead of 0.2 s) or, with ``KERNELS_SANDBOX_SPAWN=exec``, started
 - no descriptors but the standard streams and the result pipe;
 - an empty environment: only ``PATH=/usr/bin:/bin``, ``OMP_NUM_THREADS`` (= CPU count),
   ``OPENBLAS_NUM_THREADS=1`` and the OpenMP wait settings of
-  :func:`kernels.timing.omp_environment` (no secrets, no ``HOME``);
+  :func:`kernels.evaluation.timing.omp_environment` (no secrets, no ``HOME``);
 - a private temporary directory of its own as its cwd, holding a copy of the candidate
   library (the evaluator gives each child a new one);
 - request on stdin (exec) or in a file passed with the fork request, results on a dedicated
   pipe (the candidate's prints cannot forge it), its stdout/stderr in files whose tails go to
   the evidence log;
 - confinement applied inside the child before the candidate is loaded
-  (:mod:`kernels._isolation`, see there for the details and the sources):
+  (:mod:`kernels.sandbox.isolation`, see there for the details and the sources):
 
   ============== ========================================= ==================================
   layer          as root (this project's CI, workers)      not root
@@ -56,7 +56,7 @@ in 0.05-0.1 s instead of 0.2 s) or, with ``KERNELS_SANDBOX_SPAWN=exec``, started
 Threat model: the sandbox protects the host (network, files, other processes, secrets) from
 the candidate. It cannot make a *deliberately* malicious candidate's timing honest: the
 candidate shares the child's address space and could forge what the child reports. The
-evaluation protocol (:mod:`kernels.evaluator`) catches the honest-but-wrong and the
+evaluation protocol (:mod:`kernels.evaluation.pipeline`) catches the honest-but-wrong and the
 accidentally-cheating kernels that search agents and LLMs produce.
 """
 
@@ -83,9 +83,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernels import config, forkserver
+from kernels import config
 from kernels.hashing import result_mac
-from kernels.sandbox_policy import SandboxError, SandboxPolicy
+from kernels.sandbox import forkserver
+from kernels.sandbox.policy import SandboxError, SandboxPolicy
 
 __all__ = ["ChildRun", "DiskWatch", "PendingChild", "SandboxError", "SandboxPolicy", "TurnFailed", "make_workdir", "private_tempdir", "remove_tree",
            "run_child", "sweep_stale_tempdirs"]
@@ -93,7 +94,7 @@ __all__ = ["ChildRun", "DiskWatch", "PendingChild", "SandboxError", "SandboxPoli
 _TAIL = 4000  # characters of child stdout/stderr kept in the log
 _MAX_RESULT_BYTES = 16 * 2**20
 DISK_POLL_S = 0.05  # how often a running child's directory is measured (DiskWatch)
-_PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
+_PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 
 # Runs as `python -I -c`: limits are set before anything else is imported, so no candidate
 # code ever runs without them. (Set here rather than in preexec_fn, which is unsafe in a
@@ -104,7 +105,7 @@ for _res, _val in {limits!r}:
     resource.setrlimit(_res, (_val, _val))
 sys.dont_write_bytecode = True
 sys.path.insert(0, {root!r})
-from kernels._sandbox_child import main
+from kernels.sandbox.child import main
 main(int(sys.argv[1]), int(sys.argv[2]))
 """
 
@@ -122,7 +123,7 @@ class ChildRun:
         timed_out: the wall-clock limit was hit and the group killed.
         stdout, stderr: the last 4000 characters of each.
         result: raw bytes of the result document (after the sandbox report line).
-        sandbox: the child's sandbox report (:func:`kernels._isolation.apply`), None when
+        sandbox: the child's sandbox report (:func:`kernels.sandbox.isolation.apply`), None when
             the child died before writing it.
         wall_s: wall-clock seconds from the run's start (:meth:`PendingChild.go`) to the
             child's exit.
@@ -658,7 +659,7 @@ class PendingChild:
     pipe) after the go: :meth:`begin` lets it lock down, each :meth:`turn` makes it call the
     candidate once and acknowledge, and :meth:`end` closes the channel and collects its
     report. Between turns its process group is stopped (SIGSTOP), so two such children can
-    take turns with neither running while the other is timed (:mod:`kernels.paired`).
+    take turns with neither running while the other is timed (:mod:`kernels.comparison.paired`).
     """
 
     def __init__(self, *, mode: str, key: bytes, watch: DiskWatch, out_path: Path, err_path: Path,
@@ -839,7 +840,7 @@ def start_child(
     own_entries: int = 0,
     turns: bool = False,
 ) -> PendingChild:
-    """Start :mod:`kernels._sandbox_child` on ``request`` with ``workdir`` as its cwd; it
+    """Start :mod:`kernels.sandbox.child` on ``request`` with ``workdir`` as its cwd; it
     prepares and waits for :meth:`PendingChild.go`.
 
     Args:
@@ -924,7 +925,7 @@ def run_child(
     policy: SandboxPolicy | None = None,
     env: Mapping[str, str] | None = None,
 ) -> ChildRun:
-    """Run :mod:`kernels._sandbox_child` on ``request`` with ``workdir`` as its cwd:
+    """Run :mod:`kernels.sandbox.child` on ``request`` with ``workdir`` as its cwd:
     :func:`start_child`, then :meth:`PendingChild.go` at once.
 
     Args:

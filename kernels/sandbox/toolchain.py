@@ -35,12 +35,12 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 
-from kernels.sandbox_policy import SandboxPolicy
+from kernels.sandbox.policy import SandboxPolicy
 
 FILE_BYTES = 64 * 2**20  # largest file a compiler may write: object, library, log
 MEMORY_BYTES = 4 * 2**30  # its data segment and private mappings (RLIMIT_DATA); a kernel needs ~40 MiB
 LOG_KEEP = 32_000  # characters kept from each end of a compiler's output
-_ISOLATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_isolation.py")
+_ISOLATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "isolation.py")
 
 # Started as this process's user (the sandbox user may not be able to read this Python), it
 # drops to the tool's user itself. Python ignores SIGPIPE and SIGXFSZ and an ignored signal
@@ -53,7 +53,7 @@ for res, val in ((resource.RLIMIT_FSIZE, {fsize}), (resource.RLIMIT_CPU, {cpu}),
         resource.setrlimit(res, (val, val))
 for sig in (signal.SIGPIPE, signal.SIGXFSZ):
     signal.signal(sig, signal.SIG_DFL)
-if {confine!r}:  # _isolation alone (stdlib only: the kernels package would import numpy),
+if {confine!r}:  # isolation.py alone (stdlib only: the kernels package would import numpy),
     import importlib.util  # loaded before the drop (this Python may be unreadable to the user)
     spec = importlib.util.spec_from_file_location("_int21_isolation", {isolation!r})
     iso = importlib.util.module_from_spec(spec)
@@ -88,7 +88,7 @@ def compiler_ids() -> tuple[int, int] | None:
     (the compiler runs as this process's user).
 
     Raises:
-        kernels.sandbox_policy.SandboxError: the configured sandbox user is invalid.
+        kernels.sandbox.policy.SandboxError: the configured sandbox user is invalid.
     """
     return SandboxPolicy.from_env().ids()
 
@@ -121,7 +121,7 @@ def run_tool(cmd: Sequence[str], *, cwd: str, env: Mapping[str, str], timeout_s:
             "/dev/zero"`` makes ``cc1`` grow until it hits this.
         ids: (uid, gid) the tool runs as (no supplementary groups), None for this process's.
         confine: Landlock: the tool writes only beneath ``cwd`` and reads only there and in
-            the system's directories (:func:`kernels._isolation.confine_tool`); where the
+            the system's directories (:func:`kernels.sandbox.isolation.confine_tool`); where the
             kernel has no Landlock, its log says so and it runs unconfined.
 
     Returns:

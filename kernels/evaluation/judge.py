@@ -1,6 +1,6 @@
 """The plan, the expected results and the classification of one evaluation, the same for
-every backend that runs candidates (:mod:`kernels.evaluator` for ``cpu``,
-:mod:`kernels._cuda_eval` for ``cuda``; docs/design.md, "Evaluation protocol").
+every backend that runs candidates (:mod:`kernels.evaluation.pipeline` for ``cpu``,
+:mod:`kernels.evaluation.cuda_pipeline` for ``cuda``; docs/design.md, "Evaluation protocol").
 
 - :func:`_plan`: validation cases and timed items with fresh seeds;
 - :class:`Expected`: inputs and float64 references of a plan, computed ahead of the
@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 
 from kernels import stats
-from kernels.first_call import first_call_metrics
-from kernels.guard_pages import GUARD_BITS, GUARD_ELEMS, GuardLayout, fault_report
+from kernels.evaluation.first_call import first_call_metrics
+from kernels.evaluation.reference_check import ReferenceProblem, describe, fix_hint, reference_problems
 from kernels.hashing import array_digest
 from kernels.outcome import Outcome
-from kernels.reference_check import ReferenceProblem, describe, fix_hint, reference_problems
-from kernels.sandbox import ChildRun, SandboxPolicy, hand_over
+from kernels.sandbox.guard_pages import GUARD_BITS, GUARD_ELEMS, GuardLayout, fault_report
+from kernels.sandbox.spawn import ChildRun, SandboxPolicy, hand_over
 from kernels.validation_store import StoredCase
 from kernels.workloads import Workload, shape_label
 
@@ -309,7 +309,7 @@ def _check_outputs(
     """Guards, late writes and accuracy of one call's outputs (files ``<prefix>_<out>.npy``:
     whole guarded buffers of ``layout``, checked against the child's ``files`` digests where
     it reports them, see :func:`_load`). With ``ref=None`` (a reference that cannot judge,
-    :mod:`kernels.reference_check`) only the rules are checked (guards, late writes), not the
+    :mod:`kernels.evaluation.reference_check`) only the rules are checked (guards, late writes), not the
     values.
 
     ``same_as``: outputs of an earlier call on the same inputs that passed; an output
@@ -407,13 +407,13 @@ def _unusable_reference(wl: Workload, record: dict, inputs: dict[str, np.ndarray
                         calls: list[tuple[str, str]], workdir: Path, files: dict[str, str] | None,
                         layout: GuardLayout = _SENTINELS_ONLY) -> bool:
     """Judge ``record`` without values when its reference cannot judge a candidate
-    (:func:`kernels.reference_check.reference_problems`); False (nothing done) when it can.
+    (:func:`kernels.evaluation.reference_check.reference_problems`); False (nothing done) when it can.
 
     ``calls``: ``(file prefix, what)`` of the calls on these inputs, still checked for the
     rules (guards, late writes: ``invalid`` stays the candidate's). Otherwise the record is
     ``invalid_input``, or, for a stored failure case, skipped (``skipped: True``, verdict
     None): a case kept earlier whose reference is bad says nothing about this candidate.
-    ``record["reference"]`` lists the problems (:class:`~kernels.reference_check.ReferenceProblem`
+    ``record["reference"]`` lists the problems (:class:`~kernels.evaluation.reference_check.ReferenceProblem`
     fields)."""
     problems = reference_problems(ref, wl.reference_bound(inputs))
     if not problems:
@@ -671,7 +671,7 @@ def _metrics(wl: Workload, timed: list[dict], result: dict, cases: list[dict], l
 def _run_failure(run: ChildRun, timeout_s: float) -> tuple[Outcome, str] | None:
     """How a child run failed as a process (disk quota, timeout, signal, exit code, silence),
     or None. A death by ``SIGSEGV``/``SIGBUS`` gives the fault helper's line where the child's
-    stderr has one (:func:`kernels.guard_pages.fault_report`: which buffer, which element)."""
+    stderr has one (:func:`kernels.sandbox.guard_pages.fault_report`: which buffer, which element)."""
     if run.disk:
         return Outcome.runtime_error, f"child killed: it {run.disk}"
     if run.timed_out:

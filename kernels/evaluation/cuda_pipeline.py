@@ -1,6 +1,6 @@
 """Evaluation of CUDA candidates: what :func:`kernels.evaluate` does for ``backend="cuda"``.
 
-Same protocol as the CPU path (:mod:`kernels.evaluator`), with the CUDA-specific steps:
+Same protocol as the CPU path (:mod:`kernels.evaluation.pipeline`), with the CUDA-specific steps:
 
 1. parse the launch plan (the template's default when none is given) against the workload's
    axes, attributes, buffers and the parameters: a malformed plan is ``invalid``;
@@ -10,10 +10,10 @@ Same protocol as the CPU path (:mod:`kernels.evaluator`), with the CUDA-specific
 3. resolve the plan at every validation and timed shape (grid, block, shared memory,
    arguments): a launch the hardware cannot run (block > 1024 threads, shared memory above
    the opt-in limit) is ``invalid``;
-4. run :mod:`kernels._cuda_child` in the sandbox (no address-space limit: the CUDA driver
+4. run :mod:`kernels.sandbox.cuda_child` in the sandbox (no address-space limit: the CUDA driver
    reserves virtual memory far beyond any sensible RLIMIT_AS; CUDA library paths passed
    through; the module file copied into the private directory);
-5. classify with the CPU path's own :func:`~kernels.judge._judge` (same files, same
+5. classify with the CPU path's own :func:`~kernels.evaluation.judge._judge` (same files, same
    rules), against the GPU's datasheet limits (:meth:`CudaBackend.physical_limits`); an
    NVRTC failure in the child is ``compile_error``.
 """
@@ -30,19 +30,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kernels import config, static
+from kernels import config
 from kernels.backends.cuda import CompileError, CudaBackend, import_cupy
+from kernels.evaluation import static
+from kernels.evaluation.first_call import first_call_note
+from kernels.evaluation.judge import _judge, _plan, reference_notes
+from kernels.evaluation.launch_plan import LaunchPlan, LaunchPlanError, plan_env, plan_names
+from kernels.evaluation.timing import BenchSettings
 from kernels.evidence import Evidence
-from kernels.first_call import first_call_note
-from kernels.guard_pages import GUARD_ELEMS
 from kernels.hashing import candidate_hash
-from kernels.judge import _judge, _plan, reference_notes
-from kernels.launch_plan import LaunchPlan, LaunchPlanError, plan_env, plan_names
 from kernels.outcome import Outcome
-from kernels.sandbox import ChildRun, SandboxPolicy, make_workdir, private_tempdir, remove_tree, run_child
+from kernels.sandbox.guard_pages import GUARD_ELEMS
+from kernels.sandbox.spawn import ChildRun, SandboxPolicy, make_workdir, private_tempdir, remove_tree, run_child
 from kernels.space import SpaceError, format_defines
 from kernels.templates import default_launch_plan
-from kernels.timing import BenchSettings
 from kernels.validation_store import ValidationStore
 from kernels.workloads import get_workload, shape_label
 
@@ -142,7 +143,7 @@ class CudaEvaluation:
     """One CUDA evaluation in three steps: :meth:`prepare` (parameters, plan, compile, static
     evidence, resolved launches), :meth:`request` (what the sandbox child gets) and
     :meth:`judge` (classification of the child's files). :func:`evaluate_cuda` runs the
-    child between the last two; tests can run :mod:`kernels._cuda_child` in-process instead.
+    child between the last two; tests can run :mod:`kernels.sandbox.cuda_child` in-process instead.
 
     Args: as :func:`evaluate_cuda`; ``require_cupy=False`` skips the early cupy check (tests
     with a stand-in cupy).

@@ -3,18 +3,18 @@
 Protocol (docs/design.md, "Evaluation protocol"):
 
 1. Compile in this (trusted) process; failure -> ``compile_error`` with the compiler log.
-2. Run the candidate only in a confined child process (:mod:`kernels.sandbox`): own session,
+2. Run the candidate only in a confined child process (:mod:`kernels.sandbox.spawn`): own session,
    wall-clock timeout that kills the process group, resource limits, empty environment,
    private directory, no network, no writes outside that directory, unprivileged user.
 3. Two children run one after the other, each in its own private directory, within one
    wall-clock budget; each is started ahead and loads its inputs (the validation child while
    the compiler runs, the timing child while the validation is judged), then waits, before
-   its lockdown, for its directory to be complete (:class:`kernels.sandbox.PendingChild`): a *validation* child with spinning OpenMP threads
+   its lockdown, for its directory to be complete (:class:`kernels.sandbox.spawn.PendingChild`): a *validation* child with spinning OpenMP threads
    (``OMP_WAIT_POLICY=ACTIVE``: parallel regions start together, so data races show) and a
    *timing* child with sleeping ones (``PASSIVE``: stable medians when other processes
-   compete for the cores; measurement in :mod:`kernels.timing`). Each gives the candidate
+   compete for the cores; measurement in :mod:`kernels.evaluation.timing`). Each gives the candidate
    guarded buffers (sentinels before and after every array; the CPU child also 1 MiB of
-   inaccessible pages beyond them, :mod:`kernels.guard_pages`, where an overrun faults at once
+   inaccessible pages beyond them, :mod:`kernels.sandbox.guard_pages`, where an overrun faults at once
    and the child's fault helper names the buffer), NaN-fills outputs before every call, and
    calls the kernel:
    - validation: twice per case (fresh seed per case): every timed shape, each odd shape
@@ -26,13 +26,13 @@ Protocol (docs/design.md, "Evaluation protocol"):
      an earlier one saw: a kernel that caches results by a few input elements gets the last
      timed call wrong, judged against the reference of the inputs as that call saw them;
      caches flushed before every rep (the call's own buffers evicted from every cache level,
-     :class:`~kernels.timing.Evictor`); then one more call with *fresh contents written into
+     :class:`~kernels.evaluation.timing.Evictor`); then one more call with *fresh contents written into
      the same buffers* (same pointers), which a kernel that caches results by pointer or by
      call count gets wrong. After every warm-up and timed call (untimed) 64 output elements
      drawn from OS entropy must be written (not NaN), and one such call per shape, drawn
      uniformly as the calls happen, keeps its outputs for full validation (CPU child). The
      first call of each shape is reported apart from the timed samples (the warm-up
-     discards it; :mod:`kernels.first_call`), after trusted code started the OpenMP thread
+     discards it; :mod:`kernels.evaluation.first_call`), after trusted code started the OpenMP thread
      team.
    Every output is copied right after the call returns and compared with the buffer again
    later: a change means work continued after the return (e.g. a thread outliving the call).
@@ -40,8 +40,8 @@ Protocol (docs/design.md, "Evaluation protocol"):
    matches (the candidate can write in the child's directory).
 4. This process generates every input from (shape, seed) once, while the compiler runs, and
    saves each set into the directory of the child that uses it (the children load instead of
-   generating again; :class:`kernels.judge.Expected`); it keeps its own copies, computes the float64
-   references (ahead where always needed) and classifies in one place, :func:`kernels.judge._judge`:
+   generating again; :class:`kernels.evaluation.judge.Expected`); it keeps its own copies, computes the float64
+   references (ahead where always needed) and classifies in one place, :func:`kernels.evaluation.judge._judge`:
    guards intact, inputs unchanged (the CPU child reports a sha256 digest of each input
    buffer after the calls, compared here with the digest of this process's copy; the CUDA
    child saves its inputs for this process to compare), no late writes (else ``invalid``); finite, within
@@ -50,7 +50,7 @@ Protocol (docs/design.md, "Evaluation protocol"):
    within ``roofline_margin`` times this host's measured copy bandwidth and FMA throughput
    (:mod:`kernels.hostperf`; else ``invalid``). Before any value is judged, each case's
    float64 reference must be finite and within the workload's magnitude bound
-   (:mod:`kernels.reference_check`): a case whose reference is not is the workload's
+   (:mod:`kernels.evaluation.reference_check`): a case whose reference is not is the workload's
    failure, ``invalid_input`` (outranked by the candidate's own ``invalid`` and
    ``wrong_result`` on usable references), and a stored case whose reference is not is
    skipped with a note. Inputs that exposed a wrong result (on a usable reference) are
@@ -68,17 +68,18 @@ from typing import Any
 import numpy as np
 
 from kernels import config, hostperf
-from kernels._cuda_eval import evaluate_cuda
 from kernels.backends import Backend, get_backend
 from kernels.backends.cpu import CompileError, CpuBackend
 from kernels.backends.replay import evaluate_replay
+from kernels.evaluation.cuda_pipeline import evaluate_cuda
+from kernels.evaluation.first_call import first_call_note
+from kernels.evaluation.judge import _SENTINELS_ONLY, Expected, _judge, _plan, _reported_flush, _run_failure, reference_notes
+from kernels.evaluation.timing import BenchSettings, evict_library, omp_environment
 from kernels.evidence import Evidence
-from kernels.first_call import first_call_note
-from kernels.guard_pages import FAULT_SOURCE, GUARD_ELEMS, GuardLayout
 from kernels.hashing import candidate_hash
-from kernels.judge import _SENTINELS_ONLY, Expected, _judge, _plan, _reported_flush, _run_failure, reference_notes
 from kernels.outcome import Outcome
-from kernels.sandbox import (
+from kernels.sandbox.guard_pages import FAULT_SOURCE, GUARD_ELEMS, GuardLayout
+from kernels.sandbox.spawn import (
     ChildRun,
     PendingChild,
     SandboxPolicy,
@@ -90,7 +91,6 @@ from kernels.sandbox import (
     start_child,
 )
 from kernels.space import SpaceError, format_defines
-from kernels.timing import BenchSettings, evict_library, omp_environment
 from kernels.validation_store import ValidationStore
 from kernels.workloads import Workload, get_workload
 
@@ -100,7 +100,7 @@ __all__ = ["BenchSettings", "Evidence", "evaluate"]
 def _evict_library(be: Backend, bench: BenchSettings, sections: list[str]) -> Path | None:
     """The compiled native timing helper (CPU backend), or None: the cache eviction of the
     ``"evict"`` flush and the start of the OpenMP thread team before the candidate's first
-    call (:func:`kernels.timing.team_starter`), whatever the flush.
+    call (:func:`kernels.evaluation.timing.team_starter`), whatever the flush.
 
     Compiled like a candidate (same compiler, flags and cache) from trusted source; a
     failure is logged: the timing child falls back to the ``"rewrite"`` flush, and the
@@ -117,7 +117,7 @@ def _evict_library(be: Backend, bench: BenchSettings, sections: list[str]) -> Pa
 
 
 def _fault_library(sections: list[str]) -> Path | None:
-    """The guard-fault helper (:data:`kernels.guard_pages.FAULT_SOURCE`) compiled for this
+    """The guard-fault helper (:data:`kernels.sandbox.guard_pages.FAULT_SOURCE`) compiled for this
     host, or None.
 
     Compiled like a candidate (same compiler, flags and cache) from trusted source; a failure
@@ -146,7 +146,7 @@ def _limits(be: Backend) -> dict:
 def _own_writes(wl: Workload, cases: list[dict], timed: list[dict],
                 layout: GuardLayout = _SENTINELS_ONLY) -> tuple[int, int]:
     """(bytes, files) the sandbox child's trusted code saves for a candidate that behaves
-    (:mod:`kernels._sandbox_child`): both calls' outputs per validation case; the last, drawn
+    (:mod:`kernels.sandbox.child`): both calls' outputs per validation case; the last, drawn
     and fresh-contents calls' outputs per timed shape (whole guarded buffers of ``layout``, an
     ``.npy`` header and a partly used 4 KiB block each). Allowed besides the candidate's own disk
     quota: large shapes need far more than it (1.9 GB for FlashInfer's 14,509-row RMSNorm),
@@ -205,7 +205,7 @@ def evaluate(
         launch_plan: CUDA only: the candidate's launch plan (dict for
             :meth:`kernels.backends.cuda.LaunchPlan.from_dict`); default the template's.
         compile_options: CUDA only: ``{"compiler": "nvrtc"|"nvcc", "extra": [...]}``.
-            ``backend="cuda"`` or a ``cuda-smXY`` target runs :func:`kernels._cuda_eval.evaluate_cuda`.
+            ``backend="cuda"`` or a ``cuda-smXY`` target runs :func:`kernels.evaluation.cuda_pipeline.evaluate_cuda`.
 
     Returns:
         :class:`Evidence`; every candidate failure is an outcome, never an exception.
@@ -215,7 +215,7 @@ def evaluate(
         ValueError: ``timeout_s`` not a positive finite number of seconds.
         ImportError: ``backend="cuda"`` on a host without cupy.
         OSError: the sandbox cannot be started (infrastructure failure, not the candidate's);
-            :class:`kernels.sandbox.SandboxError` when the child could not confine itself.
+            :class:`kernels.sandbox.spawn.SandboxError` when the child could not confine itself.
     """
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < 1e6:
         raise ValueError(f"evaluate: timeout_s must be a number of seconds in (0, 1e6), not {timeout_s!r}")

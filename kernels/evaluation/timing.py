@@ -22,7 +22,7 @@ from kernels.backends.cpu import CpuBackend
 
 FLUSH_MODES = ("evict", "rewrite", "none")
 _NAN_BITS = 0x7FC00000  # float32 quiet NaN, what numpy writes for np.nan
-EVICT_SOURCE = Path(__file__).resolve().parent / "native" / "evict.c"
+EVICT_SOURCE = Path(__file__).resolve().parents[1] / "native" / "evict.c"
 
 
 @dataclass(frozen=True)

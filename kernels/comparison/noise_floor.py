@@ -1,13 +1,13 @@
 """The noise floor of a target: the smallest time ratio this host can resolve, and where it is kept.
 
-The floor is measured by A/A comparisons (:func:`kernels.paired.measure_noise_floor`): one
+The floor is measured by A/A comparisons (:func:`kernels.comparison.paired.measure_noise_floor`): one
 kernel compared with itself, paired and interleaved, in fresh pairs of sandbox children
 (rounds). Every round's ratio would be exactly 1 on a noiseless host; the floor is how far
-the A/A comparison's interval (:func:`kernels.verdict.judge_rounds`) reaches from 1,
+the A/A comparison's interval (:func:`kernels.comparison.verdict.judge_rounds`) reaches from 1,
 ``f = exp(max(|ln ci_low|, |ln ci_high|)) - 1``, and never below :data:`MIN_FLOOR`: the
 smallest ratio this host resolves with that many rounds.
 A paired comparison calls one kernel faster only when its whole interval lies outside
-``[1/(1+f), 1+f]`` (:func:`kernels.verdict.judge_rounds`).
+``[1/(1+f), 1+f]`` (:func:`kernels.comparison.verdict.judge_rounds`).
 
 The floor depends on the host (CPU, compiler, load, frequency policy) and on the kind of
 kernel (a 5 us call is noisier than a 10 ms one), so it is kept per target fingerprint
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Protocol
 
 from kernels import config
-from kernels.verdict import judge_rounds
+from kernels.comparison.verdict import judge_rounds
 
 __all__ = ["MIN_FLOOR", "FileFloorStore", "FloorStore", "fingerprint_key", "floor_from_ratios", "floor_key"]
 
@@ -42,7 +42,7 @@ MIN_FLOOR = 0.005
 
 def floor_from_ratios(aa_ratios: Sequence[float]) -> float:
     """The noise floor ``f`` (a fraction) from A/A round ratios: how far their interval
-    (:func:`kernels.verdict.judge_rounds`, floor 0) reaches from 1, at least :data:`MIN_FLOOR`.
+    (:func:`kernels.comparison.verdict.judge_rounds`, floor 0) reaches from 1, at least :data:`MIN_FLOOR`.
 
     Raises:
         ValueError: fewer than 2 ratios, or one that is not positive and finite.

@@ -36,7 +36,7 @@ Layers, in order (Linux):
    ``io_uring_*``, ``unshare``, ``setns``, ``mount``, ``ptrace``, ``bpf``, ``userfaultfd``,
    ``fallocate`` (``EOPNOTSUPP``: it reserves disk past the file-size limit) and
    installing a ``SIGSEGV``/``SIGBUS`` handler (work deferred to the evaluator's first touch of a
-   protected output page; the child's own fault helper, :mod:`kernels.guard_pages`, is
+   protected output page; the child's own fault helper, :mod:`kernels.sandbox.guard_pages`, is
    installed before the lockdown and stays); other ABIs
    (i386 ``int 0x80``, x32) kill the process. Threads (OpenMP) keep working; nothing the
    candidate starts can outlive the process group the parent kills.
@@ -454,7 +454,7 @@ def apply(policy: dict, workdir: str, readable: list[str] | None = None) -> dict
     Args:
         policy: ``{"uid": int | None, "gid": int | None, "network": bool,
             "landlock": bool, "mount_fallback": bool, "seccomp": bool,
-            "device_globs": [str]}`` (:meth:`kernels.sandbox.SandboxPolicy.to_child`).
+            "device_globs": [str]}`` (:meth:`kernels.sandbox.spawn.SandboxPolicy.to_child`).
         workdir: the private directory (absolute), owned by ``uid`` when dropping.
         readable: with Landlock, the only paths (besides ``workdir``) that may still be read
             (:func:`readable_roots`); None leaves reads to the file permissions.

@@ -1,9 +1,9 @@
 """One side of a measurement that runs kernels in sandbox children taking turns.
 
-A paired comparison (:mod:`kernels.paired`) and the promotion guard's engine check
+A paired comparison (:mod:`kernels.comparison.paired`) and the promotion guard's engine check
 (:mod:`engines._isolated`) both run each side in a sandbox child of its own, confined as every
 evaluation child: a private directory holding copies of the side's files (its libraries), logs
-of its own, and :func:`kernels.sandbox.start_child`. :class:`SandboxSide` is that child's
+of its own, and :func:`kernels.sandbox.spawn.start_child`. :class:`SandboxSide` is that child's
 lifecycle: start and begin it, take its turns (keeping the parent's wall clock of each),
 collect its signed result, remove its directories. Failures raise :class:`SideFailed` with a
 reason for a person; the caller names the side in its own terms.
@@ -16,7 +16,7 @@ import signal
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from kernels.sandbox import (
+from kernels.sandbox.spawn import (
     ChildRun,
     PendingChild,
     SandboxPolicy,
@@ -56,7 +56,7 @@ class SandboxSide:
         tail_chars: characters of its stderr quoted in a failure.
 
     Raises:
-        OSError: the sandbox could not be started (:class:`kernels.sandbox.SandboxError`);
+        OSError: the sandbox could not be started (:class:`kernels.sandbox.spawn.SandboxError`);
             nothing is left behind.
     """
 

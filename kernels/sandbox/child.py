@@ -12,12 +12,12 @@ Phases:
    generate) every input set and allocate every buffer (so nothing needs files outside the private
    directory later: after the privilege drop the interpreter's own directory may be
    unreadable).
-2. *Lockdown*: :func:`kernels._isolation.apply`; its report is written to the result pipe as
+2. *Lockdown*: :func:`kernels.sandbox.isolation.apply`; its report is written to the result pipe as
    the first line, before the candidate library is loaded, so the candidate cannot forge it.
 3. *Candidate*: load the library, call, time; the result JSON follows on the pipe.
 
 Buffers: every array the candidate sees is float32 in a mapping of its own
-(:func:`kernels.guard_pages.allocate`, layout :class:`kernels.guard_pages.GuardLayout` from the
+(:func:`kernels.sandbox.guard_pages.allocate`, layout :class:`kernels.sandbox.guard_pages.GuardLayout` from the
 request)::
 
     [ PROT_NONE, 1 MiB | sentinels, >= 1024 | data, page-aligned | sentinels, >= 1024 | PROT_NONE, 1 MiB ]
@@ -26,7 +26,7 @@ The sentinels (bit pattern ``0xA5A5A5A5``) fill whole pages: on 4 KiB pages 1024
 before the data and 1024 to 2047 after it (up to the next page boundary); a small overrun
 changes them and the parent counts the changes (``invalid``). Any access further out, up to
 1 MiB (262,144 elements) before or after, hits an inaccessible page and faults at once: the
-fault helper (:class:`kernels.guard_pages.FaultReporter`, installed in the trusted phase,
+fault helper (:class:`kernels.sandbox.guard_pages.FaultReporter`, installed in the trusted phase,
 every buffer registered by name as it is made) writes one stderr line naming the buffer and
 the element, and the child dies by the signal (``runtime_error``). A request without
 ``guard_layout`` gets the sentinel-only layout ``[guard | data | guard]``.
@@ -82,15 +82,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kernels import _isolation
-from kernels._child_common import SAVED, request_workload, save_new
-from kernels._cuda_child import prepare as prepare_cuda
-from kernels.guard_pages import GUARD_BITS, FaultReporter, GuardLayout, allocate
+from kernels.evaluation.timing import BenchSettings, Evictor, bench_run, make_flush, team_starter
 from kernels.hashing import array_digest, result_mac
-from kernels.timing import BenchSettings, Evictor, bench_run, make_flush, team_starter
+from kernels.sandbox import isolation
+from kernels.sandbox.child_request import SAVED, request_workload, save_new
+from kernels.sandbox.cuda_child import prepare as prepare_cuda
+from kernels.sandbox.guard_pages import GUARD_BITS, FaultReporter, GuardLayout, allocate
 from kernels.workloads import shape_label
 
-_PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LATE_CHECK_DELAY_S = 0.02  # outputs are re-read at least this long after the last call
 UNWRITTEN_SAMPLE = 64  # output elements per output checked for NaN after every timed-phase call
 
@@ -105,7 +105,7 @@ def guarded(n: int, guard: GuardLayout | int, fill: np.ndarray | None = None) ->
     sentinels, middle NaN or ``fill``; inaccessible pages around it where the layout has them.
 
     Raises:
-        OSError: the mapping failed (:func:`kernels.guard_pages.allocate`).
+        OSError: the mapping failed (:func:`kernels.sandbox.guard_pages.allocate`).
     """
     layout = as_layout(guard)
     buf = allocate(n, layout)
@@ -129,7 +129,7 @@ def load_guarded(fname: str, guard: GuardLayout | int) -> Guarded:
     Raises:
         ValueError: the file does not hold a C-ordered float32 array, or is shorter than its
             header says.
-        OSError: the mapping failed (:func:`kernels.guard_pages.allocate`).
+        OSError: the mapping failed (:func:`kernels.sandbox.guard_pages.allocate`).
     """
     layout = as_layout(guard)
     with open(fname, "rb") as f:
@@ -156,7 +156,7 @@ class _Io:
 
     ``inputs``: ``{name: array}`` (copied into new guarded buffers) or ``{name:
     Guarded}`` (the buffer is used as it is; its layout must be ``guard``). ``guard``: the
-    :class:`~kernels.guard_pages.GuardLayout` (an int: sentinels only, :func:`as_layout`).
+    :class:`~kernels.sandbox.guard_pages.GuardLayout` (an int: sentinels only, :func:`as_layout`).
     ``faults``: the fault helper every buffer made here (and every ``Guarded`` one) is
     registered with, named after its argument and ``label`` (e.g. ``validation case v0``;
     the outputs after ``out_label`` where given: a timed shape's sets share them)."""
@@ -587,7 +587,7 @@ def _signed(key: bytes, result: dict) -> bytes:
 def serve(req: dict, result_fd: int, go_fd: int | None = None) -> None:
     """:func:`main` on a request already read (the fork server's children start here).
 
-    ``go_fd``: read end of the go pipe (:class:`kernels.sandbox.PendingChild`): once
+    ``go_fd``: read end of the go pipe (:class:`kernels.sandbox.spawn.PendingChild`): once
     prepared, wait for one byte on it before the lockdown; end-of-file (the parent
     cancelled) returns without running anything."""
     key = bytes.fromhex(req.pop("result_key", ""))  # out of the request the candidate phase sees
@@ -607,8 +607,8 @@ def serve(req: dict, result_fd: int, go_fd: int | None = None) -> None:
     try:
         # The CPU child reads only what it needs; the CUDA child's driver and libraries are
         # not mapped out well enough here to confine its reads without a GPU to check them.
-        readable = _isolation.readable_roots(_PROJECT_ROOT) if req.get("backend", "cpu") == "cpu" else None
-        report = _isolation.apply(req.get("sandbox", {}), os.getcwd(), readable)
+        readable = isolation.readable_roots(_PROJECT_ROOT) if req.get("backend", "cpu") == "cpu" else None
+        report = isolation.apply(req.get("sandbox", {}), os.getcwd(), readable)
     except OSError as exc:
         _write(result_fd, json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode() + b"\n")
         os._exit(70)
@@ -626,7 +626,7 @@ def serve(req: dict, result_fd: int, go_fd: int | None = None) -> None:
 
 
 def _prepare_turns(req: dict):
-    """Trusted phase of a turn-taking CPU child (one side of :mod:`kernels.paired`); returns
+    """Trusted phase of a turn-taking CPU child (one side of :mod:`kernels.comparison.paired`); returns
     the candidate phase as a callable of the channel's descriptor.
 
     The request's ``timed`` items are prepared as in the timing child (rotation sets, the

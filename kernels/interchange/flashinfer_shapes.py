@@ -1,7 +1,7 @@
 """FlashInfer Trace definitions and workloads read as shape sets of our workloads.
 
 Layout ``definitions/<op_type>/<name>.json`` and ``workloads/<op_type>/<name>.jsonl`` (see
-:mod:`kernels.flashinfer_trace`, which also exports our candidates and evidence to FlashInfer).
+:mod:`kernels.interchange.flashinfer_trace`, which also exports our candidates and evidence to FlashInfer).
 The workload registry (:mod:`kernels.workloads.registry`) adds each mapped definition as a
 shape set ``flashinfer-<definition>`` (:func:`with_imported_shape_sets`); nothing here reads the
 registry itself: the workloads to check against are passed in.
@@ -387,7 +387,7 @@ def _workload_of(entry: WorkloadEntry | Mapping[str, Any]) -> dict[str, Any]:
 
 def read_shape_sets(root: str | os.PathLike[str] | None,
                     registry: Mapping[str, Workload]) -> tuple[dict[str, ShapeSetImport], dict[str, str]]:
-    """:func:`kernels.flashinfer_trace.import_report` against ``registry`` (workload name ->
+    """:func:`kernels.interchange.flashinfer_trace.import_report` against ``registry`` (workload name ->
     :class:`~kernels.workloads.base.Workload`): the shape sets of every mapped definition that
     has workload entries, and the refused definitions.
 
@@ -427,7 +427,7 @@ IMPORTED_PREFIX = "flashinfer-"
 
 def with_imported_shape_sets(registry: Mapping[str, Workload],
                              root: str | os.PathLike[str] | None = None) -> dict[str, Workload]:
-    """``registry`` with each imported definition (:func:`kernels.flashinfer_trace.import_shape_sets`) added to its
+    """``registry`` with each imported definition (:func:`kernels.interchange.flashinfer_trace.import_shape_sets`) added to its
     workload as shape set ``flashinfer-<definition>``, so that evaluation, tuning, goals and
     the web forms can use the recorded serving shapes like any other set.
 

@@ -1,6 +1,6 @@
 """The verdict of a paired comparison: per-round ratios, their interval, the noise floor.
 
-A paired comparison (:mod:`kernels.paired`) measures kernels A and B in several *rounds*,
+A paired comparison (:mod:`kernels.comparison.paired`) measures kernels A and B in several *rounds*,
 each a fresh pair of sandbox children taking turns call by call; a round gives one ratio
 ``r_i = median time of B / median time of A`` (over a shape set: the sum of the per-shape
 medians, as the goal's ``latency_ms``). Rounds are the unit of replication (Kalibera &
@@ -16,7 +16,7 @@ over the per-round log-ratios ``l_i = ln r_i``:
   replacement (Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 13), seeded.
 - ``p_value``: two-sided Wilcoxon signed-rank test of "no difference" over the rounds'
   log-ratios (``scipy.stats.wilcoxon``; exact for small round counts).
-- The *noise floor* ``f`` of the target (:mod:`kernels.noise_floor`): how far the interval of
+- The *noise floor* ``f`` of the target (:mod:`kernels.comparison.noise_floor`): how far the interval of
   an A/A comparison (a kernel against itself) reached from 1 on this host. B is called
   faster or slower only when the whole interval lies outside ``[1/(1+f), 1+f]``; otherwise
   the verdict is ``tie``.

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from kernels import config
-from kernels.toolchain import CompileError, ToolTimeout, compiler_ids, failure, run_tool
+from kernels.sandbox.toolchain import CompileError, ToolTimeout, compiler_ids, failure, run_tool
 
 __all__ = [
     "ARCHS",

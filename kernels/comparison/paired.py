@@ -7,7 +7,7 @@ comparison is measured on its own, in *rounds*:
 
 1. Both kernels are compiled once (the same compiler and flags); their libraries' bytes say
    whether they are identical.
-2. A round starts a fresh pair of sandbox children (:func:`kernels.sandbox.start_child`
+2. A round starts a fresh pair of sandbox children (:func:`kernels.sandbox.spawn.start_child`
    with ``turns=True``), one per kernel, each confined as every evaluation child and in its
    own private directory (neither can reach the other's process or files). Both generate the
    same inputs (the round's seeds) into their own guarded buffers.
@@ -19,8 +19,8 @@ comparison is measured on its own, in *rounds*:
    are discarded, then turns continue until each side has at least ``min_calls`` timed calls
    and ``round_ms`` of wall clock passed (at most ``max_calls``).
 4. A round's ratio is ``sum of B's per-shape medians / sum of A's``; the verdict is computed
-   over the rounds' ratios (:func:`kernels.verdict.judge_rounds`), against the target's noise
-   floor (:mod:`kernels.noise_floor`, measured here by A/A when none is stored).
+   over the rounds' ratios (:func:`kernels.comparison.verdict.judge_rounds`), against the target's noise
+   floor (:mod:`kernels.comparison.noise_floor`, measured here by A/A when none is stored).
 
 A side whose child fails (crashes, hangs past ``turn_timeout_s``, leaves sampled output
 elements unwritten, forges its report) ends the comparison with :class:`ComparisonFailed`
@@ -44,13 +44,13 @@ import numpy as np
 
 from kernels.backends import capabilities, get_backend
 from kernels.backends.cpu import CompileError
-from kernels.guard_pages import GuardLayout
-from kernels.noise_floor import FileFloorStore, FloorStore, floor_from_ratios, floor_key
-from kernels.sandbox import SandboxPolicy
-from kernels.sandbox_side import SandboxSide, SideFailed
+from kernels.comparison.noise_floor import FileFloorStore, FloorStore, floor_from_ratios, floor_key
+from kernels.comparison.sandbox_side import SandboxSide, SideFailed
+from kernels.comparison.verdict import judge_rounds
+from kernels.evaluation.timing import FLUSH_MODES, evict_library, omp_environment
+from kernels.sandbox.guard_pages import GuardLayout
+from kernels.sandbox.spawn import SandboxPolicy
 from kernels.space import SpaceError, format_defines
-from kernels.timing import FLUSH_MODES, evict_library, omp_environment
-from kernels.verdict import judge_rounds
 from kernels.workloads import Workload, get_workload, shape_label
 
 __all__ = ["ComparisonFailed", "Kernel", "PairSettings", "PairedComparison", "compare_paired", "measure_noise_floor"]
@@ -92,7 +92,7 @@ class PairSettings:
         round_ms: wall clock (ms) of timed turns per shape in a round, both sides together;
             turns continue past it until ``min_calls``.
         flush: ``"evict"`` (default), ``"rewrite"`` or ``"none"``, as
-            :class:`kernels.timing.BenchSettings`.
+            :class:`kernels.evaluation.timing.BenchSettings`.
         turn_timeout_s: seconds one call (with its flush) may take before the side is failed.
         seed: base seed of the rounds' inputs (a non-negative integer, as NumPy's); None draws one.
 
@@ -140,7 +140,7 @@ class PairedComparison:
     """The result of :func:`compare_paired`.
 
     Attributes:
-        verdict: ``"a_faster"``, ``"b_faster"`` or ``"tie"`` (:func:`kernels.verdict.judge_rounds`);
+        verdict: ``"a_faster"``, ``"b_faster"`` or ``"tie"`` (:func:`kernels.comparison.verdict.judge_rounds`);
             always ``"tie"`` when the two libraries are byte-identical.
         notes: what a person should know beside the verdict (e.g. a side whose mean call is
             more than :data:`STALL_RATIO` times its median: some of its calls stall).
@@ -151,7 +151,7 @@ class PairedComparison:
         p_value: sign-flip randomisation p-value over rounds.
         noise_floor: the floor the interval had to clear (fraction); floor_source: where it
             came from (``"given"``, ``"stored"``, ``"measured"``); floor: the stored entry.
-        rounds, round_ratios, rounds_needed, why: see :class:`kernels.verdict.RoundVerdict`.
+        rounds, round_ratios, rounds_needed, why: see :class:`kernels.comparison.verdict.RoundVerdict`.
         median_a_ms, median_b_ms: median over rounds of each side's summed per-shape medians (ms).
         shapes: per shape label ``{"ratio", "ci", "verdict", "median_a_ms", "median_b_ms",
             "mean_a_ms", "mean_b_ms", "round_ratios"}`` (the same statistic per shape, judged
@@ -203,7 +203,7 @@ def _shapes(wl: Workload, shape_set: str, labels: list[str] | None) -> list[dict
 
 
 class _Side(SandboxSide):
-    """One kernel's child in one round (:class:`kernels.sandbox_side.SandboxSide`), its
+    """One kernel's child in one round (:class:`kernels.comparison.sandbox_side.SandboxSide`), its
     failures named by the side (``"A"`` or ``"B"``)."""
 
     def __init__(self, name: str, library: Path, request: dict, policy: SandboxPolicy, env: dict,
@@ -412,7 +412,7 @@ def compare_paired(
         KeyError: unknown workload, shape set, shape label or backend.
         ValueError: a backend without a turn-taking child, or a negative ``noise_floor``.
         ComparisonFailed: a side did not compile or its child failed (``side`` says which).
-        OSError: the sandbox cannot be started (:class:`kernels.sandbox.SandboxError`).
+        OSError: the sandbox cannot be started (:class:`kernels.sandbox.spawn.SandboxError`).
     """
     started = time.monotonic()
     if noise_floor is not None and not noise_floor >= 0:
@@ -514,7 +514,7 @@ def measure_noise_floor(
     sandbox: SandboxPolicy | None = None,
 ) -> dict:
     """Measure the noise floor by A/A: ``kernel`` against itself in at least
-    :data:`FLOOR_ROUNDS` rounds (:func:`kernels.noise_floor.floor_from_ratios`), and store it.
+    :data:`FLOOR_ROUNDS` rounds (:func:`kernels.comparison.noise_floor.floor_from_ratios`), and store it.
 
     Returns:
         The stored entry: ``floor`` (fraction), ``aa_ratios``, ``rounds``, ``measured_at``,

@@ -6,14 +6,14 @@ server is one such process, started once per evaluating process, that has import
 everything and never loads candidate code; each child is an ``os.fork()`` of it (a few
 milliseconds) that then does exactly what a freshly started child does: resource limits first,
 its own session, the request's environment, cwd and standard streams, then
-:func:`kernels._sandbox_child.serve` (lockdown, candidate). Nothing else changes: the same
+:func:`kernels.sandbox.child.serve` (lockdown, candidate). Nothing else changes: the same
 confinement, the same result pipe, the same wall-clock kill of the process group by the
 evaluating process.
 
 Protocol (``AF_UNIX`` ``SOCK_SEQPACKET``, one message per request): a JSON header
 ``{cwd, env, limits, go}`` with five file descriptors (six when ``go``): the result pipe's
 write end, stdout and stderr files, one end of a status socket pair, an unlinked file holding
-the request and the read end of the go pipe (:class:`kernels.sandbox.PendingChild`); a request
+the request and the read end of the go pipe (:class:`kernels.sandbox.spawn.PendingChild`); a request
 with another count is refused (its status socket closed). On the status socket the server
 writes ``{"pid": N}`` once the child leads its own session, and ``{"returncode": R}`` when it
 has reaped it (``R`` as :attr:`subprocess.Popen.returncode`: negative for a signal).
@@ -34,16 +34,16 @@ import tempfile
 import threading
 from pathlib import Path
 
-from kernels import _sandbox_child
+from kernels.sandbox import child
 
-_ROOT = str(Path(__file__).resolve().parent.parent)
+_ROOT = str(Path(__file__).resolve().parents[2])
 _MAX_MESSAGE = 8 * 2**20
 
 _BOOTSTRAP = f"""\
 import sys
 sys.dont_write_bytecode = True
 sys.path.insert(0, {_ROOT!r})
-from kernels.forkserver import serve_forever
+from kernels.sandbox.forkserver import serve_forever
 serve_forever(int(sys.argv[1]))
 """
 
@@ -197,7 +197,7 @@ def server(env: dict[str, str]) -> ForkServer:
 
 def serve_forever(sock_fd: int) -> None:
     """Fork one child per request until the client leaves; what children need (numpy, the
-    workload registry, :mod:`kernels.timing`) came with :mod:`kernels._sandbox_child`."""
+    workload registry, :mod:`kernels.evaluation.timing`) came with :mod:`kernels.sandbox.child`."""
     sock = socket.socket(fileno=sock_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -337,7 +337,7 @@ def _become_child(job: dict, result_fd: int, out_fd: int, err_fd: int, body_fd: 
     os.chdir(job["cwd"])
     os.environ.clear()  # putenv: libraries loaded from now on (libgomp) see only this
     os.environ.update(job["env"])
-    _sandbox_child.serve(request, result_fd, go_fd)
+    child.serve(request, result_fd, go_fd)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -1,7 +1,7 @@
 """What the sandbox applies to a child (:class:`SandboxPolicy`) and the user it drops to.
 
-The policy is data: :mod:`kernels.sandbox` applies it when it starts a child, and the
-compilers (:mod:`kernels.toolchain`) run as its user when this process is root.
+The policy is data: :mod:`kernels.sandbox.spawn` applies it when it starts a child, and the
+compilers (:mod:`kernels.sandbox.toolchain`) run as its user when this process is root.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class SandboxPolicy:
         device_globs: device files the candidate may still open for writing (Landlock).
         memory_bytes: address-space limit (RLIMIT_AS) in bytes.
         disk_bytes: bytes (allocated blocks) the child may write: its private directory,
-            files of it deleted but still held, its stdout and stderr (:class:`kernels.sandbox.DiskWatch`).
+            files of it deleted but still held, its stdout and stderr (:class:`kernels.sandbox.spawn.DiskWatch`).
         disk_entries: files and directories the child may add to its private directory.
 
     Raises:
@@ -97,7 +97,7 @@ class SandboxPolicy:
         return uid, gid
 
     def to_child(self) -> dict:
-        """The JSON the child's :func:`kernels._isolation.apply` reads."""
+        """The JSON the child's :func:`kernels.sandbox.isolation.apply` reads."""
         ids = self.ids()
         return {
             "uid": ids[0] if ids else None,

@@ -37,7 +37,7 @@ import numpy as np
 GUARD_ELEMS = 1024  # at least 4 KiB of sentinels before and after every array the kernel sees
 GUARD_BITS = np.uint32(0xA5A5A5A5)
 GUARD_REGION_BYTES = 2**20  # inaccessible bytes each side: overruns up to 262,144 elements fault
-FAULT_SOURCE = Path(__file__).resolve().parent / "native" / "guard_fault.c"
+FAULT_SOURCE = Path(__file__).resolve().parents[1] / "native" / "guard_fault.c"
 FAULT_MARKER = "int21-guard-fault: "  # the helper's line on stderr
 _HUGE_BYTES = 4 * 2**20  # from this size numpy's allocator asks for transparent huge pages too
 _MADV_HUGEPAGE = 14

@@ -1,5 +1,5 @@
-"""What the sandbox child's runners share (CPU: :mod:`kernels._sandbox_child`, CUDA:
-:mod:`kernels._cuda_child`): the request's workload and the files saved for the parent."""
+"""What the sandbox child's runners share (CPU: :mod:`kernels.sandbox.child`, CUDA:
+:mod:`kernels.sandbox.cuda_child`): the request's workload and the files saved for the parent."""
 
 from __future__ import annotations
 

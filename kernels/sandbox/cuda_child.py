@@ -1,6 +1,6 @@
-"""Sandbox child runner of the CUDA backend (called by :mod:`kernels._sandbox_child`).
+"""Sandbox child runner of the CUDA backend (called by :mod:`kernels.sandbox.child`).
 
-Same protocol and files as the CPU runner (see :mod:`kernels._sandbox_child`), on the GPU:
+Same protocol and files as the CPU runner (see :mod:`kernels.sandbox.child`), on the GPU:
 
 1. *Trusted phase* (:func:`prepare`, before the lockdown): import cupy, check that the
    device's compute capability matches the target, build the module (NVRTC compiles the
@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from kernels._child_common import request_workload, save_new
 from kernels.backends.cuda import (
     ResolvedLaunch,
     arch_of_device,
@@ -41,7 +40,8 @@ from kernels.backends.cuda import (
     prepare_kernels,
     run_bound,
 )
-from kernels.timing import BenchSettings
+from kernels.evaluation.timing import BenchSettings
+from kernels.sandbox.child_request import request_workload, save_new
 
 GUARD_BITS = np.uint32(0xA5A5A5A5)
 
@@ -102,7 +102,7 @@ def _compile_failure(exc: BaseException) -> dict:
 def prepare(req: dict):
     """Trusted phase of the CUDA runner; returns the candidate phase as a callable.
 
-    ``req`` (built by :mod:`kernels._cuda_eval`) has, besides the CPU runner's keys:
+    ``req`` (built by :mod:`kernels.evaluation.cuda_pipeline`) has, besides the CPU runner's keys:
     ``arch`` (``sm_90``), ``module`` (:meth:`CudaArtifact.module_spec`, path inside the
     private directory), ``launches`` (``{case or timed id: [ResolvedLaunch JSON]}``) and
     ``scratch`` (``{id: {name: float32 elements}}``).

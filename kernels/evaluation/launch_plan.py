@@ -8,7 +8,7 @@ plus optional float32 ``scratch`` buffers for multi-kernel algorithms (split-K, 
 reductions). Expressions use :class:`kernels.restrictions.Expression` (a whitelisted AST
 walk, never ``eval``). :meth:`LaunchPlan.resolve` turns a plan into concrete
 :class:`ResolvedLaunch` objects at one shape, checking the hardware limits of the target
-architecture (:data:`kernels.static.ARCHS`).
+architecture (:data:`kernels.evaluation.static.ARCHS`).
 
 Framework-free and import-light: usable by the web forms to validate a plan without cupy.
 """
@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kernels import static
+from kernels.evaluation import static
 from kernels.restrictions import Expression, RestrictionError
 
 __all__ = [
