@@ -34,7 +34,7 @@ import pytest
 
 from kernels import Outcome, evaluate, get_workload, load_template
 from kernels.backends.cpu import CpuBackend
-from kernels.sandbox.spawn import SandboxPolicy
+from kernels.sandbox.policy import SandboxPolicy
 from kernels.space import format_defines
 
 pytestmark = pytest.mark.timeout(120)
