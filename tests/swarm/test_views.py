@@ -11,7 +11,7 @@ from kernels.comparison.paired import PairedComparison
 from kernels.comparison.verdict import judge_rounds
 from swarm.models import AuditEvent, Baseline, Candidate, Direction, Goal, Insight, Promotion, PromotionRequest, Run
 from swarm.production import promotion
-from swarm.runs import baselines, orchestrator
+from swarm.runs import baselines, orchestrator, summaries
 
 GOAL_POST = {
     "name": "rmsnorm test",
@@ -144,7 +144,7 @@ def test_an_engineer_edits_a_goal_but_not_the_workload_of_a_goal_with_runs(clien
 @pytest.mark.django_db
 def test_the_goal_list_shows_state_best_and_speedup_over_the_stored_baseline(client, owner, evaluated_run):
     goal = evaluated_run.goal
-    best = orchestrator.best(evaluated_run, list(evaluated_run.candidates.select_related("evidence")))
+    best = summaries.best(evaluated_run, list(evaluated_run.candidates.select_related("evidence")))
     # starting the run asked for the key's baseline; a worker stores it
     Baseline.objects.filter(workload=goal.workload, target=goal.target, shape_set=goal.shape_set).update(
         state=Baseline.State.OK, latency_ms=best.evidence.metrics["latency_ms"] * 3)
@@ -304,7 +304,7 @@ def test_the_candidate_page_shows_the_first_call_beside_the_steady_state_and_the
     other = client.get(reverse("candidate-detail", args=[plain.pk])).content.decode()
     assert 'id="first-calls"' in other and 'id="first-call-flag"' not in other and "set-up cost" not in other
     # ranked by the steady state alone: the flagged candidate is still the best
-    assert orchestrator.best(run, [setup, plain]) == setup
+    assert summaries.best(run, [setup, plain]) == setup
 
 
 @pytest.mark.django_db
@@ -397,7 +397,7 @@ def timed(latency_by_candidate: dict[int, float], status: str = "ok"):
 
 @pytest.mark.django_db
 def test_promotion_puts_the_kernel_on_the_production_page_and_api(client, owner, evaluated_run):
-    best = orchestrator.best(evaluated_run, list(evaluated_run.candidates.select_related("evidence")))
+    best = summaries.best(evaluated_run, list(evaluated_run.candidates.select_related("evidence")))
     client.force_login(owner)
     page = client.get(reverse("candidate-detail", args=[best.pk]))
     assert b"Promote to production" in page.content and b"rmsnorm" in page.content

@@ -21,7 +21,7 @@ from swarm.goals import lifecycle
 from swarm.learning import store as insight_store
 from swarm.models import AuditEvent, Candidate, Direction, Goal, Insight, Promotion, PromotionRequest, Run
 from swarm.production.promotion import PromotionRefused, approve_request, earlier_refusals, reject_request, request_promotion, rollback
-from swarm.runs import baselines, directions, events, orchestrator
+from swarm.runs import baselines, directions, events, orchestrator, summaries
 from swarm.runs.dispatch import dispatch
 from swarm.web import goal_editor
 from swarm.web.api import exports
@@ -177,7 +177,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["get"])
     def summary(self, request, pk=None):
         """The ``factory run --json`` summary: best candidate, Pareto frontier, agents."""
-        return Response(orchestrator.run_summary(self.get_object()))
+        return Response(summaries.run_summary(self.get_object()))
 
     @extend_schema(parameters=[OpenApiParameter("status", str, description="only candidates with this status")],
                    responses=CandidateSerializer(many=True))
