@@ -34,7 +34,7 @@ def _start_time(pid: int) -> str:
         return "?"
 
 
-def _holder_is_dead(holder: str) -> bool:
+def holder_is_dead(holder: str) -> bool:
     """True when ``holder`` ran on this host and that process no longer exists."""
     try:
         host, pid, start = holder.rsplit(":", 2)
@@ -57,7 +57,7 @@ def claim(candidate_id: int) -> bool:
         "claimed_by", "claimed_at", "retry_history").first()
     if row is None or row["claimed_by"] == me:
         return False
-    if not (_holder_is_dead(row["claimed_by"]) or (row["claimed_at"] and row["claimed_at"] < now - stale_after())):
+    if not (holder_is_dead(row["claimed_by"]) or (row["claimed_at"] and row["claimed_at"] < now - stale_after())):
         return False
     history = [*row["retry_history"], {"taken_from": row["claimed_by"], "claimed_at": row["claimed_at"].isoformat() if row["claimed_at"] else None, "taken_at": now.isoformat()}]
     return bool(
