@@ -12,7 +12,7 @@ in ms):
 - ``summary``: the endpoint through DRF's test client with token auth (the summary from stored
   columns, :func:`swarm.runs.results.results`);
 - ``in-memory``: the same result built the way the endpoint built it before, one model
-  instance per candidate with its evidence, then :func:`swarm.runs.orchestrator.frontier` and
+  instance per candidate with its evidence, then :func:`swarm.runs.summaries.frontier` and
   ``best`` in Python;
 - ``no feasible``: the endpoint when the constraints exclude every candidate (the closest by
   total violation are ranked instead).
@@ -33,6 +33,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from swarm.runs import summaries
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -59,10 +61,10 @@ def _in_memory_summary(run) -> dict:
 
     run.refresh_from_db()
     cands = list(run.candidates.select_related("evidence").exclude(status__in=PENDING_STATUSES))
-    top = orchestrator.best(run, cands)
+    top = summaries.best(run, cands)
     summary = orchestrator.run_state(run)
     summary.update(best=top.to_dict() if top else None,
-                   frontier=[c.to_dict() for c in orchestrator.frontier(run, cands)],
+                   frontier=[c.to_dict() for c in summaries.frontier(run, cands)],
                    agents=[a.to_dict() for a in run.agents.all()])
     return summary
 

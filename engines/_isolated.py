@@ -272,7 +272,7 @@ def check_engine_isolated(req: dict[str, Any], *, settings: GuardSettings | None
         or failed, or a library does not compile (the guard blocks either way).
     """
     from kernels.comparison.verdict import judge_rounds  # noqa: PLC0415
-    from kernels.sandbox.spawn import SandboxError, SandboxPolicy  # noqa: PLC0415
+    from kernels.sandbox.policy import SandboxError, SandboxPolicy  # noqa: PLC0415
 
     settings = settings or GuardSettings()
     policy = policy or SandboxPolicy.from_env()

@@ -36,7 +36,8 @@ from kernels.backends.cpu import CompileError
 from kernels.comparison.sandbox_side import SandboxSide
 from kernels.evaluation.timing import omp_environment
 from kernels.outcome import Outcome
-from kernels.sandbox.spawn import ChildRun, SandboxError, SandboxPolicy
+from kernels.sandbox.policy import SandboxError, SandboxPolicy
+from kernels.sandbox.spawn import ChildRun
 from kernels.space import SpaceError, format_defines
 
 RUNNER = "engines._plan_child"

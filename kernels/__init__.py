@@ -13,7 +13,7 @@ from kernels.backends import replay as _replay  # noqa: F401  (provides the repl
 from kernels.evaluation.pipeline import BenchSettings, Evidence, evaluate
 from kernels.hashing import candidate_hash
 from kernels.outcome import Outcome
-from kernels.sandbox.spawn import SandboxPolicy
+from kernels.sandbox.policy import SandboxPolicy
 from kernels.space import DesignSpace, Parameter, SpaceError, point_key
 from kernels.stats import Comparison, compare, summarize
 from kernels.templates import default_space, load_template

@@ -49,7 +49,7 @@ from kernels.comparison.sandbox_side import SandboxSide, SideFailed
 from kernels.comparison.verdict import judge_rounds
 from kernels.evaluation.timing import FLUSH_MODES, evict_library, omp_environment
 from kernels.sandbox.guard_pages import GuardLayout
-from kernels.sandbox.spawn import SandboxPolicy
+from kernels.sandbox.policy import SandboxPolicy
 from kernels.space import SpaceError, format_defines
 from kernels.workloads import Workload, get_workload, shape_label
 

@@ -16,17 +16,9 @@ import signal
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from kernels.sandbox.spawn import (
-    ChildRun,
-    PendingChild,
-    SandboxPolicy,
-    TurnFailed,
-    hand_over,
-    make_workdir,
-    private_tempdir,
-    remove_tree,
-    start_child,
-)
+from kernels.sandbox.policy import SandboxPolicy
+from kernels.sandbox.spawn import ChildRun, PendingChild, TurnFailed, start_child
+from kernels.sandbox.workdirs import hand_over, make_workdir, private_tempdir, remove_tree
 
 __all__ = ["SandboxSide", "SideFailed"]
 

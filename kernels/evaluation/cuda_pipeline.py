@@ -41,7 +41,9 @@ from kernels.evidence import Evidence
 from kernels.hashing import candidate_hash
 from kernels.outcome import Outcome
 from kernels.sandbox.guard_pages import GUARD_ELEMS
-from kernels.sandbox.spawn import ChildRun, SandboxPolicy, make_workdir, private_tempdir, remove_tree, run_child
+from kernels.sandbox.policy import SandboxPolicy
+from kernels.sandbox.spawn import ChildRun, run_child
+from kernels.sandbox.workdirs import make_workdir, private_tempdir, remove_tree
 from kernels.space import SpaceError, format_defines
 from kernels.templates import default_launch_plan
 from kernels.validation_store import ValidationStore

@@ -28,7 +28,9 @@ from kernels.evaluation.reference_check import ReferenceProblem, describe, fix_h
 from kernels.hashing import array_digest
 from kernels.outcome import Outcome
 from kernels.sandbox.guard_pages import GUARD_BITS, GUARD_ELEMS, GuardLayout, fault_report
-from kernels.sandbox.spawn import ChildRun, SandboxPolicy, hand_over
+from kernels.sandbox.policy import SandboxPolicy
+from kernels.sandbox.spawn import ChildRun
+from kernels.sandbox.workdirs import hand_over
 from kernels.validation_store import StoredCase
 from kernels.workloads import Workload, shape_label
 

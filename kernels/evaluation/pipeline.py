@@ -79,17 +79,9 @@ from kernels.evidence import Evidence
 from kernels.hashing import candidate_hash
 from kernels.outcome import Outcome
 from kernels.sandbox.guard_pages import FAULT_SOURCE, GUARD_ELEMS, GuardLayout
-from kernels.sandbox.spawn import (
-    ChildRun,
-    PendingChild,
-    SandboxPolicy,
-    hand_over,
-    make_workdir,
-    place,
-    private_tempdir,
-    remove_tree,
-    start_child,
-)
+from kernels.sandbox.policy import SandboxPolicy
+from kernels.sandbox.spawn import ChildRun, PendingChild, start_child
+from kernels.sandbox.workdirs import hand_over, make_workdir, place, private_tempdir, remove_tree
 from kernels.space import SpaceError, format_defines
 from kernels.validation_store import ValidationStore
 from kernels.workloads import Workload, get_workload

@@ -37,7 +37,7 @@ class SandboxPolicy:
         device_globs: device files the candidate may still open for writing (Landlock).
         memory_bytes: address-space limit (RLIMIT_AS) in bytes.
         disk_bytes: bytes (allocated blocks) the child may write: its private directory,
-            files of it deleted but still held, its stdout and stderr (:class:`kernels.sandbox.spawn.DiskWatch`).
+            files of it deleted but still held, its stdout and stderr (:class:`kernels.sandbox.disk_watch.DiskWatch`).
         disk_entries: files and directories the child may add to its private directory.
 
     Raises:

@@ -1,6 +1,7 @@
-"""What agents see of a goal's history, built incrementally per run.
+"""What agents see: the frozen :class:`~swarm.agents.RunView` of a run (:func:`run_view`), with the
+goal's history built incrementally per run (:func:`observe`).
 
-Every generation :func:`swarm.runs.orchestrator.run_view` needs the point key of every candidate of
+Every generation :func:`run_view` needs the point key of every candidate of
 the goal (what was already proposed) and an :class:`~swarm.agents.Observation` of every finished
 one. Building both from scratch each generation costs O(history) Python work per generation
 (a JSON key and an object per row), i.e. a run quadratic in its length. A finished candidate
@@ -16,11 +17,17 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from dataclasses import replace
+from typing import Any, NamedTuple
 
-from swarm.agents import Observation
-from swarm.models import PENDING_STATUSES, UNJUDGED_STATUSES
+import kernels
+from kernels.space import format_defines
+from swarm.agents import AGENTS, Observation, RunView
+from swarm.learning import store as insight_store
+from swarm.models import PENDING_STATUSES, UNJUDGED_STATUSES, Candidate, Evidence, Goal, Run
+from swarm.runs import roofline
 from swarm.runs.history import Row
+from swarm.runs.history import goal_rows as history_rows
 
 MAX_RUNS = 16  # runs whose observations a process keeps
 
@@ -96,3 +103,87 @@ def forget(run_identity: str | None = None) -> None:
             _kept.clear()
         else:
             _kept.pop(run_identity, None)
+
+
+def reads_context(kind: str) -> bool:
+    """Whether agents of ``kind`` read sources, logs and insights (an unknown kind: assume so)."""
+    return getattr(AGENTS.get(kind), "reads_context", True)
+
+
+def run_view(run: Run, generation: int | None = None, *, rows: list | None = None, context: bool = True) -> RunView:
+    """Frozen snapshot of what agents may know about ``run`` and its goal's evidence.
+
+    Args:
+        run: the run.
+        generation: number of the generation being proposed (default: the next one).
+        rows: the goal's rows (:func:`swarm.runs.history.goal_rows`) when the caller has them.
+        context: fill what only coding agents read (sources and logs of the best and the
+            recently failed candidates, insights); parameter agents need none of it.
+    """
+    goal = run.goal
+    space = run.design_space()
+    seen, history = observe(run.identity, run.constraints, space.names,
+                                         history_rows(goal) if rows is None else rows,
+                                         space.point_key, run.is_feasible)
+    partial = RunView(
+        workload=goal.workload, target=goal.target, space=space, objectives=tuple(goal.objectives),
+        constraints=tuple(run.constraints), generation=generation or run.generation + 1,
+        seen=seen, history=history,
+    )
+    if not context:
+        return replace(partial, warm_start=tuple(run.warm_start.get("configs", [])), run=run.identity)
+    # Sources and logs only for what an LLM prompt shows: the best few and recent failures.
+    recent_failures = [o.candidate for o in history if o.status != "ok"][-3:]
+    # The best kernels of any parameters too (coding agents' own sources), overall and per agent.
+    best_kernels = {o.candidate for o in partial.best_kernels(3)} | {
+        o.candidate for a in {o.agent for o in history} for o in partial.best_kernels(3, agent=a)}
+    detail_ids = {o.candidate for o in partial.ranked()[:3]} | set(recent_failures) | best_kernels
+    details = {
+        c.pk: c for c in Candidate.objects.filter(pk__in=detail_ids).select_related("evidence").only(
+            "id", "source", "params", "evidence__log")
+    }
+    if details:
+        history = [
+            Observation(o.candidate, o.params, o.status, o.metrics, o.feasible, o.agent,
+                        source=format_defines(o.params) + details[o.candidate].source,
+                        log=getattr(getattr(details[o.candidate], "evidence", None), "log", "")[-3000:])
+            if o.candidate in details else o
+            for o in history
+        ]
+    return replace(
+        partial,
+        history=tuple(history),
+        warm_start=tuple(run.warm_start.get("configs", [])),
+        insights=tuple(insight_store.latest_insights(goal.workload, goal.target)),
+        contract=_contract(goal.workload),
+        template=goal.source,
+        run=run.identity,
+        incumbent=_incumbent(goal, partial),
+        directions=tuple(_direction_line(d) for d in run.directions.filter(state="applied").order_by("applied_at")[:20]),
+        context_tokens=goal.llm_context_tokens,
+    )
+
+
+def _incumbent(goal: Goal, view: RunView) -> dict[str, Any]:
+    """The best feasible candidate's roofline position and static resources (RunView.incumbent)."""
+    top = view.best_kernels(1)
+    if not top:
+        return {}
+    ev = Evidence.objects.filter(candidate_id=top[0].candidate).first()
+    if ev is None:
+        return {}
+    return {"candidate": top[0].candidate, "roofline": roofline.points(goal, ev),
+            "ceilings": {k: v for k, v in roofline.ceilings(goal, ev).items() if k in ("gbps", "gflops")},
+            "static": ev.static or {}}
+
+
+def _direction_line(d) -> str:
+    return f"{d.kind} {json.dumps(d.payload, sort_keys=True)} (generation {d.applied_generation})"
+
+
+def _contract(workload: str) -> str:
+    try:
+        w = kernels.get_workload(workload)
+    except KeyError:
+        return f"Recorded workload '{workload}' (replay): only parameters can be proposed."
+    return f"Entry point: {w.c_signature}\nCorrectness: {w.error_definition or 'max relative error within tolerance'} (tolerance {w.tolerance:g})."

@@ -12,11 +12,8 @@ take-over is recorded in the candidate's retry history.
 from __future__ import annotations
 
 import functools
-import json
 import logging
-import os
 import secrets
-import socket
 import zlib
 from collections.abc import Callable
 from dataclasses import replace
@@ -30,8 +27,7 @@ from django.utils import timezone
 
 import kernels
 from kernels.backends import get_backend
-from kernels.space import format_defines
-from swarm.agents import AGENTS, DEFAULT_MIX, Observation, Proposal, RunView, make_agent
+from swarm.agents import DEFAULT_MIX, Proposal, RunView, make_agent
 from swarm.learning import store as insight_store
 from swarm.learning.credit import Arm, allocate, frontier_improvements
 from swarm.models import (
@@ -47,12 +43,12 @@ from swarm.models import (
     ProposalFailure,
     Run,
 )
-from swarm.pareto import pareto_front
-from swarm.runs import agent_view, baselines, directions, events, llm_lane, remaining, roofline
+from swarm.runs import baselines, directions, events, llm_lane, remaining
+from swarm.runs.agent_view import reads_context, run_view
+from swarm.runs.claims import claim_many, holder_is_dead, stale_after, worker_identity
 from swarm.runs.history import goal_rows as history_rows
-from swarm.runs.noise_floors import floor_for, tied_with_best
+from swarm.runs.noise_floors import floor_for
 from swarm.runs.progress import finish, run_state
-from swarm.runs.results import results
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +73,6 @@ def _fingerprint(backend: str, target: str | None) -> dict[str, Any]:
 
 
 START_GRACE = timedelta(seconds=60)  # a run still at generation 0 after this was left half-started
-
-
-def stale_after() -> timedelta:
-    """Age after which a ``running`` claim is presumed dead: twice the evaluation timeout + 60 s."""
-    return timedelta(seconds=2 * settings.EVAL_TIMEOUT_S + 60)
 
 
 # --- starting and advancing runs --------------------------------------------------------------
@@ -214,7 +205,7 @@ def sweep() -> tuple[list[Candidate], list[Candidate]]:
             continue
         if c.status == CandidateStatus.QUEUED:
             queued.append(c)
-        elif _holder_is_dead(c.claimed_by) or (c.claimed_at and c.claimed_at < now - stale_after()):
+        elif holder_is_dead(c.claimed_by) or (c.claimed_at and c.claimed_at < now - stale_after()):
             to_dispatch.append(c)
     return to_dispatch, queued
 
@@ -293,7 +284,7 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
         exploration=float(getattr(settings, "SWARM_UCB_EXPLORATION", 0.3)),
     )
     # Agents think outside any transaction: an LLM call or a model fit must not hold a lock.
-    view = run_view(run, number, rows=rows, context=any(_reads_context(r.kind) for r in records))
+    view = run_view(run, number, rows=rows, context=any(reads_context(r.kind) for r in records))
     fingerprint = backend_fingerprint(goal)
     seen = set(view.seen)
     proposed: list[tuple[AgentRecord, Proposal]] = []
@@ -556,90 +547,6 @@ def _locked_run(run_id: int, *, with_goal: bool = True) -> Run:
     return (runs.select_related("goal") if with_goal else runs).get(pk=run_id)
 
 
-def _reads_context(kind: str) -> bool:
-    """Whether agents of ``kind`` read sources, logs and insights (an unknown kind: assume so)."""
-    return getattr(AGENTS.get(kind), "reads_context", True)
-
-
-def run_view(run: Run, generation: int | None = None, *, rows: list | None = None, context: bool = True) -> RunView:
-    """Frozen snapshot of what agents may know about ``run`` and its goal's evidence.
-
-    Args:
-        run: the run.
-        generation: number of the generation being proposed (default: the next one).
-        rows: the goal's rows (:func:`swarm.runs.history.goal_rows`) when the caller has them.
-        context: fill what only coding agents read (sources and logs of the best and the
-            recently failed candidates, insights); parameter agents need none of it.
-    """
-    goal = run.goal
-    space = run.design_space()
-    seen, history = agent_view.observe(run.identity, run.constraints, space.names,
-                                         history_rows(goal) if rows is None else rows,
-                                         space.point_key, run.is_feasible)
-    partial = RunView(
-        workload=goal.workload, target=goal.target, space=space, objectives=tuple(goal.objectives),
-        constraints=tuple(run.constraints), generation=generation or run.generation + 1,
-        seen=seen, history=history,
-    )
-    if not context:
-        return replace(partial, warm_start=tuple(run.warm_start.get("configs", [])), run=run.identity)
-    # Sources and logs only for what an LLM prompt shows: the best few and recent failures.
-    recent_failures = [o.candidate for o in history if o.status != "ok"][-3:]
-    # The best kernels of any parameters too (coding agents' own sources), overall and per agent.
-    best_kernels = {o.candidate for o in partial.best_kernels(3)} | {
-        o.candidate for a in {o.agent for o in history} for o in partial.best_kernels(3, agent=a)}
-    detail_ids = {o.candidate for o in partial.ranked()[:3]} | set(recent_failures) | best_kernels
-    details = {
-        c.pk: c for c in Candidate.objects.filter(pk__in=detail_ids).select_related("evidence").only(
-            "id", "source", "params", "evidence__log")
-    }
-    if details:
-        history = [
-            Observation(o.candidate, o.params, o.status, o.metrics, o.feasible, o.agent,
-                        source=format_defines(o.params) + details[o.candidate].source,
-                        log=getattr(getattr(details[o.candidate], "evidence", None), "log", "")[-3000:])
-            if o.candidate in details else o
-            for o in history
-        ]
-    return replace(
-        partial,
-        history=tuple(history),
-        warm_start=tuple(run.warm_start.get("configs", [])),
-        insights=tuple(insight_store.latest_insights(goal.workload, goal.target)),
-        contract=_contract(goal.workload),
-        template=goal.source,
-        run=run.identity,
-        incumbent=_incumbent(goal, partial),
-        directions=tuple(_direction_line(d) for d in run.directions.filter(state="applied").order_by("applied_at")[:20]),
-        context_tokens=goal.llm_context_tokens,
-    )
-
-
-def _incumbent(goal: Goal, view: RunView) -> dict[str, Any]:
-    """The best feasible candidate's roofline position and static resources (RunView.incumbent)."""
-    top = view.best_kernels(1)
-    if not top:
-        return {}
-    ev = Evidence.objects.filter(candidate_id=top[0].candidate).first()
-    if ev is None:
-        return {}
-    return {"candidate": top[0].candidate, "roofline": roofline.points(goal, ev),
-            "ceilings": {k: v for k, v in roofline.ceilings(goal, ev).items() if k in ("gbps", "gflops")},
-            "static": ev.static or {}}
-
-
-def _direction_line(d) -> str:
-    return f"{d.kind} {json.dumps(d.payload, sort_keys=True)} (generation {d.applied_generation})"
-
-
-def _contract(workload: str) -> str:
-    try:
-        w = kernels.get_workload(workload)
-    except KeyError:
-        return f"Recorded workload '{workload}' (replay): only parameters can be proposed."
-    return f"Entry point: {w.c_signature}\nCorrectness: {w.error_definition or 'max relative error within tolerance'} (tolerance {w.tolerance:g})."
-
-
 def _close_generation(run: Run) -> Generation | None:
     """Credit agents for frontier improvements of the run's current generation and mark it
     finished (inside the caller's transaction). A point whose ``latency_ms`` is within the
@@ -744,67 +651,6 @@ def end(run_id: int, after: int, state: str, kind: str, reason: str) -> bool:
 # --- evaluating one candidate -----------------------------------------------------------------
 
 
-def worker_identity() -> str:
-    """``host:pid:start`` of this process; the start time guards against pid reuse."""
-    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
-
-
-def _start_time(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return "?"
-
-
-def _holder_is_dead(holder: str) -> bool:
-    """True when ``holder`` ran on this host and that process no longer exists."""
-    try:
-        host, pid, start = holder.rsplit(":", 2)
-    except ValueError:
-        return False
-    if host != socket.gethostname():
-        return False
-    return _start_time(int(pid)) != start
-
-
-def claim(candidate_id: int) -> bool:
-    """Atomically take a candidate for evaluation; False if another live worker has it or it is done."""
-    now = timezone.now()
-    me = worker_identity()
-    if Candidate.objects.filter(pk=candidate_id, status=CandidateStatus.QUEUED).update(
-        status=CandidateStatus.RUNNING, claimed_at=now, claimed_by=me, attempts=F("attempts") + 1
-    ):
-        return True
-    row = Candidate.objects.filter(pk=candidate_id, status=CandidateStatus.RUNNING).values(
-        "claimed_by", "claimed_at", "retry_history").first()
-    if row is None or row["claimed_by"] == me:
-        return False
-    if not (_holder_is_dead(row["claimed_by"]) or (row["claimed_at"] and row["claimed_at"] < now - stale_after())):
-        return False
-    history = [*row["retry_history"], {"taken_from": row["claimed_by"], "claimed_at": row["claimed_at"].isoformat() if row["claimed_at"] else None, "taken_at": now.isoformat()}]
-    return bool(
-        Candidate.objects.filter(pk=candidate_id, status=CandidateStatus.RUNNING, claimed_by=row["claimed_by"]).update(
-            claimed_at=now, claimed_by=me, attempts=F("attempts") + 1, retry_history=history
-        )
-    )
-
-
-def claim_many(candidate_ids: list[int]) -> list[int]:
-    """:func:`claim` for several candidates: one UPDATE for the queued ones, then the
-    take-over check only for those another worker holds. Returns the claimed ids in order."""
-    now, me = timezone.now(), worker_identity()
-    claimed = Candidate.objects.filter(pk__in=candidate_ids, status=CandidateStatus.QUEUED).update(
-        status=CandidateStatus.RUNNING, claimed_at=now, claimed_by=me, attempts=F("attempts") + 1
-    )
-    if claimed == len(set(candidate_ids)):  # every one was queued: all are ours
-        return list(candidate_ids)
-    mine = set(Candidate.objects.filter(pk__in=candidate_ids, status=CandidateStatus.RUNNING, claimed_by=me,
-                                        claimed_at=now).values_list("pk", flat=True))
-    mine |= {pk for pk in candidate_ids if pk not in mine and claim(pk)}
-    return [pk for pk in candidate_ids if pk in mine]
-
-
 def evaluate_candidate(candidate_id: int, *, evaluate: EvaluateFn | None = None) -> Candidate | None:
     """Claim, evaluate in the sandbox, store evidence in one transaction and publish it.
 
@@ -902,87 +748,5 @@ def _evaluate(candidate: Candidate, evaluate: EvaluateFn) -> dict[str, Any]:
         return {"status": CandidateStatus.RUNTIME_ERROR, "metrics": {}, "log": f"evaluator error: {type(exc).__name__}: {exc}"}
 
 
-# --- summaries ----------------------------------------------------------------------------------
 
 
-def frontier(run: Run, candidates: list[Candidate]) -> list[Candidate]:
-    """Pareto frontier over the goal's objectives among ``ok`` candidates meeting the run's constraints."""
-    objectives = run.goal.objectives
-    feasible = [
-        c
-        for c in candidates
-        if c.status == CandidateStatus.OK
-        and run.is_feasible(c.evidence.metrics)
-        and all(o["metric"] in c.evidence.metrics for o in objectives)
-    ]
-    points = [
-        [c.evidence.metrics[o["metric"]] * (1 if o["direction"] == "minimize" else -1) for o in objectives]
-        for c in feasible
-    ]
-    return [feasible[i] for i in pareto_front(points)]
-
-
-def best(run: Run, candidates: list[Candidate]) -> Candidate | None:
-    """Feasible ``ok`` candidate with the best primary objective, or None."""
-    front = frontier(run, candidates)
-    if not front:
-        return None
-    primary = run.goal.primary
-    sign = 1 if primary["direction"] == "minimize" else -1
-    return min(front, key=lambda c: sign * c.evidence.metrics[primary["metric"]])
-
-
-def _with_ties(res: dict[str, Any], tied: set[int]) -> dict[str, Any]:
-    """``res`` of :func:`swarm.runs.results.results` with ``tied_with_best`` on its best and frontier."""
-    if res.get("best"):
-        res["best"] = {**res["best"], "tied_with_best": res["best"]["id"] in tied}
-    res["frontier"] = [{**c, "tied_with_best": c["id"] in tied} for c in res.get("frontier") or []]
-    return res
-
-
-def run_summary(run: Run) -> dict[str, Any]:
-    """Result of a run: progress, best candidate, Pareto frontier (each with ``tied_with_best``:
-    its latency within the noise floor of the best's), ``noise_floor``, ``tied_with_best``
-    (candidate ids), agents, ``baseline`` (the ``factory run`` JSON).
-
-    The frontier and best come from stored columns (:func:`swarm.runs.results.results`); when no
-    candidate meets the constraints, ``note`` says so and ``closest`` ranks the ``ok``
-    candidates by total violation. ``started_at`` and ``finished_at`` are ISO 8601
-    (``finished_at`` None while it runs); ``wall_s`` is the run's own time in seconds, from its
-    creation to its end (None while it runs). ``baseline`` is the stored baseline of the goal's
-    key (:func:`swarm.runs.baselines.describe`) with, once measured, the best's ``speedup`` over it
-    (:func:`swarm.runs.baselines.speedup`: ``speedup``, ``baseline_ms``, ``measured_at``, ``host``);
-    None when none was asked for.
-    """
-    run.refresh_from_db()
-    ties = tied_with_best(run)
-    tied = set(ties["tied_with_best"])
-    summary = run_state(run)
-    summary.update(
-        goal=run.goal_id,
-        workload=run.goal.workload,
-        target=run.goal.target,
-        shape_set=run.goal.shape_set,
-        seed=run.seed,
-        **_with_ties(results(run, ok=summary["status_counts"].get(CandidateStatus.OK, 0)), tied),
-        noise_floor=ties["noise_floor"],
-        tied_with_best=ties["tied_with_best"],
-        agents=[a.to_dict() for a in run.agents.all()],
-        started_at=run.started_at.isoformat(),
-        finished_at=run.finished_at.isoformat() if run.finished_at else None,
-        wall_s=(run.finished_at - run.started_at).total_seconds() if run.finished_at else None,
-    )
-    summary["baseline"] = _baseline(run, summary["best"])
-    return summary
-
-
-def _baseline(run: Run, best: dict | None) -> dict | None:
-    key = baselines.key_of(run.goal)
-    rows = baselines.lookup([run.goal], schedule=False)
-    described = baselines.describe(rows.get(key))
-    if described is None:
-        return None
-    figure = baselines.speedup(run, (best or {}).get("metrics", {}).get("latency_ms"), rows=rows)
-    if figure is not None:
-        described.update(figure, measured_at=figure["measured_at"].isoformat() if figure["measured_at"] else None)
-    return described

@@ -10,7 +10,7 @@ from swarm.engine_registry.goals import create_engine_goal
 from swarm.engine_registry.guard import check_kernel_promotion
 from swarm.engine_registry.models import EngineBenchmark, GuardCheck, ProductionEngine
 from swarm.engine_registry.services import record_benchmark
-from swarm.runs import orchestrator
+from swarm.runs import orchestrator, summaries
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -44,7 +44,7 @@ def test_an_engine_goal_runs_through_the_orchestrator(owner):
         done = orchestrator.evaluate_candidate(c.pk, evaluate=lambda *a, **kw: swarm_goals.evaluate_plan(*a, reps=3, **kw))
         assert done.status == "ok", done.evidence.log
         assert done.evidence.metrics["latency_ms"] > 0
-    summary = orchestrator.run_summary(run)
+    summary = summaries.run_summary(run)
     assert summary["best"] is not None and summary["frontier"]
 
 

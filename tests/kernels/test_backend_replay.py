@@ -1,11 +1,11 @@
 """The replay backend answers evaluations from recorded Kernel Tuner cache files."""
 
+import dataclasses
 import gzip
 import itertools
 import json
 import math
 import os
-import time
 
 import pytest
 
@@ -81,22 +81,28 @@ def test_the_unterminated_energy_file_is_repaired_and_lacks_header_fields():
     assert cache.objectives_available[0] == "time"
 
 
-def test_the_big_gemm_file_loads_fast_once_per_process():
+def test_the_big_gemm_file_is_parsed_once_per_process():
     path = DATA / f"{GEMM}.json.gz"
     tuning_cache._load.cache_clear()
     cache = load_cache(path)
-    assert cache.load_ms < 5000, f"GEMM cache took {cache.load_ms:.0f} ms to load"
-    start = time.perf_counter()
     again = load_cache(path)
-    assert again is cache and time.perf_counter() - start < 0.05
+    assert again is cache
+    assert tuning_cache._load.cache_info().misses == 1
 
 
-def test_lookups_are_constant_time(conv):
-    conv.lookup(CONV_PARAMS)
-    start = time.perf_counter()
-    for _ in range(1000):
-        conv.lookup(CONV_PARAMS)
-    assert time.perf_counter() - start < 1.0
+class _NoScan(dict):
+    """The entries of a cache file, refusing any walk over them: a lookup must be one hash probe."""
+
+    def _refuse(self, *a, **kw):
+        raise AssertionError("a lookup walked the recorded entries")
+
+    __iter__ = keys = values = items = _refuse
+
+
+def test_a_lookup_is_one_hash_probe_not_a_scan(conv):
+    expected = conv.lookup(CONV_PARAMS)
+    again = dataclasses.replace(conv, entries=_NoScan(conv.entries)).lookup(CONV_PARAMS)
+    assert again.status == expected.status and again.metrics == expected.metrics
 
 
 def test_plain_json_and_gzip_give_the_same_cache(tmp_path, conv):

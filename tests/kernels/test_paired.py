@@ -20,7 +20,7 @@ import pytest
 
 from kernels.comparison.noise_floor import FileFloorStore
 from kernels.comparison.paired import ComparisonFailed, Kernel, PairSettings, compare_paired, measure_noise_floor
-from kernels.sandbox import spawn
+from kernels.sandbox import spawn, workdirs
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPE = ["rows=32,hidden=4096"]  # llama3-8b: about 0.2 ms a call for the scalar kernel, compute-bound
@@ -214,15 +214,15 @@ def test_a_child_is_stopped_between_its_turns(tmp_path):
     children = []
     try:
         for _ in range(2):
-            wd = spawn.make_workdir(policy, {}, hand_over_dir=False)
-            logdir = spawn.private_tempdir("log")
-            spawn.place(policy, wd, "candidate.so", lib)
+            wd = workdirs.make_workdir(policy, {}, hand_over_dir=False)
+            logdir = workdirs.private_tempdir("log")
+            workdirs.place(policy, wd, "candidate.so", lib)
             req = {"backend": "cpu", "workload": "rmsnorm", "shape_set": "test-small", "guard": 1024,
                    "bench": {"flush": "none"}, "evict_library": None, "attrs": {"eps": 1e-5}, "cases": [],
                    "library": str(wd / "candidate.so"),
                    "timed": [{"id": "t0", "shape": {"rows": 8, "hidden": 256}, "seeds": [1, 2], "fresh_seed": 3}]}
             child = spawn.start_child(req, wd, logdir, 60, policy=policy, env=omp_environment("timing"), turns=True)
-            spawn.hand_over(policy, wd, 0o700)
+            workdirs.hand_over(policy, wd, 0o700)
             child.begin()
             children.append((child, wd, logdir))
         (a, _, _), (b, _, _) = children
@@ -242,8 +242,8 @@ def test_a_child_is_stopped_between_its_turns(tmp_path):
     finally:
         for child, wd, logdir in children:
             child.cancel()
-            spawn.remove_tree(wd)
-            spawn.remove_tree(logdir)
+            workdirs.remove_tree(wd)
+            workdirs.remove_tree(logdir)
 
 
 def test_the_noise_floor_is_measured_by_a_over_a_and_kept(store):

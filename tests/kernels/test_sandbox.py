@@ -13,7 +13,8 @@ import pytest
 from test_hostile_cpu import FILLS_THE_DISK, WRITES_OUTSIDE, k  # tests/kernels is on sys.path (rootdir-relative imports)
 
 from kernels import Outcome, SandboxPolicy, evaluate
-from kernels.sandbox.spawn import SandboxError, child_env
+from kernels.sandbox.policy import SandboxError
+from kernels.sandbox.spawn import child_env
 
 ROOT = os.geteuid() == 0
 PROJECT = Path(__file__).resolve().parents[2]
@@ -162,7 +163,8 @@ def test_waiting_for_a_child_returns_on_exit_and_on_timeout():
     import subprocess
     import sys
 
-    from kernels.sandbox.spawn import DiskWatch, _wait_exit
+    from kernels.sandbox.disk_watch import DiskWatch
+    from kernels.sandbox.spawn import _wait_exit
 
     watch = DiskWatch(Path(tempfile.mkdtemp()), 2**20, 64)
     quick = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -206,7 +208,7 @@ def test_both_ways_of_starting_a_child_enforce_the_disk_quota(spawn, monkeypatch
 
 
 def test_the_disk_watch_counts_only_what_the_child_adds(tmp_path):
-    from kernels.sandbox.spawn import DiskWatch
+    from kernels.sandbox.disk_watch import DiskWatch
 
     (tmp_path / "input.npy").write_bytes(b"x" * 3 * 2**20)  # put there by the evaluator: not counted
     watch = DiskWatch(tmp_path, 2**20, 64)
@@ -226,7 +228,7 @@ def test_the_disk_watch_counts_only_what_the_child_adds(tmp_path):
 
 
 def test_the_disk_watch_allows_the_evaluators_own_files_besides_the_quota_and_rebases(tmp_path):
-    from kernels.sandbox.spawn import DiskWatch
+    from kernels.sandbox.disk_watch import DiskWatch
 
     watch = DiskWatch(tmp_path, 2**20, 64, own_bytes=4 * 2**20, own_entries=3)
     (tmp_path / "candidate.so").write_bytes(b"x" * 2 * 2**20)  # put there by the evaluator after the start
@@ -248,7 +250,7 @@ def test_the_disk_watch_allows_the_evaluators_own_files_besides_the_quota_and_re
 def test_the_free_space_is_a_guard_near_a_full_disk_only(tmp_path, monkeypatch):
     """Other processes' writes are not the child's: they count only when the disk is nearly
     full, and then only what the child's own additions do not explain."""
-    from kernels.sandbox.spawn import DiskWatch
+    from kernels.sandbox.disk_watch import DiskWatch
 
     free = [10 * 2**30]
     monkeypatch.setattr(DiskWatch, "_free", lambda self: free[0])
@@ -265,7 +267,7 @@ def test_the_free_space_is_a_guard_near_a_full_disk_only(tmp_path, monkeypatch):
 
 
 def test_the_disk_watch_polls_less_often_when_a_walk_is_costly(tmp_path, monkeypatch):
-    from kernels.sandbox.spawn import DiskWatch
+    from kernels.sandbox.disk_watch import DiskWatch
 
     watch = DiskWatch(tmp_path, 2**20, 64)
     calls = []
@@ -285,7 +287,7 @@ def test_the_disk_watch_polls_less_often_when_a_walk_is_costly(tmp_path, monkeyp
 
 @pytest.mark.skipif(ROOT, reason="root reads any directory")
 def test_a_directory_the_evaluator_cannot_read_is_over_quota(tmp_path):
-    from kernels.sandbox.spawn import DiskWatch
+    from kernels.sandbox.disk_watch import DiskWatch
 
     watch = DiskWatch(tmp_path, 2**30, 4096)
     (tmp_path / "hidden").mkdir(mode=0)
@@ -298,7 +300,7 @@ def test_a_directory_the_evaluator_cannot_read_is_over_quota(tmp_path):
 def test_a_tree_its_owner_made_unwritable_is_still_removed(tmp_path):
     """A child running as the worker's own user (not root) can chmod its directories 0500:
     ``rmtree`` fails there, and the space would be lost for good."""
-    from kernels.sandbox.spawn import remove_tree
+    from kernels.sandbox.workdirs import remove_tree
 
     tree = tmp_path / "workdir"
     (tree / "keep").mkdir(parents=True)
@@ -483,7 +485,7 @@ def test_directories_a_killed_process_left_are_swept(tmp_path, monkeypatch):
     import subprocess
     import sys
 
-    from kernels.sandbox import spawn
+    from kernels.sandbox import workdirs
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -492,12 +494,12 @@ def test_directories_a_killed_process_left_are_swept(tmp_path, monkeypatch):
     for d in left:
         (d / "deep" / "er").mkdir(parents=True)
         (d / "deep" / "er" / "candidate.so").write_bytes(b"x" * 4096)
-    mine = spawn.private_tempdir("eval")  # this process: alive
+    mine = workdirs.private_tempdir("eval")  # this process: alive
     other = tmp_path / "int21-eval-1-abcd1234"  # pid 1: alive
     other.mkdir()
     unrelated = tmp_path / "int21-eval-notapid"
     unrelated.mkdir()
-    assert spawn.sweep_stale_tempdirs() == 3
+    assert workdirs.sweep_stale_tempdirs() == 3
     assert not any(d.exists() for d in left)
     assert mine.exists() and other.exists() and unrelated.exists()
     assert mine.name.startswith(f"int21-eval-{os.getpid()}-")

@@ -1,4 +1,3 @@
-import time
 
 import numpy as np
 import pytest
@@ -71,11 +70,10 @@ def test_division_by_zero_makes_the_point_invalid_not_a_crash():
     assert s.contains({"A": 2})
 
 
-def test_huge_powers_do_not_hang():
+def test_huge_powers_are_refused_before_they_are_computed():
     s = space(["2 ** 10 ** 10 > A"], A=[1])
-    start = time.monotonic()
     assert not s.contains({"A": 1})
-    assert time.monotonic() - start < 0.1
+    assert "over the cap" in s.restriction_failures({"A": 1})["2 ** 10 ** 10 > A"]
 
 
 @pytest.mark.parametrize("params, message", [
@@ -96,11 +94,15 @@ def test_it_rejects_duplicate_names():
         DesignSpace.from_dict({"parameters": [{"name": "A", "values": [1]}, {"name": "A", "values": [2]}]})
 
 
-def test_cartesian_size_of_a_huge_space_is_instant():
+def test_cartesian_size_of_a_huge_space_enumerates_nothing(monkeypatch):
     s = space(["P0 * P1 <= 50"], **{f"P{i}": range(10) for i in range(12)})
-    start = time.monotonic()
+
+    def refuse(*a, **kw):
+        raise AssertionError("the size was counted by enumerating points")
+
+    monkeypatch.setattr(type(s), "iter_valid", refuse)
+    monkeypatch.setattr(type(s), "satisfies_restrictions", refuse)
     assert s.cartesian_size() == 10**12
-    assert time.monotonic() - start < 0.05
 
 
 @pytest.mark.parametrize("dims", [3, 8])  # enumerated (small) and rejection-sampled (large)

@@ -1,7 +1,7 @@
 import pytest
 
 from swarm.models import AuditEvent, Direction, Run
-from swarm.runs import directions, orchestrator
+from swarm.runs import directions, orchestrator, summaries
 from swarm.runs.directions import DirectionError
 from tests.swarm.synthetic import drive, synthetic_evaluate, synthetic_goal
 
@@ -67,7 +67,7 @@ def test_a_changed_constraint_changes_feasibility(run, owner):
     drive(run, pending)
     run.refresh_from_db()
     assert run.constraints == [{"metric": "latency_ms", "op": "<=", "value": 0.5}]
-    assert orchestrator.run_summary(run)["best"] is None  # nothing is that fast
+    assert summaries.run_summary(run)["best"] is None  # nothing is that fast
 
 
 def test_stop_ends_the_run_at_the_boundary(run, owner):

@@ -114,7 +114,7 @@ def test_the_good_input_makes_the_same_goal_on_both_paths(client, owner, api):
 @pytest.mark.parametrize("restrictions, part", [("UNROL > 2", "UNROL"), ("UNROLL > 100", "exclude every one")])
 def test_the_live_space_check_says_what_the_form_says(client, owner, restrictions, part):
     client.force_login(owner)
-    checked = client.post(reverse("goal-check-space"), {**FORM, "restrictions": restrictions}).json()
+    checked = client.post(reverse("api-goal-check-space"), {**FORM, "restrictions": restrictions}).json()
     page = client.post(reverse("goal-create"), {**FORM, "restrictions": restrictions})
     assert not checked["ok"] and part in checked["errors"]["restrictions"]
     assert checked["errors"]["restrictions"] == page.context["form"].errors["restrictions"][0]

@@ -58,7 +58,7 @@ def test_a_space_emptied_by_the_exponent_cap_says_the_exponent_is_too_large(owne
     assert f"restriction '2 ** SHIFT > UNROLL' cannot be evaluated at UNROLL=1 SHIFT=80: exponent 80 is over the cap of {MAX_EXPONENT}" in message
     c = Client()
     c.force_login(owner)
-    page = c.post("/goals/check-space/", {"parameters": "UNROLL: 1, 2\nSHIFT: 80, 96", "restrictions": "2 ** SHIFT > UNROLL"})
+    page = c.post("/api/goals/check-space/", {"parameters": "UNROLL: 1, 2\nSHIFT: 80, 96", "restrictions": "2 ** SHIFT > UNROLL"})
     assert "exponent 80 is over the cap" in page.json()["errors"]["restrictions"]
 
 

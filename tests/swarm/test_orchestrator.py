@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from swarm.models import AgentRecord, Candidate, CandidateStatus, Evidence, Generation, Run
-from swarm.runs import orchestrator
+from swarm.runs import claims, orchestrator, summaries
 
 
 def drive(run, pending):
@@ -31,7 +31,7 @@ def test_a_run_evaluates_its_budget_and_finishes(small_goal):
     ok = [c for c in cands if c.status == CandidateStatus.OK]
     assert ok, [c.evidence.log for c in cands]
     assert all(c.evidence.metrics["latency_ms"] > 0 for c in ok)
-    summary = orchestrator.run_summary(run)
+    summary = summaries.run_summary(run)
     assert summary["evaluated"] == 6
     assert summary["best"]["metrics"]["latency_ms"] == min(c.evidence.metrics["latency_ms"] for c in ok
                                                            if c.evidence.metrics["max_rel_error"] <= 1e-4)
@@ -50,8 +50,8 @@ def test_a_second_run_never_proposes_a_kernel_the_goal_already_has(small_goal):
 @pytest.mark.django_db
 def test_a_candidate_is_claimed_once(small_goal):
     run, pending = orchestrator.start_run(small_goal, budget=1, seed=3)
-    assert orchestrator.claim(pending[0].pk) is True
-    assert orchestrator.claim(pending[0].pk) is False
+    assert claims.claim(pending[0].pk) is True
+    assert claims.claim(pending[0].pk) is False
     # a redelivered task for a claimed candidate does nothing
     assert orchestrator.evaluate_candidate(pending[0].pk) is None
 

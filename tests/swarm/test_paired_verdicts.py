@@ -18,7 +18,7 @@ from kernels.comparison.paired import Kernel, PairSettings, compare_paired
 from swarm.learning.credit import frontier_improvements
 from swarm.models import Candidate, Evidence, Goal, NoiseFloor, PairedComparisonRun, Promotion, Run
 from swarm.production import paired_runs, promotion
-from swarm.runs import noise_floors, orchestrator
+from swarm.runs import noise_floors, orchestrator, summaries
 from swarm.web import snapshot
 from tests.swarm.synthetic import drive, synthetic_goal
 from tests.swarm.test_views import timed
@@ -261,7 +261,7 @@ def test_the_run_page_marks_candidates_tied_with_the_best(owner, small_goal):
     noise_floors.DbFloorStore().put("cpu-x86_64@h/rmsnorm/test-small", {"floor": 0.25, "fingerprint": {}})
     data = snapshot.run_meta(run)["ties"]
     assert data["noise_floor"]["source"] == "stored" and data["tied_with_best"] == [fast.pk, near.pk, far.pk]
-    summary = orchestrator.run_summary(run)
+    summary = summaries.run_summary(run)
     assert summary["tied_with_best"] == [fast.pk, near.pk, far.pk] and summary["noise_floor"]["floor"] == 0.25
     assert summary["best"]["id"] == fast.pk and summary["best"]["tied_with_best"] is True
 
@@ -275,7 +275,7 @@ def test_the_summary_reads_stored_metric_columns_not_the_metrics_json(owner, sma
     fast = make_candidate(small_goal, {"VEC": 1}, latency_ms=1.0)
     make_candidate(small_goal, {"VEC": 4}, latency_ms=1.2)
     with CaptureQueriesContext(connection) as ctx:
-        summary = orchestrator.run_summary(fast.run)
+        summary = summaries.run_summary(fast.run)
     assert summary["best"]["id"] == fast.pk and summary["tied_with_best"] == [fast.pk]
     extracting = [q["sql"] for q in ctx.captured_queries if "json_extract" in q["sql"].lower() or "->>" in q["sql"]]
     assert not extracting, extracting

@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from benchmarks.run_page import BENCH_SPACE, populate
 from swarm.models import Candidate, CandidateStatus, Evidence
-from swarm.runs import orchestrator, results
+from swarm.runs import results, summaries
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def _api(user) -> APIClient:
 
 def _in_memory(run):
     cands = list(run.candidates.select_related("evidence").exclude(status__in=("queued", "running")))
-    return [c.pk for c in orchestrator.frontier(run, cands)], orchestrator.best(run, cands)
+    return [c.pk for c in summaries.frontier(run, cands)], summaries.best(run, cands)
 
 
 @pytest.mark.django_db
@@ -54,7 +54,7 @@ def test_the_stored_column_frontier_is_the_in_memory_one(big_goal, owner, object
     Evidence.objects.create(candidate=twin, status="ok", metrics=first.evidence.metrics)
     ids, best = _in_memory(run)
     assert ids and results.frontier_ids(run)[0] == ids
-    summary = orchestrator.run_summary(run)
+    summary = summaries.run_summary(run)
     assert summary["best"]["id"] == best.pk and [c["id"] for c in summary["frontier"]] == ids
     assert summary["note"] == "" and summary["closest"] == []
     assert summary["feasible"] == sum(1 for c in run.candidates.select_related("evidence")

@@ -11,7 +11,7 @@ from kernels.comparison.paired import PairedComparison
 from kernels.comparison.verdict import judge_rounds
 from swarm.models import AuditEvent, Baseline, Candidate, Direction, Goal, Insight, Promotion, PromotionRequest, Run
 from swarm.production import promotion
-from swarm.runs import baselines, orchestrator
+from swarm.runs import baselines, orchestrator, summaries
 
 GOAL_POST = {
     "name": "rmsnorm test",
@@ -98,7 +98,7 @@ def test_a_viewer_cannot_create_goals(client, outsider):
 @pytest.mark.django_db
 def test_the_space_check_answers_in_place_with_size_and_preview(client, owner):
     client.force_login(owner)
-    url = reverse("goal-check-space")
+    url = reverse("api-goal-check-space")
     ok = client.post(url, {**GOAL_POST}).json()
     assert ok["ok"] and ok["size"] == {"cartesian": 16, "valid": 12, "exact": True}  # UNROLL=4, VEC=8 excluded
     assert "#define" in ok["preview"] and "rmsnorm" in ok["preview"]
@@ -111,14 +111,14 @@ def test_the_space_check_answers_in_place_with_size_and_preview(client, owner):
 @pytest.mark.django_db
 def test_the_form_offers_each_workloads_default_space(client, owner):
     client.force_login(owner)
-    d = client.get(reverse("goal-defaults"), {"workload": "rmsnorm", "target": "cpu-x86_64"}).json()
+    d = client.get(reverse("api-goal-defaults"), {"workload": "rmsnorm", "target": "cpu-x86_64"}).json()
     assert "ROWS_PER_CHUNK" in d["parameters"] and "void rmsnorm(" in d["source"]
     assert d["shape_set"] == "llama3-8b" and d["name"] == "rmsnorm / cpu-x86_64 / llama3-8b: minimise latency"
-    g = client.get(reverse("goal-defaults"), {"workload": "gemm", "target": "cpu-x86_64", "shape_set": "test-small"}).json()
+    g = client.get(reverse("api-goal-defaults"), {"workload": "gemm", "target": "cpu-x86_64", "shape_set": "test-small"}).json()
     assert g["name"] == "gemm / cpu-x86_64 / test-small: minimise latency" and "void gemm(" in g["source"]
-    assert client.get(reverse("goal-defaults"), {"workload": "gemm", "target": "cpu-x86_64",
+    assert client.get(reverse("api-goal-defaults"), {"workload": "gemm", "target": "cpu-x86_64",
                                                  "shape_set": "nope"}).status_code == 400
-    assert client.get(reverse("goal-defaults"), {"workload": "nope", "target": "cpu-x86_64"}).status_code == 400
+    assert client.get(reverse("api-goal-defaults"), {"workload": "nope", "target": "cpu-x86_64"}).status_code == 400
 
 
 @pytest.mark.django_db
@@ -144,7 +144,7 @@ def test_an_engineer_edits_a_goal_but_not_the_workload_of_a_goal_with_runs(clien
 @pytest.mark.django_db
 def test_the_goal_list_shows_state_best_and_speedup_over_the_stored_baseline(client, owner, evaluated_run):
     goal = evaluated_run.goal
-    best = orchestrator.best(evaluated_run, list(evaluated_run.candidates.select_related("evidence")))
+    best = summaries.best(evaluated_run, list(evaluated_run.candidates.select_related("evidence")))
     # starting the run asked for the key's baseline; a worker stores it
     Baseline.objects.filter(workload=goal.workload, target=goal.target, shape_set=goal.shape_set).update(
         state=Baseline.State.OK, latency_ms=best.evidence.metrics["latency_ms"] * 3)
@@ -258,7 +258,7 @@ def test_the_candidate_page_shows_lineage_validation_timing_and_roofline(client,
     assert points and all(p["intensity"] > 0 and p["gflops"] > 0 for p in points)
     assert charts["roofline"]["ceilings"]["source"]
     assert '"entry_point": "rmsnorm"' in page.context["launch_plan"]
-    static = client.get(reverse("candidate-static", args=[candidate.pk])).json()
+    static = client.get(reverse("api-candidate-static", args=[candidate.pk])).json()
     assert static == {"available": False, "reason": "static analysis applies to CUDA targets; this goal runs on cpu-x86_64"}
 
 
@@ -304,7 +304,7 @@ def test_the_candidate_page_shows_the_first_call_beside_the_steady_state_and_the
     other = client.get(reverse("candidate-detail", args=[plain.pk])).content.decode()
     assert 'id="first-calls"' in other and 'id="first-call-flag"' not in other and "set-up cost" not in other
     # ranked by the steady state alone: the flagged candidate is still the best
-    assert orchestrator.best(run, [setup, plain]) == setup
+    assert summaries.best(run, [setup, plain]) == setup
 
 
 @pytest.mark.django_db
@@ -397,7 +397,7 @@ def timed(latency_by_candidate: dict[int, float], status: str = "ok"):
 
 @pytest.mark.django_db
 def test_promotion_puts_the_kernel_on_the_production_page_and_api(client, owner, evaluated_run):
-    best = orchestrator.best(evaluated_run, list(evaluated_run.candidates.select_related("evidence")))
+    best = summaries.best(evaluated_run, list(evaluated_run.candidates.select_related("evidence")))
     client.force_login(owner)
     page = client.get(reverse("candidate-detail", args=[best.pk]))
     assert b"Promote to production" in page.content and b"rmsnorm" in page.content
@@ -542,7 +542,7 @@ def test_a_cuda_candidate_shows_its_static_resources_and_ptx(client, owner):
     client.force_login(owner)
     page = client.get(reverse("candidate-detail", args=[c.pk])).content.decode()
     assert "Static resources and PTX" in page and "rmsnorm_kernel" in page  # the launch plan
-    static = client.get(reverse("candidate-static", args=[c.pk])).json()
+    static = client.get(reverse("api-candidate-static", args=[c.pk])).json()
     assert static["available"], static
     assert static["summary"]["kernels"]["rmsnorm_kernel"]["registers"] > 0
     assert static["summary"]["launches"] and 0 < static["summary"]["launches"][0]["occupancy"] <= 1

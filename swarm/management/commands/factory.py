@@ -12,7 +12,7 @@ from kernels.backends import capabilities, get_backend
 from swarm.goals import replay
 from swarm.goals.lifecycle import default_goal
 from swarm.models import Baseline, Goal, target_backend
-from swarm.runs import baselines, orchestrator, sweeper
+from swarm.runs import baselines, orchestrator, summaries, sweeper
 
 
 class Command(BaseCommand):
@@ -99,7 +99,7 @@ class Command(BaseCommand):
                 self._drive(run, pending, progress=(progress, task))
         if not opts["no_baseline"] and goal.capabilities.measures_baseline:
             self._measure_baseline(goal)
-        summary = orchestrator.run_summary(run)
+        summary = summaries.run_summary(run)
         if opts["json"]:
             self.stdout.write(json.dumps(summary, indent=2))
         else:

@@ -21,8 +21,9 @@ from swarm.goals import lifecycle
 from swarm.learning import store as insight_store
 from swarm.models import AuditEvent, Candidate, Direction, Goal, Insight, Promotion, PromotionRequest, Run
 from swarm.production.promotion import PromotionRefused, approve_request, earlier_refusals, reject_request, request_promotion, rollback
-from swarm.runs import baselines, directions, events, orchestrator
+from swarm.runs import baselines, directions, events, orchestrator, summaries
 from swarm.runs.dispatch import dispatch
+from swarm.web import goal_editor
 from swarm.web.api import exports
 from swarm.web.api.serializers import (
     CandidateSerializer,
@@ -34,6 +35,7 @@ from swarm.web.api.serializers import (
     RunCreateSerializer,
     RunSerializer,
 )
+from swarm.web.cuda_static import candidate_static
 
 EVENTS_PAGE = 5000  # events per page of /api/runs/<id>/events/
 
@@ -60,7 +62,7 @@ class GoalViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Rea
     serializer_class = GoalSerializer
     required_perms = {"create": ["swarm.add_goal"], "update": ["swarm.change_goal"],
                       "partial_update": ["swarm.change_goal"], "archive": ["swarm.change_goal"],
-                      "duplicate": ["swarm.add_goal"]}
+                      "duplicate": ["swarm.add_goal"], "check_space": []}
 
     def get_queryset(self):
         qs = super().get_queryset()
@@ -73,6 +75,35 @@ class GoalViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Rea
                                                 description="only the archived (true) or the active (false) goals")])
     def list(self, request, *args, **kwargs):
         return super().list(request, *args, **kwargs)
+
+    @extend_schema(parameters=[OpenApiParameter("workload", str, required=True),
+                               OpenApiParameter("target", str, required=True),
+                               OpenApiParameter("shape_set", str, description="default: the workload's first")],
+                   responses=OpenApiTypes.OBJECT)
+    @action(detail=False, methods=["get"])
+    def defaults(self, request):
+        """The default ``name``, ``shape_set``, design space (``parameters`` and ``restrictions``
+        as the goal form's text) and template ``source`` of a goal of a workload on a target;
+        400 with ``detail`` for an unknown workload, target or shape set."""
+        q = request.query_params
+        try:
+            return Response(goal_editor.defaults(q.get("workload", ""), q.get("target", ""), q.get("shape_set", "")))
+        except (KeyError, ValueError) as exc:
+            raise ValidationError({"detail": str(exc).strip("'\"")}) from None
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    @action(detail=False, methods=["post"], url_path="check-space")
+    def check_space(self, request):
+        """Check a design space as the goal editor is edited (nothing is saved): ``{"parameters",
+        "restrictions", "source", "workload", "target"}`` as the form's text fields, answered with
+        ``{"ok", "errors", "size", "point", "preview"}`` (:func:`swarm.web.goal_editor.check`)."""
+        fields = {}
+        for name in goal_editor.FIELDS:
+            value = request.data.get(name, "")
+            if not isinstance(value, str):
+                raise ValidationError({name: "must be text (the goal form's field)"})
+            fields[name] = value
+        return Response(goal_editor.check(fields))
 
     @extend_schema(request=GoalArchiveSerializer, responses={200: GoalSerializer})
     @action(detail=True, methods=["post"])
@@ -146,7 +177,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["get"])
     def summary(self, request, pk=None):
         """The ``factory run --json`` summary: best candidate, Pareto frontier, agents."""
-        return Response(orchestrator.run_summary(self.get_object()))
+        return Response(summaries.run_summary(self.get_object()))
 
     @extend_schema(parameters=[OpenApiParameter("status", str, description="only candidates with this status")],
                    responses=CandidateSerializer(many=True))
@@ -243,6 +274,13 @@ class CandidateViewSet(viewsets.ReadOnlyModelViewSet):
         if self.request.query_params.get("status"):
             qs = qs.filter(status=self.request.query_params["status"])
         return qs
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @action(detail=True, methods=["get"])
+    def static(self, request, pk=None):
+        """A CUDA candidate's static evidence: nvcc's resources, occupancy of every launch at the
+        timed shapes and the PTX (``{"available": false, "reason"}`` where it cannot be had)."""
+        return Response(candidate_static(self.get_object()))
 
     @extend_schema(responses=OpenApiTypes.OBJECT)
     @action(detail=True, methods=["get"])

@@ -3,12 +3,10 @@
 One module per page family: goals, runs, candidates (and compare), production.
 """
 
-from swarm.web.views.candidates import candidate_detail, candidate_promote, candidate_static, compare, compare_measure_paired
+from swarm.web.views.candidates import candidate_detail, candidate_promote, compare, compare_measure_paired
 from swarm.web.views.goals import (
     goal_archive,
-    goal_check_space,
     goal_create,
-    goal_defaults,
     goal_detail,
     goal_duplicate,
     goal_edit,
@@ -20,20 +18,16 @@ from swarm.web.views.production import (
     production_rollback,
     promotion_request_approve,
     promotion_request_reject,
-    promotion_request_status,
 )
 from swarm.web.views.runs import run_detail, run_direction, run_insight_accept, run_stop
 
 __all__ = [
     "candidate_detail",
     "candidate_promote",
-    "candidate_static",
     "compare",
     "compare_measure_paired",
     "goal_archive",
-    "goal_check_space",
     "goal_create",
-    "goal_defaults",
     "goal_detail",
     "goal_duplicate",
     "goal_edit",
@@ -42,7 +36,6 @@ __all__ = [
     "production_rollback",
     "promotion_request_approve",
     "promotion_request_reject",
-    "promotion_request_status",
     "run_detail",
     "run_direction",
     "run_insight_accept",

@@ -9,10 +9,10 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST
 
 from kernels.evaluation.first_call import first_call_note, is_set_up_cost
 from swarm.launch import launch_plan
@@ -22,7 +22,6 @@ from swarm.production.promotion import PromotionRefused, active_promotion, can_a
 from swarm.runs import roofline
 from swarm.runs.dispatch import dispatch_paired
 from swarm.web import comparison, display
-from swarm.web.cuda_static import candidate_static as static_of
 from swarm.web.forms import PromoteForm
 from swarm.web.snapshot import MAXIMIZE
 from swarm.web.views._common import highlighted, source_css
@@ -99,14 +98,6 @@ def _throughput(workload: str, metrics: dict) -> dict | None:
     other = "gbps" if tp["metric"] == "gflops" else "gflops"
     return {"text": display.with_unit(tp["metric"], float(value)), "bound": tp["bound"],
             "other": display.with_unit(other, float(metrics[other])) if isinstance(metrics.get(other), (int, float)) else ""}
-
-
-@login_required
-@require_GET
-def candidate_static(request: HttpRequest, pk: int) -> JsonResponse:
-    """``GET``: a CUDA candidate's static resources, occupancy and PTX (nvcc; cached on disk)."""
-    candidate = get_object_or_404(Candidate.objects.select_related("goal"), pk=pk)
-    return JsonResponse(static_of(candidate))
 
 
 @login_required

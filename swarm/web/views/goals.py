@@ -3,24 +3,22 @@ design-space check and template preview, detail, starting a run."""
 
 from __future__ import annotations
 
-import numpy as np
-from django import forms as django_forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST
 
 import kernels
-from kernels.space import format_defines
 from swarm.goals import lifecycle
-from swarm.goals.validation import GoalInvalid, check_space, default_template, empty_space_message, space_size, template_problem
-from swarm.models import AuditEvent, Goal, Run, target_backend
+from swarm.goals.validation import space_size
+from swarm.models import AuditEvent, Goal, Run
 from swarm.runs import baselines, orchestrator
 from swarm.runs.dispatch import dispatch
-from swarm.web.forms import GoalForm, RunForm, format_parameters, parse_parameters
-from swarm.web.views._common import best_candidate, highlighted, source_css
+from swarm.web import goal_editor
+from swarm.web.forms import GoalForm, RunForm
+from swarm.web.views._common import best_candidate, source_css
 
 
 def goal_state(goal: Goal, runs: list[Run]) -> str:
@@ -51,24 +49,6 @@ def goal_list(request: HttpRequest) -> HttpResponse:
         "n_active": Goal.objects.filter(archived_at__isnull=True).count()})
 
 
-def _defaults(workload: str, target: str, shape_set: str = "") -> dict:
-    """The default name, shape set, design space (as the form's text fields) and template of a
-    goal of ``workload`` on ``target``; ``shape_set`` defaults to the workload's first.
-
-    Raises:
-        KeyError: unknown workload or shape set. ValueError: unknown target.
-    """
-    backend = target_backend(target)
-    spec = kernels.get_workload(workload)
-    shape_set = shape_set or next(iter(spec.shape_sets))
-    if shape_set not in spec.shape_sets:
-        raise KeyError(f"unknown shape set {shape_set!r} for {workload}; known: {', '.join(spec.shape_sets)}")
-    space = kernels.default_space(workload, backend).to_dict()
-    return {"name": lifecycle.default_name(workload, target, shape_set), "shape_set": shape_set,
-            "parameters": format_parameters(space), "restrictions": "\n".join(space.get("restrictions", [])),
-            "source": default_template(workload, target)}
-
-
 def _form_page(request: HttpRequest, form: GoalForm, goal: Goal | None, status: int = 200) -> HttpResponse:
     return render(request, "swarm/goal_form.html",
                   {"form": form, "goal": goal, "source_css": source_css(),
@@ -89,7 +69,7 @@ def goal_create(request: HttpRequest) -> HttpResponse:
             messages.success(request, f"Goal {goal.name!r} created.")
             return redirect("goal-detail", goal.pk)
         return _form_page(request, form, None)
-    initial = {"workload": "rmsnorm", "target": "cpu-x86_64", **_defaults("rmsnorm", "cpu-x86_64", "llama3-8b")}
+    initial = {"workload": "rmsnorm", "target": "cpu-x86_64", **goal_editor.defaults("rmsnorm", "cpu-x86_64", "llama3-8b")}
     return _form_page(request, GoalForm(initial=initial), None)
 
 
@@ -111,55 +91,6 @@ def goal_edit(request: HttpRequest, pk: int) -> HttpResponse:
             return redirect("goal-detail", goal.pk)
         return _form_page(request, form, goal)
     return _form_page(request, GoalForm(instance=goal), goal)
-
-
-@login_required
-@require_GET
-def goal_defaults(request: HttpRequest) -> JsonResponse:
-    """``GET ?workload=&target=[&shape_set=]``: the default name, shape set, design space and
-    template of a goal of a workload on a target (400 with ``error`` for unknown ones)."""
-    workload, target = request.GET.get("workload", ""), request.GET.get("target", "")
-    try:
-        return JsonResponse(_defaults(workload, target, request.GET.get("shape_set", "")))
-    except (KeyError, ValueError) as exc:
-        return JsonResponse({"error": str(exc).strip("'\"")}, status=400)
-
-
-@login_required
-@require_POST
-def goal_check_space(request: HttpRequest) -> JsonResponse:
-    """Check a design space as the goal form is edited: the error in place, or the space size and
-    the template previewed with the first valid point's ``#define`` lines (Pygments)."""
-    errors: dict[str, str] = {}
-    try:
-        parameters = parse_parameters(request.POST.get("parameters", ""))
-    except django_forms.ValidationError as exc:
-        return JsonResponse({"ok": False, "errors": {"parameters": exc.messages[0]}})
-    restrictions = [r.strip() for r in request.POST.get("restrictions", "").splitlines() if r.strip()]
-    try:
-        space, size = check_space({"parameters": parameters, "restrictions": restrictions})
-    except GoalInvalid as exc:
-        return JsonResponse({"ok": False, "errors": {f: m[0] for f, m in exc.errors.items()}})
-    if size["valid"] == 0:
-        errors["restrictions"] = empty_space_message(space, size)
-    source = request.POST.get("source", "")
-    backend = "cpu"
-    try:
-        backend = target_backend(request.POST.get("target", "cpu-x86_64"))
-    except ValueError as exc:
-        errors.setdefault("target", str(exc).strip("'\""))
-    else:
-        if not source.strip():
-            workload, target = request.POST.get("workload", ""), request.POST.get("target", "")
-            why = template_problem(workload, target)
-            if why:
-                errors.setdefault("target", why)
-            else:
-                source = default_template(workload, target)
-    point = next(iter(space.sample(np.random.default_rng(0), 1)), None) if size["valid"] else None
-    point = point or {p.name: p.values[0] for p in space.parameters}
-    preview = highlighted(format_defines(point, order=space.names) + source, backend) if source else ""
-    return JsonResponse({"ok": not errors, "errors": errors, "size": size, "point": point, "preview": preview})
 
 
 @login_required

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -91,10 +91,3 @@ def promotion_request_reject(request: HttpRequest, pk: int) -> HttpResponse:
     else:
         messages.success(request, f"Promotion request {req.pk} rejected.")
     return redirect("production")
-
-
-@login_required
-def promotion_request_status(request: HttpRequest, pk: int) -> JsonResponse:
-    """``GET``: a promotion request's state and reason (the production page polls it)."""
-    req = get_object_or_404(PromotionRequest, pk=pk)
-    return JsonResponse({"id": req.pk, "state": req.state, "reason": req.reason, "promotion": req.promotion_id})
