@@ -13,7 +13,7 @@ Same protocol as the CPU path (:mod:`kernels.evaluation.pipeline`), with the CUD
 4. run :mod:`kernels.sandbox.cuda_child` in the sandbox (no address-space limit: the CUDA driver
    reserves virtual memory far beyond any sensible RLIMIT_AS; CUDA library paths passed
    through; the module file copied into the private directory);
-5. classify with the CPU path's own :func:`~kernels.evaluation.judge._judge` (same files, same
+5. classify with the CPU path's own :func:`~kernels.evaluation.judge.judge` (same files, same
    rules), against the GPU's datasheet limits (:meth:`CudaBackend.physical_limits`); an
    NVRTC failure in the child is ``compile_error``.
 """
@@ -33,8 +33,9 @@ from typing import Any
 from kernels import config
 from kernels.backends.cuda import CompileError, CudaBackend, import_cupy
 from kernels.evaluation import static
+from kernels.evaluation.cases import plan_cases
 from kernels.evaluation.first_call import first_call_note
-from kernels.evaluation.judge import _judge, _plan, reference_notes
+from kernels.evaluation.judge import judge, reference_notes
 from kernels.evaluation.launch_plan import LaunchPlan, LaunchPlanError, plan_env, plan_names
 from kernels.evaluation.timing import BenchSettings
 from kernels.evidence import Evidence
@@ -222,7 +223,7 @@ class CudaEvaluation:
                                    f"launch plan names kernels {missing} the source does not define "
                                    f"(found: {', '.join(found) or 'none'}){hint}")
         stored = self.store.cases(wl.name, self.store_limit) if self.store_limit else []
-        self.cases_plan, self.timed = _plan(wl, self.shape_set, self.base_seed, stored)
+        self.cases_plan, self.timed = plan_cases(wl, self.shape_set, self.base_seed, stored)
         buffers = list(wl.inputs) + list(wl.outputs)
         self.launches: dict[str, list] = {}
         self.scratch: dict[str, dict[str, int]] = {}
@@ -288,7 +289,7 @@ class CudaEvaluation:
             self.fingerprint["device"] = extras["device"]
         if extras.get("kernels"):
             self.static["runtime"] = extras["kernels"]
-        status, reason, cases, metrics, samples = _judge(self.wl, self.cases_plan, self.timed, run, workdir,
+        status, reason, cases, metrics, samples = judge(self.wl, self.cases_plan, self.timed, run, workdir,
                                                          self.timeout_s, self.limits)
         metrics.update(_static_metrics(self.static))
         notes = reference_notes(self.wl, cases)

@@ -41,7 +41,7 @@ Protocol (docs/design.md, "Evaluation protocol"):
 4. This process generates every input from (shape, seed) once, while the compiler runs, and
    saves each set into the directory of the child that uses it (the children load instead of
    generating again; :class:`kernels.evaluation.judge.Expected`); it keeps its own copies, computes the float64
-   references (ahead where always needed) and classifies in one place, :func:`kernels.evaluation.judge._judge`:
+   references (ahead where always needed) and classifies in one place, :func:`kernels.evaluation.judge.judge`:
    guards intact, inputs unchanged (the CPU child reports a sha256 digest of each input
    buffer after the calls, compared here with the digest of this process's copy; the CUDA
    child saves its inputs for this process to compare), no late writes (else ``invalid``); finite, within
@@ -71,9 +71,10 @@ from kernels import config, hostperf
 from kernels.backends import Backend, get_backend
 from kernels.backends.cpu import CompileError, CpuBackend
 from kernels.backends.replay import evaluate_replay
+from kernels.evaluation.cases import SENTINELS_ONLY, Expected, plan_cases
 from kernels.evaluation.cuda_pipeline import evaluate_cuda
 from kernels.evaluation.first_call import first_call_note
-from kernels.evaluation.judge import _SENTINELS_ONLY, Expected, _judge, _plan, _reported_flush, _run_failure, reference_notes
+from kernels.evaluation.judge import judge, reference_notes, reported_flush, run_failure
 from kernels.evaluation.timing import BenchSettings, evict_library, omp_environment
 from kernels.evidence import Evidence
 from kernels.hashing import candidate_hash
@@ -136,7 +137,7 @@ def _limits(be: Backend) -> dict:
 
 
 def _own_writes(wl: Workload, cases: list[dict], timed: list[dict],
-                layout: GuardLayout = _SENTINELS_ONLY) -> tuple[int, int]:
+                layout: GuardLayout = SENTINELS_ONLY) -> tuple[int, int]:
     """(bytes, files) the sandbox child's trusted code saves for a candidate that behaves
     (:mod:`kernels.sandbox.child`): both calls' outputs per validation case; the last, drawn
     and fresh-contents calls' outputs per timed shape (whole guarded buffers of ``layout``, an
@@ -247,11 +248,11 @@ def evaluate(
     store_limit = config.validation_store_limit()
     store = validation_store or ValidationStore()
     stored = store.cases(wl.name, store_limit) if store_limit else []
-    cases_plan, timed = _plan(wl, shape_set, base_seed, stored)
+    cases_plan, timed = plan_cases(wl, shape_set, base_seed, stored)
     # Inaccessible pages around every buffer of the CPU child, and its fault helper (compiled
     # once per compile cache, before the validation child starts: that child needs it).
     native = be.capabilities.native_helpers
-    layout = GuardLayout.for_host() if native else _SENTINELS_ONLY
+    layout = GuardLayout.for_host() if native else SENTINELS_ONLY
     fault_lib = _fault_library(sections) if native else None
     # One private directory per child: nothing the validation child writes (it could replace
     # the library) reaches the timing child. Inputs depend only on the plan: generated once,
@@ -330,11 +331,11 @@ def evaluate(
         runs: list[ChildRun] = [run_phase("validation", timeout_s)]
         deadline = time.monotonic() + timeout_s - runs[0].wall_s
         verdict = validated = None
-        if not _run_failure(runs[0], timeout_s):
+        if not run_failure(runs[0], timeout_s):
             waited = time.monotonic()
             start_phase("timing", max(deadline - waited, 1.0))
             expected.join()  # references for the judge; nothing of ours competes with the timed calls
-            early = _judge(wl, cases_plan, [], runs, workdirs["validation"], timeout_s, limits, expected,
+            early = judge(wl, cases_plan, [], runs, workdirs["validation"], timeout_s, limits, expected,
                            input_report=True, layout=layout)
             deadline += time.monotonic() - waited  # our waits and judging are not the candidate's time
             left = deadline - time.monotonic()
@@ -348,8 +349,8 @@ def evaluate(
                 runs.append(run_phase("timing", left))
         fingerprint["sandbox"] = runs[0].sandbox or {"error": "the child exited before reporting its sandbox"}
         fingerprint["child_wall_s"] = {p: round(r.wall_s, 4) for p, r in zip(("validation", "timing"), runs)}
-        fingerprint["flush"] = _reported_flush(runs[-1]) if len(runs) > 1 else None
-        status, reason, cases, metrics, samples = verdict or _judge(
+        fingerprint["flush"] = reported_flush(runs[-1]) if len(runs) > 1 else None
+        status, reason, cases, metrics, samples = verdict or judge(
             wl, cases_plan, timed, runs, (workdirs["validation"], workdirs["timing"]), timeout_s, limits, expected,
             validated, input_report=True, layout=layout)
     finally:

@@ -111,34 +111,34 @@ def test_a_nondeterministic_kernel_is_wrong_result(quick_bench):
 def test_a_result_file_whose_header_claims_a_huge_array_is_broken_not_a_crash(tmp_path):
     import numpy as np
 
-    from kernels.evaluation.judge import _Broken, _load
+    from kernels.evaluation.checks import Broken, load_saved
 
     with open(tmp_path / "v0_call1_y.npy", "wb") as f:  # a valid header for 2**40 float32, 16 bytes of data
         np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (2**40,)})
         f.write(bytes(16))
-    with pytest.raises(_Broken):
-        _load(tmp_path, "v0_call1_y.npy", 4)
+    with pytest.raises(Broken):
+        load_saved(tmp_path, "v0_call1_y.npy", 4)
 
 
 def test_result_files_are_judged_only_as_the_child_reported_them(tmp_path):
     import numpy as np
 
-    from kernels.evaluation.judge import _Broken, _load, _Tampered
+    from kernels.evaluation.checks import Broken, Tampered, load_saved
     from kernels.hashing import array_digest
 
     saved = np.arange(4, dtype=np.float32)
     np.save(tmp_path / "a.npy", saved)
     np.save(tmp_path / "planted.npy", saved)
     files = {"a.npy": array_digest(saved), "gone.npy": array_digest(saved)}
-    assert np.array_equal(_load(tmp_path, "a.npy", 4, digests=files), saved)
-    assert _load(tmp_path, "planted.npy", 4, missing_ok=True, digests=files) is None  # not the child's
-    with pytest.raises(_Broken, match="reported no such file"):
-        _load(tmp_path, "planted.npy", 4, digests=files)
-    with pytest.raises(_Tampered, match="is gone"):  # saved by the child, then removed
-        _load(tmp_path, "gone.npy", 4, missing_ok=True, digests=files)
+    assert np.array_equal(load_saved(tmp_path, "a.npy", 4, digests=files), saved)
+    assert load_saved(tmp_path, "planted.npy", 4, missing_ok=True, digests=files) is None  # not the child's
+    with pytest.raises(Broken, match="reported no such file"):
+        load_saved(tmp_path, "planted.npy", 4, digests=files)
+    with pytest.raises(Tampered, match="is gone"):  # saved by the child, then removed
+        load_saved(tmp_path, "gone.npy", 4, missing_ok=True, digests=files)
     np.save(tmp_path / "a.npy", saved + 1)
-    with pytest.raises(_Tampered, match="no longer holds what the child saved"):
-        _load(tmp_path, "a.npy", 4, digests=files)
+    with pytest.raises(Tampered, match="no longer holds what the child saved"):
+        load_saved(tmp_path, "a.npy", 4, digests=files)
 
 
 def test_a_syntax_error_is_compile_error_with_the_compiler_message(quick_bench):
@@ -350,27 +350,27 @@ def test_input_files_are_read_straight_into_guarded_buffers(tmp_path):
 def test_the_parent_judges_the_reported_input_checks(tmp_path):
     import numpy as np
 
-    from kernels.evaluation.judge import _Broken, _check_inputs
+    from kernels.evaluation.checks import Broken, check_inputs
     from kernels.hashing import array_digest
     from kernels.sandbox.guard_pages import GUARD_ELEMS as G
 
     inputs = {"x": np.arange(4, dtype=np.float32), "w": np.ones(2, np.float32)}
     digests = {k: array_digest(v) for k, v in inputs.items()}
     ok = {k: [d, 0, 0] for k, d in digests.items()}
-    assert _check_inputs(inputs, tmp_path, "{inp}.npy", ok, digests) == ""
+    assert check_inputs(inputs, tmp_path, "{inp}.npy", ok, digests) == ""
     changed = {**ok, "x": ["0" * 64, 0, 0]}
-    assert _check_inputs(inputs, tmp_path, "{inp}.npy", changed, digests) == \
+    assert check_inputs(inputs, tmp_path, "{inp}.npy", changed, digests) == \
         "modified input 'x' (its digest after the calls differs)"
     saved = np.full(4 + 2 * G, np.float32(0))
     saved[G : G + 4] = [0, 1, 7, 9]
     np.save(tmp_path / "x.npy", saved)  # what the child saves for a changed input
-    assert _check_inputs(inputs, tmp_path, "{inp}.npy", changed, digests) == "modified input 'x' (2 elements changed)"
-    assert _check_inputs(inputs, tmp_path, "{inp}.npy", {**ok, "w": [digests["w"], 0, 2]}, digests) == \
+    assert check_inputs(inputs, tmp_path, "{inp}.npy", changed, digests) == "modified input 'x' (2 elements changed)"
+    assert check_inputs(inputs, tmp_path, "{inp}.npy", {**ok, "w": [digests["w"], 0, 2]}, digests) == \
         "wrote outside input 'w' (0 guard elements before it, 2 after it changed)"
     for bad in ({"x": ok["x"]}, {**ok, "x": [digests["x"], 0]}, {**ok, "x": [digests["x"], -1, 0]},
                 {**ok, "x": [digests["x"], True, 0]}, {**ok, "x": [1, 0, 0]}, {**ok, "x": "0"}):
-        with pytest.raises(_Broken, match="is missing or malformed"):
-            _check_inputs(inputs, tmp_path, "{inp}.npy", bad, digests)
+        with pytest.raises(Broken, match="is missing or malformed"):
+            check_inputs(inputs, tmp_path, "{inp}.npy", bad, digests)
 
 
 def test_faster_than_the_physical_limit_is_invalid(quick_bench, monkeypatch):
@@ -411,11 +411,11 @@ def test_unknown_names_raise_key_error(quick_bench):
 def test_expected_values_kept_ahead_equal_those_computed_on_demand():
     import numpy as np
 
-    from kernels.evaluation.judge import Expected, _plan
+    from kernels.evaluation.cases import Expected, plan_cases
     from kernels.workloads import get_workload
 
     wl = get_workload("rmsnorm").for_shape_set("test-small")
-    cases, timed = _plan(wl, "test-small", 11)
+    cases, timed = plan_cases(wl, "test-small", 11)
     ahead = Expected(wl, cases, timed).start()
     ahead.join()
     # References ahead: every validation case and every fresh-contents set (the last timed
@@ -432,12 +432,12 @@ def test_expected_values_kept_ahead_equal_those_computed_on_demand():
 def test_inputs_are_generated_once_and_handed_to_the_children_as_files(tmp_path, monkeypatch):
     import numpy as np
 
-    from kernels.evaluation.judge import Expected, _plan
+    from kernels.evaluation.cases import Expected, plan_cases
     from kernels.sandbox.child import _inputs
     from kernels.workloads import get_workload
 
     wl = get_workload("rmsnorm").for_shape_set("test-small")
-    cases, timed = _plan(wl, "test-small", 5)
+    cases, timed = plan_cases(wl, "test-small", 5)
     dirs = {"validation": tmp_path / "v", "timing": tmp_path / "t"}
     for d in dirs.values():
         d.mkdir()
@@ -470,11 +470,11 @@ def test_inputs_are_generated_once_and_handed_to_the_children_as_files(tmp_path,
 
 
 def test_a_failure_to_write_the_input_files_is_an_infrastructure_error(tmp_path):
-    from kernels.evaluation.judge import Expected, _plan
+    from kernels.evaluation.cases import Expected, plan_cases
     from kernels.workloads import get_workload
 
     wl = get_workload("rmsnorm").for_shape_set("test-small")
-    cases, timed = _plan(wl, "test-small", 5)
+    cases, timed = plan_cases(wl, "test-small", 5)
     exp = Expected(wl, cases, timed, workdirs={"validation": tmp_path / "missing"}).start()
     with pytest.raises(OSError):
         exp.wait("validation")
@@ -494,7 +494,7 @@ def test_a_compile_error_stops_the_expected_values_thread():
 def test_the_values_swapped_before_a_timed_call_are_undone_and_replayed_by_the_parent():
     import numpy as np
 
-    from kernels.evaluation.judge import _Broken, _salted
+    from kernels.evaluation.checks import Broken, salted_inputs
     from kernels.sandbox.child import _Io
     from kernels.workloads import get_workload
 
@@ -509,11 +509,11 @@ def test_the_values_swapped_before_a_timed_call_are_undone_and_replayed_by_the_p
     for name, (i, j) in swaps.items():
         assert i // inputs[name].shape[-1] == j // inputs[name].shape[-1]  # within one row
     seen = {k: v[8:-8].reshape(inputs[k].shape) for k, v in io_.inputs.items()}
-    replayed = _salted(inputs, swaps)  # what the parent rebuilds from the report
+    replayed = salted_inputs(inputs, swaps)  # what the parent rebuilds from the report
     assert all(np.array_equal(seen[k], replayed[k]) for k in inputs)
     assert not np.array_equal(seen["x"], inputs["x"]) and np.array_equal(inputs["x"], wl.generate(shape, 9)["x"])
     io_.swap(swaps)
     assert all(np.array_equal(io_.inputs[k], before[k]) for k in before)
     for bad in ({"x": [0, 48]}, {"x": [0]}, {"y": [0, 1]}, {"x": [True, 1]}, ["x"]):
-        with pytest.raises(_Broken):
-            _salted(inputs, bad)
+        with pytest.raises(Broken):
+            salted_inputs(inputs, bad)

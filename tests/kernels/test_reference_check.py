@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kernels import BenchSettings, Outcome, ValidationStore, evaluate, load_template
-from kernels.evaluation.judge import _plan
+from kernels.evaluation.cases import plan_cases
 from kernels.evaluation.reference_check import reference_problems
 from kernels.workloads import registry
 from kernels.workloads.base import FLOAT32_MAX, MAGNITUDE_HEADROOM, default_magnitude_bound
@@ -131,7 +131,7 @@ def test_a_normal_workload_is_unaffected(tmp_path):
 
 def test_an_exploding_reference_at_a_timed_call_is_invalid_input(exploding, tmp_path):
     wl = WORKLOADS["rmsnorm"]
-    _, timed = _plan(wl, "test-small", 3)
+    _, timed = plan_cases(wl, "test-small", 3)
     fresh_x = wl.generate(timed[0]["shape"], timed[0]["fresh_seed"])["x"]
     exploding(np.inf, when=lambda inputs: np.array_equal(inputs["x"], fresh_x))
     store = ValidationStore(tmp_path)

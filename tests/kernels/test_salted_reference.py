@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kernels import WORKLOADS
-from kernels.evaluation.judge import _salted
+from kernels.evaluation.checks import salted_inputs
 
 HOOKED = sorted(name for name, wl in WORKLOADS.items() if wl.salted_reference is not None)
 
@@ -29,7 +29,7 @@ def test_the_update_equals_the_whole_reference_of_the_swapped_inputs(name, seed)
                 width = arr.shape[-1] if arr.ndim else 1
                 i = int(rng.integers(arr.size))
                 swaps[input_name] = [i, i - i % width + int(rng.integers(width))]
-        salted = _salted(inputs, swaps)
+        salted = salted_inputs(inputs, swaps)
         updated = wl.salted_reference(salted, before, swaps, wl.attrs)
         whole = wl.reference(salted, wl.attrs)
         assert set(updated) == set(whole)

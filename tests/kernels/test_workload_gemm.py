@@ -169,7 +169,7 @@ def test_numpy_baseline_reports_a_positive_latency(quick_bench):
 
 @pytest.mark.parametrize("swapped", [("A",), ("B",), ("A", "B"), ()])
 def test_the_salted_reference_updates_only_what_the_swaps_change(swapped):
-    from kernels.evaluation.judge import _salted
+    from kernels.evaluation.checks import salted_inputs
 
     shape = {"M": 13, "N": 29, "K": 67}
     inputs = wl.generate(shape, 4)
@@ -180,7 +180,7 @@ def test_the_salted_reference_updates_only_what_the_swaps_change(swapped):
         row = int(rng.integers(inputs[name].shape[0]))
         i, j = rng.choice(67, 2, replace=False)
         swaps[name] = [row * 67 + int(i), row * 67 + int(j)]
-    salted = _salted(inputs, swaps)
+    salted = salted_inputs(inputs, swaps)
     updated = wl.salted_reference(salted, before, swaps, wl.attrs)["C"]
     full = wl.reference(salted, wl.attrs)["C"]
     assert np.allclose(updated, full, rtol=1e-12, atol=1e-12)
