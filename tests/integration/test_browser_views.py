@@ -123,7 +123,8 @@ def _hover_text(page, chart_id: str, x: float, y: float) -> str:
     py = box["y"] + box["height"] - (y - y0) / (y1 - y0) * box["height"]
     page.mouse.move(px, py)
     page.wait_for_selector(f"#{chart_id} .hoverlayer .hovertext", timeout=10_000)
-    return page.inner_text(f"#{chart_id} .hoverlayer .hovertext")
+    return page.eval_on_selector(f"#{chart_id} .hoverlayer .hovertext",
+                                 "(g) => [...g.querySelectorAll('tspan.line')].map((t) => t.textContent).join('\\n') || g.textContent")
 
 
 def test_history_any_axis_and_importance_charts(stack, demo_user, browser):  # noqa: F811
