@@ -6,9 +6,10 @@ Columns are the candidate's fields (``id``, ``generation``, ``agent``, ``status`
 (the objectives, the constraint metrics and every metric of the newest ``ok`` evidence that is
 not per shape). Metrics that :data:`swarm.models.STORED_METRICS` keeps as evidence columns are
 sorted and filtered on those columns; the others, and parameters, on the JSON values
-(:func:`swarm.results.metric_expr`). The run's candidates are reached through the
-``(run, status)`` index, then sorted and cut with ``LIMIT``/``OFFSET``, so a page of a
-50,000-candidate run builds only the page's rows.
+(:class:`JsonValue`). The run's candidates are reached through the ``(run, status)`` index,
+sorted by ids only and cut with ``LIMIT``/``OFFSET``; then the page's rows are read by id, so
+a page of a 50,000-candidate run reads the JSON of the page's rows only
+(``benchmarks/candidate_table.py``).
 
 Query parameters (:func:`parse`; a bad one raises :class:`TableError` naming it):
 
@@ -29,13 +30,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import F, FloatField, QuerySet
-from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Cast
+from django.db.models import F, FloatField, Func, QuerySet, TextField
 
 from swarm import display
-from swarm.models import CandidateStatus, Run
-from swarm.results import metric_expr
+from swarm.models import STORED_METRICS, CandidateStatus, Run
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -195,7 +193,7 @@ def parse(run: Run, params: Mapping[str, Any]) -> Query:
             raise TableError("status", f"unknown status {s!r}; statuses: {', '.join(CandidateStatus.values)}")
     agents = _names(_one(params, "agent"))
     if agents:
-        unknown = [a for a in agents if a not in known_agents]
+        unknown = [a for a in agents if a not in known_agents and not run.candidates.filter(agent=a).exists()]
         if unknown:
             raise TableError("agent", f"no candidate of run {run.pk} comes from {', '.join(map(repr, unknown))}; "
                                       f"agents: {', '.join(known_agents) or 'none yet'}")
@@ -220,13 +218,41 @@ def parse(run: Run, params: Mapping[str, Any]) -> Query:
                  offset=_int(_one(params, "offset"), "offset", 0, 0), available=cols, known_agents=known_agents)
 
 
+class JsonValue(Func):
+    """The value of key ``key`` of a JSON column, for sorting and comparing: a float when
+    ``numeric`` (NULL when missing or not a number), else text. One ``json_extract`` on SQLite
+    (native SQL values: numbers sort as numbers), ``->>`` on PostgreSQL (cast when it reads as a
+    number); cheaper than Django's key transforms, which test the JSON type of every row."""
+
+    def __init__(self, column: str, key: str, numeric: bool) -> None:
+        if not NAME.match(key):
+            raise ValueError(f"not a column name: {key!r}")
+        self.key, self.numeric = key, numeric
+        super().__init__(F(column), output_field=FloatField() if numeric else TextField())
+
+    def as_sqlite(self, compiler, connection, **extra):
+        sql, params = compiler.compile(self.source_expressions[0])
+        return f"json_extract({sql}, %s)", [*params, f'$."{self.key}"']
+
+    def as_postgresql(self, compiler, connection, **extra):
+        sql, params = compiler.compile(self.source_expressions[0])
+        if not self.numeric:
+            return f"({sql} ->> %s)", [*params, self.key]
+        return (f"(CASE WHEN ({sql} ->> %s) ~ '^-?[0-9]' THEN ({sql} ->> %s)::float8 END)",
+                [*params, self.key, *params, self.key])
+
+    def as_sql(self, compiler, connection, **extra):
+        raise NotImplementedError(f"the candidate table needs SQLite or PostgreSQL, not {connection.vendor}")
+
+
 def _expr(col: Column):
     if col.kind == "field":
         return F(col.name)
     if col.kind == "metric":
-        return metric_expr(col.name)
-    text = KeyTextTransform(col.name, "params")
-    return Cast(text, FloatField()) if col.numeric else text
+        if col.name in STORED_METRICS:
+            return F(f"evidence__{col.name}")
+        return JsonValue("evidence__metrics", col.name, True)
+    return JsonValue("params", col.name, col.numeric)
 
 
 def queryset(run: Run, q: Query) -> QuerySet:
@@ -287,9 +313,12 @@ def page(run: Run, q: Query) -> dict[str, Any]:
     """
     qs = queryset(run, q)
     count = qs.count()
+    # the sort carries only ids; the page's rows (with their JSON) are read by id afterwards
+    ids = list(qs.values_list("id", flat=True)[q.offset:q.offset + q.limit])
     fields = ("id", "generation", "agent", "status", "evaluated_at", "params", "evidence__metrics")
+    by_id = {row[0]: row for row in run.candidates.filter(id__in=ids).order_by().values_list(*fields)}
     rows = []
-    for row in qs.values_list(*fields)[q.offset:q.offset + q.limit]:
+    for row in (by_id[i] for i in ids):
         values = {c.name: _value(c, row) for c in q.columns}
         rows.append({"id": row[0], "values": values, "text": {c.name: _text(c, values[c.name]) for c in q.columns}})
     return {
@@ -302,5 +331,6 @@ def page(run: Run, q: Query) -> dict[str, Any]:
 
 
 def agents_of(run: Run) -> list[str]:
-    """The agents that proposed candidates of ``run``, sorted."""
-    return sorted(set(run.candidates.order_by().values_list("agent", flat=True).distinct()))
+    """The agents of ``run`` (its agent records; candidates' agents when it has none), sorted."""
+    names = set(run.agents.values_list("name", flat=True))
+    return sorted(names or set(run.candidates.order_by().values_list("agent", flat=True).distinct()))

@@ -130,3 +130,20 @@ def test_non_finite_stored_values_come_back_as_missing(api, run):
 
     col = available_columns(run)["latency_ms"]
     assert _value(col, (1, 1, "a", "ok", None, {}, {"latency_ms": math.inf})) is None
+
+
+def test_a_categorical_parameter_sorts_as_text_and_refuses_a_range(api, owner):
+    from swarm.goals import default_goal
+
+    goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", user=owner, name="categorical")
+    goal.space = {"parameters": [{"name": "BLOCK", "values": [1, 2, 4, 8]}, {"name": "LAYOUT", "values": ["row", "col"]}],
+                  "restrictions": []}
+    goal.save(update_fields=["space"])
+    run = populate(goal, 8, seed=1, batch_size=4, state="finished", user=owner)
+    out = table(api, run, sort="-LAYOUT,BLOCK", columns="id,LAYOUT,BLOCK")
+    got = [(r["values"]["LAYOUT"], r["values"]["BLOCK"]) for r in out["rows"]]
+    assert got == sorted(got, key=lambda v: (v[0] == "col", v[1])) and len(got) == 8
+    available = {c["name"]: c for c in out["available"]}
+    assert available["LAYOUT"]["numeric"] is False and available["BLOCK"]["numeric"] is True
+    r = api.get(reverse("api-run-table", args=[run.pk]), {"range.LAYOUT": "1..2"})
+    assert r.status_code == 400 and "LAYOUT is not numeric" in r.json()["range.LAYOUT"][0]
