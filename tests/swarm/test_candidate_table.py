@@ -147,3 +147,32 @@ def test_a_categorical_parameter_sorts_as_text_and_refuses_a_range(api, owner):
     assert available["LAYOUT"]["numeric"] is False and available["BLOCK"]["numeric"] is True
     r = api.get(reverse("api-run-table", args=[run.pk]), {"range.LAYOUT": "1..2"})
     assert r.status_code == 400 and "LAYOUT is not numeric" in r.json()["range.LAYOUT"][0]
+
+
+def test_the_table_page_needs_a_login_and_points_at_the_api(client, owner, run):
+    url = reverse("run-candidates", args=[run.pk])
+    assert client.get(url).status_code == 302  # to the login page
+    client.force_login(owner)
+    page = client.get(url)
+    assert page.status_code == 200
+    assert page.context["page_config"]["apiUrl"] == reverse("api-run-table", args=[run.pk])
+    assert b'id="candidate-table"' in page.content and b"js/table/main" in page.content
+    assert client.get(reverse("run-candidates", args=[999999])).status_code == 404
+    run_page = client.get(reverse("run-detail", args=[run.pk]))
+    assert url.encode() in run_page.content  # the run page links to it
+
+
+def _unit_as_the_page_finds_it(rules: dict, name: str) -> str:
+    """static/js/run/units.js unitOf(), over the rules the page config carries."""
+    base = name.split("[", 1)[0]
+    if base in rules["keys"]:
+        return rules["keys"][base]
+    return next((unit for suffix, unit in rules["suffixes"] if base.endswith(suffix)), "")
+
+
+@pytest.mark.parametrize("name", ["latency_ms", "latency_ms[rows=1]", "gbps", "gflops", "roofline_pct", "max_rel_error",
+                                  "duration_s", "flush_bytes", "copy_gbps", "peak_gflops", "t_us", "margin", "BLOCK"])
+def test_the_run_page_finds_units_by_the_same_rules_as_the_server(name):
+    from swarm import display
+
+    assert _unit_as_the_page_finds_it(display.unit_rules(), name) == display.unit_of(name)
