@@ -3,7 +3,7 @@
 // the start), those breaking a constraint as red crosses, and the best feasible value so far
 // as a step line. Hover names the metric with its unit.
 import { $ } from "../dom.js";
-import { C, PENDING, candidateUrl, directionOf, feasible, meta, paramsText, statusOf } from "../state.js";
+import { C, PENDING, candidateUrl, directionOf, feasible, meta, statusOf, textOf } from "../state.js";
 import { axisTitle, named, number } from "../units.js";
 import { plotConfig } from "./plotly.js";
 import { throttledChart } from "./throttle.js";
@@ -42,7 +42,7 @@ function draw() {
     const into = ok ? good : bad;
     into.x.push(x); into.y.push(v); into.id.push(C.id[r]);
     const when = known(C.t[r]) ? ` · ${number(C.t[r])} s since start` : "";
-    into.text.push(`${named(m, v)}<br>evaluation ${i + 1}${when}<br>#${C.id[r]} gen ${C.gen[r]} (${C.agents[C.agent[r]]})<br>${paramsText(r)}`);
+    into.text.push(`${named(m, v)}<br>evaluation ${i + 1}${when}<br>${textOf(r)}`);
     if (ok && (bestV === null || (maximize ? v > bestV : v < bestV))) {
       bestV = v;
       best.x.push(x); best.y.push(v); best.text.push(`best so far ${named(m, v)}<br>#${C.id[r]}`);

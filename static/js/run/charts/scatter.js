@@ -1,7 +1,7 @@
 // Any metric or parameter on either axis, points coloured by a parameter (as KTdashboard):
 // every ok candidate with both values. Hover names each axis and the colour with its unit.
 import { $, el } from "../dom.js";
-import { C, candidateUrl, cfg, meta, paramsText, statusOf } from "../state.js";
+import { C, candidateUrl, cfg, meta, statusOf, textOf } from "../state.js";
 import { axisTitle, named } from "../units.js";
 import { plotConfig } from "./plotly.js";
 import { throttledChart } from "./throttle.js";
@@ -33,7 +33,7 @@ function draw() {
   for (let r = 0; r < C.n; r++) if (statusOf(r) === "ok" && usable(xs.values[r], logX) && usable(ys.values[r], logY)) rows.push(r);
   const { color, ticks } = colours(cs.values, rows);
   const text = rows.map((r) => `${named(xs.name, xs.values[r])}<br>${named(ys.name, ys.values[r])}<br>${named(cs.name, cs.values[r])}`
-    + `<br>#${C.id[r]} gen ${C.gen[r]} (${C.agents[C.agent[r]]})<br>${paramsText(r)}`);
+    + `<br>${textOf(r)}`);
   $("sc-count").textContent = String(rows.length);
   const chart = $(ID);
   const colorbar = { title: { text: axisTitle(cs.name) } };
