@@ -203,7 +203,8 @@ def parse(run: Run, params: Mapping[str, Any]) -> Query:
             continue
         col = _column(cols, key[len(RANGE_PREFIX):], key)
         if not col.numeric:
-            raise TableError(key, f"{col.name} is not numeric: filter it by value instead")
+            hint = f"; filter it with {col.name}=a,b" if col.name in KNOWN_PARAMS else ""
+            raise TableError(key, f"{col.name} is not numeric: a range needs a numeric column{hint}")
         text = _one(params, key)
         if ".." not in text:
             raise TableError(key, f"expected lo..hi (either side may be empty), got {text!r}")

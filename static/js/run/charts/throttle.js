@@ -1,6 +1,8 @@
 // Charts drawn only while in view (or about to be), and at most once every gap ms while
-// candidates stream in: request() marks the chart stale and draws it when due.
+// candidates stream in: request() marks the chart stale and draws it when due. The time of
+// each draw (until Plotly resolves) goes to timings.parts[id], for the benchmark.
 import { $ } from "../dom.js";
+import { timings } from "../scheduler.js";
 
 export function throttledChart(id, draw, gapMs = 750) {
   const s = { visible: false, stale: true, drawnAt: 0, timer: null };
@@ -13,7 +15,8 @@ export function throttledChart(id, draw, gapMs = 750) {
       if (!s.stale) return;
       s.stale = false;
       s.drawnAt = Date.now();
-      draw();
+      const t0 = performance.now();
+      Promise.resolve(draw()).then(() => { timings.parts[id] = performance.now() - t0; });
     }, now ? 0 : Math.max(0, s.drawnAt + gapMs - Date.now()));
   }
   new IntersectionObserver((entries) => {
