@@ -10,7 +10,9 @@ and measures:
 - time to apply a batch of live updates: ``--batch`` candidate events (as the worker publishes
   them: new ``ok`` candidates with metrics) plus a generation's events, fed to the page's event
   handler, until the redraw they cause has finished and the next frame started;
-- the snapshot's size and the server's time to build it.
+- the snapshot's size and the server's time to build it;
+- the parallel coordinates, the history and the any-axis chart: the time of a draw once
+  scrolled into view.
 
 Targets (issue "engineer's workbench"): first full draw under 2 s, a batch under 100 ms.
 
@@ -276,6 +278,14 @@ def main() -> int:
             return {after_scroll: runPage.timings.parcoordsAt - t0, draw: runPage.timings.parts.parcoords};
         }""")
         results["parcoords_ms"] = pc_ms
+        # the history and any-axis charts draw every candidate when scrolled into view
+        for chart in ("history-chart", "scatter-chart"):
+            results[f"{chart}_ms"] = page.evaluate("""async (id) => {
+                delete runPage.timings.parts[id];
+                document.getElementById(id).scrollIntoView();
+                while (runPage.timings.parts[id] === undefined) await new Promise((r) => setTimeout(r, 20));
+                return {draw: runPage.timings.parts[id], points: Number(document.getElementById(id).dataset.points)};
+            }""", chart)
         results["n_after"] = page.evaluate("runPage.count()")
         print(json.dumps(results), file=sys.stderr)
         shots = ROOT / "test-artifacts" / "screenshots"
@@ -306,6 +316,10 @@ def main() -> int:
          f"{statistics.median(d['to_next_frame'] for d in results['batch_detail']):.0f}", "(software WebGL)"),
         ("parallel coordinates, drawn on request (ms)", f"{results['parcoords_ms']['draw']:.0f}", "(software WebGL)"),
         ("points drawn on the frontier chart", f"{results['points_drawn']:,}", ""),
+        ("history, drawn when in view (ms)", f"{results['history-chart_ms']['draw']:.0f}",
+         f"{results['history-chart_ms']['points']:,} points"),
+        ("any metric or parameter, drawn when in view (ms)", f"{results['scatter-chart_ms']['draw']:.0f}",
+         f"{results['scatter-chart_ms']['points']:,} points"),
     ]
     w = max(len(r[0]) for r in rows)
     print(f"{'measure'.ljust(w)}  {'value':>10}  target")

@@ -31,6 +31,12 @@ def unit_of(key: str) -> str:
     return ""
 
 
+def unit_rules() -> dict[str, Any]:
+    """The rules of :func:`unit_of` for the pages' scripts: ``{"suffixes": [[suffix, unit]]
+    (checked in order), "keys": {key: unit}}``."""
+    return {"suffixes": [list(p) for p in _SUFFIX_UNITS], "keys": dict(_KEY_UNITS)}
+
+
 def number(v: Any, digits: int = 4) -> str:
     """``v`` with ``digits`` significant digits (``98.27483050000001`` -> ``98.27``), thousands
     kept whole (``12345.6`` -> ``12346``); ints and non-numbers as they are."""

@@ -1,6 +1,7 @@
 from django.urls import include, path
 
 from swarm.web import views
+from swarm.web.views.candidate_table import run_candidates
 
 urlpatterns = [
     path("", views.goal_list, name="goal-list"),
@@ -11,6 +12,7 @@ urlpatterns = [
     path("goals/<int:pk>/duplicate/", views.goal_duplicate, name="goal-duplicate"),
     path("goals/<int:pk>/runs/", views.run_start, name="run-start"),
     path("runs/<int:pk>/", views.run_detail, name="run-detail"),
+    path("runs/<int:pk>/candidates/", run_candidates, name="run-candidates"),
     path("runs/<int:pk>/stop/", views.run_stop, name="run-stop"),
     path("runs/<int:pk>/directions/", views.run_direction, name="run-direction"),
     path("runs/<int:pk>/insights/<int:insight_id>/accept/", views.run_insight_accept, name="run-insight-accept"),

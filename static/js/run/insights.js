@@ -7,7 +7,10 @@ import { cfg, meta } from "./state.js";
 
 export function renderInsights() {
   const list = $("insights");
-  const items = meta.insights.map((i) => {
+  // one importance (the newest; the chart shows it per parameter), every other insight
+  const firstImportance = meta.insights.findIndex((i) => i.kind === "importance");
+  const shown = meta.insights.filter((i, k) => i.kind !== "importance" || k === firstImportance);
+  const items = shown.map((i) => {
     const d = i.data || {};
     let body;
     if (i.kind === "importance") {

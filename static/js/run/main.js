@@ -20,6 +20,7 @@ import { redraw } from "./render.js";
 import { flush, onRedraw, schedule, timings } from "./scheduler.js";
 import { C, dirty, running } from "./state.js";
 import { connect, seqStats, stream } from "./stream.js";
+import { initWorkbench } from "./workbench.js";
 
 onRedraw(redraw);
 initAxes();
@@ -27,6 +28,7 @@ initCompare();
 initSteering();
 initStop();
 initParcoords();
+initWorkbench();
 
 // for tests and benchmarks: feed events, wait for the next complete redraw
 window.runPage = {

@@ -13,6 +13,7 @@ import { flushLog } from "./log.js";
 import { timed, timings } from "./scheduler.js";
 import { dirty, meta } from "./state.js";
 import { renderState } from "./status.js";
+import { redrawWorkbench } from "./workbench.js";
 
 // Returns false before the snapshot (nothing drawn), else after the charts have drawn.
 export async function redraw() {
@@ -32,6 +33,8 @@ export async function redraw() {
   if (dirty.agents) { renderAgents(); jobs.push(timed("shares", drawShares)); }
   if (dirty.insights) renderInsights();
   if (dirty.directions) renderDirections();
+  const workbench = redrawWorkbench(dirty);
+  if (workbench) jobs.push(workbench);
   for (const k in dirty) dirty[k] = false;
   flushLog();
   await Promise.all(jobs);

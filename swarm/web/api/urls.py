@@ -6,6 +6,7 @@ from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
 from swarm.web.api import views
+from swarm.web.api.candidate_table import RunCandidateTable
 
 router = DefaultRouter()
 router.register("goals", views.GoalViewSet, basename="api-goal")
@@ -28,6 +29,7 @@ urlpatterns = [
          name="api-run-export-json"),
     path("runs/<int:pk>/export/kernel_tuner_cache.json", views.RunViewSet.as_view({"get": "export_kernel_tuner"}),
          name="api-run-export-kernel-tuner"),
+    path("runs/<int:pk>/table/", RunCandidateTable.as_view(), name="api-run-table"),
     path("token/", obtain_auth_token, name="api-token"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

@@ -33,6 +33,8 @@ def _page(request: HttpRequest, run: Run, *, form: DirectionForm | None = None, 
         "eventsUrl": reverse("api-run-events", args=[run.pk]),
         "canSteer": request.user.has_perm("swarm.change_run"),
         "throughput": display.throughput(goal.workload),
+        "units": display.unit_rules(),
+        "tableUrl": reverse("run-candidates", args=[run.pk]),
     }
     top = results.best(run)
     return render(request, "swarm/run_detail.html", {

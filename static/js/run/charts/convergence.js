@@ -3,6 +3,7 @@
 // evaluation, and to now while the run runs (to its end once it has ended).
 import { D } from "../derived.js";
 import { C, axes, clock, primary, running } from "../state.js";
+import { axisTitle } from "../units.js";
 import { plotConfig } from "./plotly.js";
 
 // Seconds since the start that the time line reaches: now while running, else the run's end.
@@ -27,8 +28,8 @@ export function drawConvergence() {
   ], {
     margin: { t: 10, r: 10, b: 40, l: 60 }, showlegend: false,
     grid: { rows: 2, columns: 1, pattern: "independent", roworder: "top to bottom" },
-    xaxis: { title: { text: "evaluations" } }, yaxis: { title: { text: `best ${m}` }, type: logY ? "log" : "linear" },
-    xaxis2: { title: { text: "seconds since start" } }, yaxis2: { title: { text: `best ${m}` }, type: logY ? "log" : "linear" },
+    xaxis: { title: { text: "evaluations" } }, yaxis: { title: { text: `best ${axisTitle(m)}` }, type: logY ? "log" : "linear" },
+    xaxis2: { title: { text: "seconds since start" } }, yaxis2: { title: { text: `best ${axisTitle(m)}` }, type: logY ? "log" : "linear" },
     uirevision: "conv",
   }, plotConfig);
 }

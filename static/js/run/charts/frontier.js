@@ -7,6 +7,7 @@ import { D } from "../derived.js";
 import { $ } from "../dom.js";
 import { schedule } from "../scheduler.js";
 import { C, axes, candidateUrl, dirty, textOf } from "../state.js";
+import { axisTitle, unitOf } from "../units.js";
 import { plotConfig } from "./plotly.js";
 
 const MARGIN = { t: 10, r: 10, b: 45, l: 60 };
@@ -45,22 +46,24 @@ export function drawFrontier() {
   const fr = D.front.slice().sort((a, b) => xs[a] - xs[b]);
   const { logX, logY } = axes;
   const good = cellTraces(grid.feas), bad = cellTraces(grid.bad);
+  const unit = (name) => { const u = unitOf(name); return !u ? "" : u === "%" || u === "×" ? u : ` ${u}`; };
+  const xy = `%{text}<br>${axes.x}: %{x:.4~g}${unit(axes.x)}<br>${axes.y}: %{y:.4~g}${unit(axes.y)}`;
   revision += 1;
   const traces = [
     { type: "scattergl", mode: "markers", name: "feasible", x: good.x, y: good.y, customdata: good.id, text: good.text,
-      hovertemplate: "%{text}<br>x=%{x}<br>y=%{y}<extra></extra>", marker: { color: "#8aa1b9", size: 6 } },
+      hovertemplate: `${xy}<extra></extra>`, marker: { color: "#8aa1b9", size: 6 } },
     { type: "scattergl", mode: "markers", name: "breaks a constraint", x: bad.x, y: bad.y, customdata: bad.id, text: bad.text,
-      hovertemplate: "%{text}<br>x=%{x}<br>y=%{y}<extra>breaks a constraint</extra>",
+      hovertemplate: `${xy}<extra>breaks a constraint</extra>`,
       marker: { color: "#c0392b", size: 7, symbol: "x-thin-open", line: { width: 1, color: "#c0392b" } } },
     { type: "scattergl", mode: "lines+markers", name: "Pareto frontier", x: fr.map((r) => xs[r]),
       y: fr.map((r) => ys[r]), customdata: fr.map((r) => C.id[r]), text: fr.map(textOf),
-      hovertemplate: "%{text}<br>x=%{x}<br>y=%{y}<extra>frontier</extra>", line: { shape: "hv", color: "#e67e22" },
+      hovertemplate: `${xy}<extra>frontier</extra>`, line: { shape: "hv", color: "#e67e22" },
       marker: { color: "#e67e22", size: 10, line: { color: "#000", width: 1 } } },
   ];
   const layout = {
     margin: MARGIN, datarevision: revision, uirevision: `${axes.x}|${axes.y}|${logX}|${logY}`,
-    xaxis: { title: { text: axes.x }, type: logX ? "log" : "linear" },
-    yaxis: { title: { text: axes.y }, type: logY ? "log" : "linear" },
+    xaxis: { title: { text: axisTitle(axes.x) }, type: logX ? "log" : "linear" },
+    yaxis: { title: { text: axisTitle(axes.y) }, type: logY ? "log" : "linear" },
     legend: { orientation: "h", y: -0.18 }, hovermode: "closest",
   };
   $("n-shown").textContent = String(grid.feas.size + grid.bad.size);
