@@ -79,7 +79,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,6 +130,8 @@ class ChildRun:
             :func:`run_child`); False when something else wrote to or relayed the pipe.
         disk: why the child was killed for what it wrote to its private directory
             (:class:`DiskWatch`), None when it was not.
+        stopped: why the parent stopped the child before it exited (the reason the ``stop``
+            callback of :meth:`PendingChild.go` gave, e.g. ``"cancelled"``), None when it did not.
     """
 
     returncode: int | None
@@ -141,6 +143,7 @@ class ChildRun:
     wall_s: float = 0.0
     authentic: bool = True
     disk: str | None = None
+    stopped: str | None = None
 
 
 class DiskWatch:
@@ -200,6 +203,11 @@ class DiskWatch:
         self.logs = [str(p) for p in logs]
         self.pid: int | None = None
         self.exceeded: str | None = None
+        #: Asked between measurements while the child runs (``stop_when(seconds since the
+        #: run began)``): a reason (e.g. ``"cancelled"``) stops it like a quota breach.
+        self.stop_when: Callable[[float], str | None] | None = None
+        self.stopped: str | None = None
+        self.began = time.monotonic()
         self._next_poll = 0.0
         self.rebase()
 
@@ -321,8 +329,13 @@ class DiskWatch:
 
     def poll(self) -> bool:
         """:meth:`check`, unless the last walk was so costly that this one would come too soon
-        (then the last answer)."""
+        (then the last answer); True at once when :attr:`stop_when` gives a reason to stop
+        (kept in :attr:`stopped`)."""
         now = time.monotonic()
+        if self.stopped is None and self.stop_when is not None:
+            self.stopped = self.stop_when(now - self.began)
+        if self.stopped is not None:
+            return True
         if now < self._next_poll or self.exceeded is not None:
             return self.exceeded is not None
         over = self.check()
@@ -587,7 +600,7 @@ def _wait_exec(proc: subprocess.Popen, timeout_s: float, watch: DiskWatch) -> tu
     timed_out = False
     try:
         if timeout_s > 0:
-            timed_out = not _wait_exit(proc, timeout_s, watch) and watch.exceeded is None
+            timed_out = not _wait_exit(proc, timeout_s, watch) and watch.exceeded is None and watch.stopped is None
     finally:
         # Kill the whole group: also threads' helpers or grandchildren the candidate made.
         try:
@@ -627,7 +640,7 @@ def _wait_forked(pid: int, status, timeout_s: float, watch: DiskWatch) -> tuple[
             returncode = forkserver.wait_status(status, max(0.0, min(deadline - time.monotonic(), DISK_POLL_S)))
             if returncode is not None or watch.poll() or time.monotonic() >= deadline:
                 break
-        timed_out = returncode is None and watch.exceeded is None and timeout_s > 0
+        timed_out = returncode is None and watch.exceeded is None and watch.stopped is None and timeout_s > 0
     finally:
         try:
             os.killpg(pid, signal.SIGKILL)  # the whole group, as in the exec path
@@ -687,9 +700,13 @@ class PendingChild:
             os.close(self.go_w)
             self.go_w = -1
 
-    def go(self, timeout_s: float) -> ChildRun:
+    def go(self, timeout_s: float, stop: Callable[[float], str | None] | None = None) -> ChildRun:
         """Let the child lock down and run the candidate; wait at most ``timeout_s`` seconds
         (wall clock, from now) for it to exit, then kill its process group.
+
+        ``stop``, asked every :data:`DISK_POLL_S` or so with the seconds since the run began,
+        may give a reason to stop the child now (its group is killed;
+        :attr:`ChildRun.stopped` holds the reason).
 
         Returns:
             :class:`ChildRun` (``wall_s``: from this call to the child's exit).
@@ -702,6 +719,7 @@ class PendingChild:
         if self.turns:
             raise RuntimeError("PendingChild.go: a turn-taking child runs through begin, turn and end")
         self.begin()
+        self.watch.stop_when = stop
         return self.end(timeout_s)
 
     def begin(self) -> None:
@@ -713,7 +731,7 @@ class PendingChild:
         """
         if self.done or self.started is not None:
             raise RuntimeError("PendingChild.begin: this child was run or cancelled already")
-        self.started = time.monotonic()
+        self.started = self.watch.began = time.monotonic()
         self.watch.rebase()  # what this process put there since the start (the library) is not the child's
         try:
             os.write(self.go_w, b"g")
@@ -808,6 +826,7 @@ class PendingChild:
         return ChildRun(
             returncode, timed_out, _tail(self.out_path), _tail(self.err_path),
             body if authentic else result, report or None, wall_s, authentic or not result, self.watch.exceeded,
+            self.watch.stopped,
         )
 
     def cancel(self) -> None:
