@@ -17,7 +17,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from swarm import baselines, directions, events, goals, learning, orchestrator
+from swarm import baselines, cancelling, directions, events, goals, learning, orchestrator
 from swarm.api import exports
 from swarm.api.serializers import (
     CandidateSerializer,
@@ -231,6 +231,18 @@ class CandidateViewSet(viewsets.ReadOnlyModelViewSet):
 
     queryset = Candidate.objects.select_related("evidence", "goal").prefetch_related("parents").order_by("id")
     serializer_class = CandidateSerializer
+    required_perms = {"cancel": ["swarm.change_run"]}
+
+    @extend_schema(request=None, responses=CandidateSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Cancel a queued or running candidate (its sandbox child is stopped); 409 when it is
+        already evaluated or its run has ended."""
+        try:
+            done = cancelling.cancel(self.get_object(), request.user, via="the API")
+        except cancelling.CancelError as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(CandidateSerializer(done).data)
 
     def get_queryset(self):
         qs = super().get_queryset()

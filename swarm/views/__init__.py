@@ -22,7 +22,7 @@ from swarm.views.production import (
     promotion_request_reject,
     promotion_request_status,
 )
-from swarm.views.runs import run_detail, run_direction, run_insight_accept, run_stop
+from swarm.views.runs import run_candidate_cancel, run_detail, run_direction, run_insight_accept, run_stop
 
 __all__ = [
     "candidate_detail",
@@ -43,6 +43,7 @@ __all__ = [
     "promotion_request_approve",
     "promotion_request_reject",
     "promotion_request_status",
+    "run_candidate_cancel",
     "run_detail",
     "run_direction",
     "run_insight_accept",

@@ -1,5 +1,5 @@
 """The run page (live over the websocket) and the engineer's steering: directions, accepted
-insights, stop."""
+insights, stop, cancelling a candidate."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from swarm import baselines, directions, display, orchestrator, results
+from swarm import baselines, cancelling, directions, display, orchestrator, results
 from swarm.forms import DirectionForm
-from swarm.models import Direction, Insight, Run
+from swarm.models import Candidate, Direction, Insight, Run
 from swarm.snapshot import MAXIMIZE
 from swarm.views._common import json_refusal, wants_json
 
@@ -29,6 +29,7 @@ def _page(request: HttpRequest, run: Run, *, form: DirectionForm | None = None, 
         "compareUrl": reverse("compare"),
         "directionUrl": reverse("run-direction", args=[run.pk]),
         "acceptUrl": reverse("run-insight-accept", args=[run.pk, 0]),
+        "cancelUrl": reverse("run-candidate-cancel", args=[run.pk, 0]),
         "eventsUrl": reverse("api-run-events", args=[run.pk]),
         "canSteer": request.user.has_perm("swarm.change_run"),
         "throughput": display.throughput(goal.workload),
@@ -85,6 +86,39 @@ def run_stop(request: HttpRequest, pk: int) -> HttpResponse:
             out["note"] = f"run {run.pk} had already ended ({run.state}): nothing to stop"
         return JsonResponse(out)
     return _stop_page(request, pk)
+
+
+@require_POST
+def run_candidate_cancel(request: HttpRequest, pk: int, candidate_id: int) -> HttpResponse:
+    """Cancel a queued or running candidate of the run (:func:`swarm.cancelling.cancel`): to a
+    JSON request (the page's fetch) ``{"ok": true, "candidate": to_dict}``, or ``{"ok": false,
+    "error"}`` with 401, 403, 404 or 409 (already evaluated, or the run ended); a page request
+    goes back to the run page (the message says what happened)."""
+    refused = json_refusal(request, "swarm.change_run")
+    if refused is not None:
+        return refused
+    if not wants_json(request):
+        return _cancel_page(request, pk, candidate_id)
+    candidate = Candidate.objects.filter(pk=candidate_id, run_id=pk).first()
+    if candidate is None:
+        return JsonResponse({"ok": False, "error": f"run {pk} has no candidate {candidate_id}"}, status=404)
+    try:
+        done = cancelling.cancel(candidate, request.user, via="the run page")
+    except cancelling.CancelError as exc:
+        return JsonResponse({"ok": False, "error": str(exc)}, status=409)
+    return JsonResponse({"ok": True, "candidate": done.to_dict()})
+
+
+@login_required
+@permission_required("swarm.change_run", raise_exception=True)
+def _cancel_page(request: HttpRequest, pk: int, candidate_id: int) -> HttpResponse:
+    candidate = get_object_or_404(Candidate, pk=candidate_id, run_id=pk)
+    try:
+        cancelling.cancel(candidate, request.user, via="the run page")
+        messages.success(request, f"Candidate {candidate_id} cancelled.")
+    except cancelling.CancelError as exc:
+        messages.error(request, str(exc))
+    return redirect("run-detail", pk)
 
 
 @login_required
