@@ -380,10 +380,10 @@ def evaluate(
         except CompileError as exc:
             sections.append(f"== compile ==\n{exc.log}")
             return finish(Outcome.compile_error, str(exc))
-        if cancelled is not None and cancelled():
-            return finish(Outcome.cancelled, "cancelled after it was compiled, before it ran")
         fingerprint["compile_s"] = round(time.monotonic() - compiling, 4)
         sections.append(f"== compile ==\n{'(cached)' if artifact.cached else artifact.log or '(no output)'}")
+        if cancelled is not None and cancelled():
+            return finish(Outcome.cancelled, "cancelled after it was compiled, before it ran")
         evict_lib = _evict_library(be, bench, sections)
         request["evict_library"] = str(evict_lib) if evict_lib is not None else None
         # Each child gets its own copy of the library. The eviction helper is loaded before the

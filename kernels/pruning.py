@@ -35,6 +35,10 @@ from typing import Any
 PRUNE_AFTER_CALLS = 3
 #: Default prune factor ``k`` of a goal.
 DEFAULT_FACTOR = 3.0
+#: Calls faster than this (ms) are never pruned: their whole timing costs about
+#: ``BenchSettings.rep_ms`` whatever their speed, and at microseconds a call's time is as much
+#: the host's noise (scheduling, OpenMP wake-ups) as the kernel's.
+MIN_LIMIT_MS = 1.0
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,9 @@ class Prune:
         timing_wall_s: the incumbent's timing child wall-clock seconds
             (``Evidence.fingerprint["child_wall_s"]["timing"]``), or None (no wall-clock bound).
         slack_s: seconds added to the wall-clock bound (process start, input loading,
-            the eviction of caches between calls, which do not scale with the kernel).
+            the eviction of caches between calls, which do not scale with the kernel, and
+            other processes competing for a loaded host's cores).
+        min_limit_ms: the per-shape limit is never below this (:data:`MIN_LIMIT_MS`).
         incumbent: what the incumbent is, for the log (e.g. ``{"candidate": 12}``).
 
     Raises:
@@ -60,8 +66,9 @@ class Prune:
     factor: float
     shape_ms: Mapping[str, float] = field(default_factory=dict)
     timing_wall_s: float | None = None
-    slack_s: float = 2.0
+    slack_s: float = 10.0
     incumbent: Mapping[str, Any] = field(default_factory=dict)
+    min_limit_ms: float = MIN_LIMIT_MS
 
     def __post_init__(self) -> None:
         if isinstance(self.factor, bool) or not isinstance(self.factor, (int, float)) or not (
@@ -70,16 +77,17 @@ class Prune:
         for label, ms in self.shape_ms.items():
             if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not (math.isfinite(ms) and ms > 0):
                 raise ValueError(f"Prune: the incumbent's latency at {label} must be a positive number of ms, not {ms!r}")
-        for name in ("timing_wall_s", "slack_s"):
+        for name in ("timing_wall_s", "slack_s", "min_limit_ms"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
                                   or not (math.isfinite(v) and v >= 0)):
-                raise ValueError(f"Prune: {name} must be a non-negative number of seconds, not {v!r}")
+                raise ValueError(f"Prune: {name} must be a non-negative number, not {v!r}")
 
     def limit_ms(self, label: str) -> float | None:
-        """``factor`` times the incumbent's median at ``label`` (ms), or None where it has none."""
+        """``factor`` times the incumbent's median at ``label`` (ms), at least
+        ``min_limit_ms``; None where the incumbent has no median there."""
         ms = self.shape_ms.get(label)
-        return None if ms is None else self.factor * float(ms)
+        return None if ms is None else max(self.factor * float(ms), self.min_limit_ms)
 
     def deadline_s(self) -> float | None:
         """Wall-clock seconds the timing child may run: ``factor * timing_wall_s + slack_s``,
@@ -90,7 +98,7 @@ class Prune:
 
     def to_dict(self) -> dict[str, Any]:
         return {"factor": self.factor, "shape_ms": dict(self.shape_ms), "timing_wall_s": self.timing_wall_s,
-                "slack_s": self.slack_s, "incumbent": dict(self.incumbent)}
+                "slack_s": self.slack_s, "incumbent": dict(self.incumbent), "min_limit_ms": self.min_limit_ms}
 
 
 def verdict(warm_ms: Sequence[float], samples_ms: Sequence[float], limit_ms: float | None) -> str | None:

@@ -867,6 +867,7 @@ def evaluate_batch(candidate_ids: list[int], *, evaluate: EvaluateFn | None = No
     if not claimed:
         return []
     rows = Candidate.objects.select_related("goal", "run").in_bulk(claimed)
+    _publish_running([rows[pk] for pk in claimed if pk in rows])
     records = {pk: _evaluate(rows[pk], evaluate or evaluator_for(rows[pk].goal)) for pk in claimed if pk in rows}
     me, now = worker_identity(), timezone.now()
     with transaction.atomic():
@@ -897,6 +898,18 @@ def evaluate_batch(candidate_ids: list[int], *, evaluate: EvaluateFn | None = No
         else:
             events.publish(run_id, "candidates", {"items": items})
     return done
+
+
+def _publish_running(candidates: list[Candidate]) -> None:
+    """A ``candidate`` event (status ``running``, ``started_at``) for each claimed candidate of
+    a measured target, so the run page shows it running; none for batched (replay) ones,
+    which take microseconds."""
+    if not events.listening():
+        return
+    for c in candidates:
+        if not c.goal.capabilities.batchable:
+            Candidate.evidence.related.set_cached_value(c, None)  # not evaluated yet: no query for it
+            events.publish(c.run_id, "candidate", c.to_dict())
 
 
 def _evidence(candidate: Candidate, r: dict[str, Any]) -> Evidence:

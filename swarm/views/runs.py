@@ -138,7 +138,7 @@ def _submitted(request: HttpRequest, run: Run, kind: str, payload: dict, form: D
         return _page(request, run, form=form, error=str(exc), status=400)
     if wants_json(request):
         return JsonResponse({"ok": True, "direction": d.to_dict()}, status=201)
-    messages.success(request, f"Direction {d.kind} recorded; it applies at the next generation.")
+    messages.success(request, f"Direction {d.kind} recorded; it applies when the run next proposes candidates.")
     return redirect("run-detail", run.pk)
 
 

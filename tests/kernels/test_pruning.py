@@ -1,7 +1,5 @@
 """Pruning a hopeless candidate's timing, and cancelling an evaluation (kernels.pruning)."""
 
-import threading
-
 import pytest
 
 from kernels import Outcome, evaluate
@@ -106,13 +104,13 @@ def test_the_parent_stops_a_timing_child_past_k_times_the_incumbents_wall_time()
 
 
 def test_a_cancelled_evaluation_stops_its_child():
-    cancel = threading.Event()
-    timer = threading.Timer(0.5, cancel.set)  # while the validation child spins
-    timer.start()
-    try:
-        ev = slow(3000, cancelled=cancel.is_set)
-    finally:
-        timer.cancel()
+    asked = []
+
+    def cancelled():  # asked before and after compiling, then while the child runs: cancel there
+        asked.append(1)
+        return len(asked) > 2
+
+    ev = slow(3000, cancelled=cancelled)
     assert ev.status == Outcome.cancelled, ev.log
     assert "cancelled during" in ev.log and not Outcome.cancelled.judged
 
@@ -120,3 +118,9 @@ def test_a_cancelled_evaluation_stops_its_child():
 def test_a_cancel_before_it_runs_compiles_nothing():
     ev = slow(1, cancelled=lambda: True)
     assert ev.status == Outcome.cancelled and "before it was compiled" in ev.log
+
+
+def test_calls_under_a_millisecond_are_never_pruned():
+    prune = Prune(3.0, {"a": 0.001, "b": 2.0})
+    assert prune.limit_ms("a") == 1.0 and prune.limit_ms("b") == 6.0 and prune.limit_ms("c") is None
+    assert verdict([0.5, 0.5], [], prune.limit_ms("a")) is None  # 500 x the incumbent, but 0.5 ms
