@@ -146,9 +146,11 @@ def judge_report(result: Mapping[str, Any], labels: Mapping[str, str], prune: Pr
 
     Returns:
         ``(reason, metrics, samples_ms)``: ``metrics`` holds ``latency_ms[<label>]`` (median of
-        the timed calls) of every shape with timed calls, ``prune_ratio`` (the pruned shape's
-        deciding time over the incumbent's median there) and ``prune_limit_ms``; no whole-set
-        ``latency_ms`` (not every shape was timed). ``samples_ms``: the timed calls per shape.
+        the timed calls) of every shape with timed calls, ``prune_observed_ms`` (the pruned
+        shape's deciding time: its timed calls' median, or its fastest warm-up call after the
+        first), ``prune_ratio`` (that over the incumbent's median there) and
+        ``prune_limit_ms``; no whole-set ``latency_ms`` (not every shape was timed).
+        ``samples_ms``: the timed calls per shape.
 
     Raises:
         ValueError: the report is malformed, names an item the request did not time, or its
@@ -179,6 +181,7 @@ def judge_report(result: Mapping[str, Any], labels: Mapping[str, str], prune: Pr
     observed = statistics.median(s) if s else min(warm[1:])
     metrics["prune_ratio"] = observed / float(prune.shape_ms[label])
     metrics["prune_limit_ms"] = float(limit)
+    metrics["prune_observed_ms"] = observed
     return (f"pruned at {label}: {why}, more than {prune.factor:g} x the incumbent's "
             f"{float(prune.shape_ms[label]):.4g} ms ({observed / float(prune.shape_ms[label]):.1f} x); "
             f"warm-up calls {', '.join(f'{w:.4g}' for w in warm)} ms"), metrics, samples

@@ -53,6 +53,7 @@ def test_a_running_candidate_ticks_is_cancelled_and_a_hopeless_one_is_pruned(sta
     page.fill("input[name=budget]", "2")
     page.fill("input[name=batch_size]", "2")
     page.click("button:has-text('Start run')")
+    page.wait_for_url(re.compile(r".*/runs/\d+/$"), timeout=60_000)
     page.wait_for_function("document.querySelector('#ws-state').textContent === 'connected'", timeout=30_000)
     run_id = int(re.search(r"/runs/(\d+)/", page.url).group(1))
 
