@@ -876,9 +876,9 @@ def evaluate_batch(candidate_ids: list[int], *, evaluate: EvaluateFn | None = No
         owned = set(
             Candidate.objects.select_for_update()
             .filter(pk__in=list(records), status__in=(CandidateStatus.RUNNING, CandidateStatus.CANCELLED),
-                    claimed_by=me, evidence__isnull=True)
+                    claimed_by=me)
             .values_list("pk", flat=True)
-        )
+        ) - set(Evidence.objects.filter(candidate_id__in=list(records)).values_list("candidate_id", flat=True))
         done = [rows[pk] for pk in sorted(owned)]
         stored = Evidence.objects.bulk_create(_evidence(c, records[c.pk]) for c in done)
         by_status: dict[str, list[int]] = {}

@@ -191,8 +191,15 @@ def test_a_running_candidate_is_cancelled_while_its_sandbox_child_runs(owner):
     goal = synthetic_goal(name="slow", workload="rmsnorm", shape_set="test-small", source=SLOW_C,
                           space={"parameters": [{"name": "SPIN_MS", "values": [3000]}], "restrictions": []})
     run, first = orchestrator.start_run(goal, budget=1, seed=1, batch_size=1)
-    out = {}
-    worker = threading.Thread(target=lambda: out.setdefault("c", orchestrator.evaluate_candidate(first[0].pk)))
+    def work():  # a worker thread of its own, with its own database connection
+        from django.db import connection
+
+        try:
+            orchestrator.evaluate_candidate(first[0].pk)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=work)
     worker.start()
     for _ in range(600):  # until the worker has claimed it
         if Candidate.objects.filter(pk=first[0].pk, status=CandidateStatus.RUNNING).exists():
