@@ -23,6 +23,11 @@ class Outcome(enum.StrEnum):
       reference of a case is not finite or beyond the workload's magnitude bound
       (:mod:`kernels.evaluation.reference_check`), so no kernel can be judged on it; evaluation was
       not possible, and the input generator needs fixing.
+    - ``pruned``: validated, but its first timed calls showed it more than the goal's prune
+      factor times slower than the incumbent (:mod:`kernels.evaluation.pruning`); its timing stopped
+      early and the evidence holds the calls so far.
+    - ``cancelled``: stopped on request before its evaluation ended; says nothing about the
+      candidate (not judged).
     """
 
     ok = "ok"
@@ -32,6 +37,8 @@ class Outcome(enum.StrEnum):
     wrong_result = "wrong_result"
     invalid = "invalid"
     invalid_input = "invalid_input"
+    pruned = "pruned"
+    cancelled = "cancelled"
 
     @property
     def is_failure(self) -> bool:
@@ -40,6 +47,6 @@ class Outcome(enum.StrEnum):
 
     @property
     def judged(self) -> bool:
-        """False for ``invalid_input``: the candidate could not be judged, so the outcome says
-        nothing about it (no credit lost, no failure rule, no stored case)."""
-        return self is not Outcome.invalid_input
+        """False for ``invalid_input`` and ``cancelled``: the candidate could not be judged, so
+        the outcome says nothing about it (no credit lost, no failure rule, no stored case)."""
+        return self not in (Outcome.invalid_input, Outcome.cancelled)

@@ -43,6 +43,9 @@ class Goal(models.Model):
     dataset_path = models.CharField(max_length=1000, blank=True, help_text="Recorded data of a replay: target.")
     llm_context_tokens = models.PositiveIntegerField(
         default=6000, help_text="Token budget of the evidence an LLM agent's prompt carries (4 characters a token).")
+    prune_factor = models.FloatField(
+        default=3.0, help_text="k: a candidate whose first timed calls are more than k times slower than the "
+                               "incumbent on the same shape is stopped early (pruned); > 1.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)
     archived_at = models.DateTimeField(
@@ -327,12 +330,15 @@ class CandidateStatus(models.TextChoices):
     WRONG_RESULT = "wrong_result"
     INVALID = "invalid"
     INVALID_INPUT = "invalid_input"
+    PRUNED = "pruned"
+    CANCELLED = "cancelled"
 
 
 PENDING_STATUSES = (CandidateStatus.QUEUED, CandidateStatus.RUNNING)
 #: Evaluated, but the candidate could not be judged (the workload's inputs failed,
-#: ``kernels.Outcome.invalid_input``): no credit lost, no failure learned, no evidence reused.
-UNJUDGED_STATUSES = (CandidateStatus.INVALID_INPUT,)
+#: ``kernels.Outcome.invalid_input``, or its evaluation was cancelled): no credit lost, no
+#: failure learned, no evidence reused.
+UNJUDGED_STATUSES = (CandidateStatus.INVALID_INPUT, CandidateStatus.CANCELLED)
 
 
 class Candidate(models.Model):
@@ -389,6 +395,7 @@ class Candidate(models.Model):
             "status": self.status,
             "metrics": evidence.metrics if evidence else {},
             "reused": self.reused_from_id is not None,
+            "started_at": self.claimed_at.isoformat() if self.claimed_at and self.status == CandidateStatus.RUNNING else None,
         }
 
 
@@ -504,7 +511,8 @@ class Insight(models.Model):
 
 
 class Direction(models.Model):
-    """An engineer's steering decision for a run, applied at the next generation boundary.
+    """An engineer's steering decision for a run, applied when the run next proposes candidates
+    (after each evaluation; ``not_applied`` when the run ended first).
 
     Kinds and payloads: ``narrow`` ``{"param", "values"}`` (keep only these values), ``exclude``
     ``{"param", "values"}``, ``add_restriction`` ``{"expression"}``, ``set_constraint``
@@ -526,6 +534,7 @@ class Direction(models.Model):
         PENDING = "pending"
         APPLIED = "applied"
         REJECTED = "rejected"
+        NOT_APPLIED = "not_applied"  # the run ended before its next proposal
 
     run = models.ForeignKey(Run, related_name="directions", on_delete=models.CASCADE)
     kind = models.CharField(max_length=32, choices=Kind.choices)

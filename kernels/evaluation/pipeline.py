@@ -59,8 +59,10 @@ Protocol (docs/design.md, "Evaluation protocol"):
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -75,6 +77,7 @@ from kernels.evaluation.cases import SENTINELS_ONLY, Expected, plan_cases
 from kernels.evaluation.cuda_pipeline import evaluate_cuda
 from kernels.evaluation.first_call import first_call_note
 from kernels.evaluation.judge import judge, reference_notes, reported_flush, run_failure
+from kernels.evaluation.pruning import Prune, judge_report
 from kernels.evaluation.timing import BenchSettings, evict_library, omp_environment
 from kernels.evidence import Evidence
 from kernels.hashing import candidate_hash
@@ -85,7 +88,7 @@ from kernels.sandbox.spawn import ChildRun, PendingChild, start_child
 from kernels.sandbox.workdirs import hand_over, make_workdir, place, private_tempdir, remove_tree
 from kernels.space import SpaceError, format_defines
 from kernels.validation_store import ValidationStore
-from kernels.workloads import Workload, get_workload
+from kernels.workloads import Workload, get_workload, shape_label
 
 __all__ = ["BenchSettings", "Evidence", "evaluate"]
 
@@ -152,6 +155,37 @@ def _own_writes(wl: Workload, cases: list[dict], timed: list[dict],
     return nbytes, len(wl.outputs) * (2 * len(cases) + 3 * len(timed))
 
 
+def _stopped_timing(run: ChildRun, prune: Prune | None, timed: list[dict],
+                    validated: list[dict]) -> tuple | None:
+    """``(status, reason, metrics=..., samples_ms=..., cases=...)`` for :func:`evaluate`'s
+    ``finish`` when the timing child was cancelled or pruned, else None (judge it in full).
+
+    Pruned by the parent's wall clock: the validation cases and ``pruned_after_s``. Pruned
+    by its own calls: the partial evidence of :func:`kernels.evaluation.pruning.judge_report`; a report
+    the calls do not bear out is a ``runtime_error``."""
+    if run.stopped == "cancelled":
+        return Outcome.cancelled, f"cancelled during timing, after {run.wall_s:.2f} s", {"cases": validated}
+    if run.stopped == "pruned" and prune is not None:
+        return (Outcome.pruned,
+                f"timing stopped after {run.wall_s:.2f} s of wall clock, past {prune.factor:g} x the incumbent's "
+                f"timing ({prune.timing_wall_s:.2f} s) + {prune.slack_s:g} s",
+                {"cases": validated, "metrics": {"pruned_after_s": run.wall_s}})
+    if prune is None or run_failure(run, 1.0) is not None:
+        return None
+    try:
+        result = json.loads(run.result.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None  # the judge says what is wrong with it
+    if not isinstance(result, dict) or "pruned" not in result:
+        return None
+    try:
+        reason, metrics, samples = judge_report(result, {t["id"]: shape_label(t["shape"]) for t in timed}, prune)
+    except ValueError as exc:
+        return Outcome.runtime_error, f"the timing child stopped early, but {exc}", {"cases": validated}
+    metrics["pruned_after_s"] = run.wall_s
+    return Outcome.pruned, reason, {"cases": validated, "metrics": metrics, "samples_ms": samples}
+
+
 # -- entry point -----------------------------------------------------------------------------
 
 
@@ -170,6 +204,8 @@ def evaluate(
     validation_store: ValidationStore | None = None,
     launch_plan: dict | None = None,
     compile_options: dict | None = None,
+    prune: Prune | None = None,
+    cancelled: Callable[[], bool] | None = None,
 ) -> Evidence:
     """Compile, validate and time one candidate in a sandboxed child process.
 
@@ -199,6 +235,13 @@ def evaluate(
             :meth:`kernels.backends.cuda.LaunchPlan.from_dict`); default the template's.
         compile_options: CUDA only: ``{"compiler": "nvrtc"|"nvcc", "extra": [...]}``.
             ``backend="cuda"`` or a ``cuda-smXY`` target runs :func:`kernels.evaluation.cuda_pipeline.evaluate_cuda`.
+        prune: CPU backend: when to stop the timing of a hopeless candidate
+            (:mod:`kernels.evaluation.pruning`): each timed shape's calls against ``prune.factor`` times the
+            incumbent's median there (the child stops, this process checks its calls), and the
+            timing child's wall clock against :meth:`~kernels.evaluation.pruning.Prune.deadline_s`
+            (measured here). Either ends in ``pruned`` with the calls so far; default: no pruning.
+        cancelled: CPU backend: asked while a child runs (about every 50 ms) and between
+            steps; True stops the evaluation (the child's group is killed) with ``cancelled``.
 
     Returns:
         :class:`Evidence`; every candidate failure is an outcome, never an exception.
@@ -214,7 +257,7 @@ def evaluate(
         raise ValueError(f"evaluate: timeout_s must be a number of seconds in (0, 1e6), not {timeout_s!r}")
     if backend == "replay" or (target or "").startswith("replay:"):
         return evaluate_replay(workload, params, target=target)
-    if backend == "cuda" or (target or "").startswith("cuda-"):
+    if backend == "cuda" or (target or "").startswith("cuda-"):  # no pruning or cancelling there yet
         return evaluate_cuda(workload, source, params, shape_set=shape_set, timeout_s=timeout_s, bench=bench,
                              seed=seed, target=target, launch_plan=launch_plan, compile_options=compile_options,
                              sandbox=sandbox, validation_store=validation_store)
@@ -243,6 +286,10 @@ def evaluate(
         defines = format_defines(params)
     except (SpaceError, AttributeError, TypeError) as exc:
         return finish(Outcome.invalid, f"bad parameters: {exc}")
+    if cancelled is not None and cancelled():
+        return finish(Outcome.cancelled, "cancelled before it was compiled")
+    if prune is not None:
+        fingerprint["prune"] = prune.to_dict()
     limits = _limits(be)  # measured once per host (before anything else runs, so nothing competes)
     fingerprint["limits"] = limits
     store_limit = config.validation_store_limit()
@@ -284,15 +331,27 @@ def evaluate(
         (logdir / phase).mkdir()
         cases, items = expected.with_files(phase, cases_plan if phase == "validation" else [],
                                            timed if phase == "timing" else [])
+        if prune is not None:  # per shape: k times the incumbent's median there (ms), where it has one
+            items = [{**t, "prune_ms": prune.limit_ms(shape_label(t["shape"]))} for t in items]
         req = {**request, "cases": cases, "timed": items, "library": str(workdirs[phase] / "candidate.so")}
         env = omp_validation if phase == "validation" else omp
         own_bytes, own_files = _own_writes(wl, cases, items, layout)
         pending[phase] = start_child(req, workdirs[phase], logdir / phase, budget_s, policy=policy, env=env,
                                      own_bytes=own_bytes, own_entries=own_files)
 
+    deadline_s = prune.deadline_s() if prune is not None else None
+
+    def stop(elapsed_s: float, phase: str) -> str | None:
+        """Why the parent stops ``phase``'s child now: cancelled, or (timing) past the prune deadline."""
+        if cancelled is not None and cancelled():
+            return "cancelled"
+        if phase == "timing" and deadline_s is not None and elapsed_s > deadline_s:
+            return "pruned"
+        return None
+
     def run_phase(phase: str, left_s: float) -> ChildRun:
         hand_over(policy, workdirs[phase], 0o700)  # every file is in: now the child's
-        run = pending.pop(phase).go(left_s)
+        run = pending.pop(phase).go(left_s, stop=lambda t: stop(t, phase))
         if run.stdout:
             sections.append(f"== {phase} child stdout (tail) ==\n{run.stdout}")
         if run.stderr:
@@ -316,6 +375,8 @@ def evaluate(
             return finish(Outcome.compile_error, str(exc))
         fingerprint["compile_s"] = round(time.monotonic() - compiling, 4)
         sections.append(f"== compile ==\n{'(cached)' if artifact.cached else artifact.log or '(no output)'}")
+        if cancelled is not None and cancelled():
+            return finish(Outcome.cancelled, "cancelled after it was compiled, before it ran")
         evict_lib = _evict_library(be, bench, sections)
         request["evict_library"] = str(evict_lib) if evict_lib is not None else None
         # Each child gets its own copy of the library. The eviction helper is loaded before the
@@ -329,6 +390,8 @@ def evaluate(
         # starts (loads its inputs) while this process judges the validation child's cases.
         starter.result()  # re-raises what starting the child raised
         runs: list[ChildRun] = [run_phase("validation", timeout_s)]
+        if runs[0].stopped:
+            return finish(Outcome.cancelled, f"cancelled during validation, after {runs[0].wall_s:.2f} s")
         deadline = time.monotonic() + timeout_s - runs[0].wall_s
         verdict = validated = None
         if not run_failure(runs[0], timeout_s):
@@ -347,6 +410,11 @@ def evaluate(
             else:
                 validated = early[2]
                 runs.append(run_phase("timing", left))
+                ended = _stopped_timing(runs[-1], prune, timed, validated)
+                if ended is not None:
+                    fingerprint["child_wall_s"] = {p: round(r.wall_s, 4) for p, r in zip(("validation", "timing"), runs)}
+                    status, reason, kw = ended
+                    return finish(status, reason, **kw)
         fingerprint["sandbox"] = runs[0].sandbox or {"error": "the child exited before reporting its sandbox"}
         fingerprint["child_wall_s"] = {p: round(r.wall_s, 4) for p, r in zip(("validation", "timing"), runs)}
         fingerprint["flush"] = reported_flush(runs[-1]) if len(runs) > 1 else None

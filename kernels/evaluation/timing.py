@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from kernels.backends.cpu import CpuBackend
+from kernels.evaluation.pruning import verdict
 
 FLUSH_MODES = ("evict", "rewrite", "none")
 _NAN_BITS = 0x7FC00000  # float32 quiet NaN, what numpy writes for np.nan
@@ -326,12 +327,17 @@ class BenchRun:
             None where not measured: work the call did itself, without the time it waited
             for a CPU (a preemption on a loaded host) or slept (e.g. at a passive OpenMP
             barrier).
+        warm_ms: every warm-up call (ms), the first one included, in call order.
+        pruned: why the timing stopped early (:func:`kernels.evaluation.pruning.verdict`), or None
+            when it ran in full.
     """
 
     samples_ms: list[float]
     first_call_ms: float
     warmup_calls: int
     first_call_cpu_ms: float | None = None
+    warm_ms: tuple[float, ...] = ()
+    pruned: str | None = None
 
 
 def bench_run(
@@ -341,6 +347,7 @@ def bench_run(
     prepare: Callable[[], None] | None = None,
     flush: Callable[[], None] | None = None,
     timed_prepare: Callable[[], None] | None = None,
+    prune_ms: float | None = None,
 ) -> BenchRun:
     """Time ``fn``: the raw samples in ms (one per timed call) and its first call apart.
 
@@ -353,6 +360,11 @@ def bench_run(
     is reported as :attr:`BenchRun.first_call_ms` (and its thread CPU time as
     :attr:`BenchRun.first_call_cpu_ms`): in a fresh process it carries whatever the
     candidate sets up on first use (tables, allocations), which the steady state hides.
+
+    With ``prune_ms`` (``k`` times the incumbent's median on this shape, ms), the loop stops
+    after the first call for which :func:`kernels.evaluation.pruning.verdict` holds (warm-up calls from
+    the second, timed calls from the :data:`~kernels.evaluation.pruning.PRUNE_AFTER_CALLS`-th), and
+    :attr:`BenchRun.pruned` says why.
     """
     clock = time.perf_counter_ns
     if prepare is not None:
@@ -371,6 +383,8 @@ def bench_run(
         fn()
         warm.append(clock() - t0)
         spent_ns += warm[-1]
+        if prune_ms is not None and (why := verdict([w / 1e6 for w in warm], (), prune_ms)):
+            return BenchRun([], warm[0] / 1e6, len(warm), first_cpu_ms, tuple(w / 1e6 for w in warm), why)
     est_ms = max(min(warm[len(warm) // 2 :]) / 1e6, 1e-6)  # later calls: steady state
     reps = min(max(math.ceil(settings.rep_ms / est_ms), settings.min_reps), settings.max_reps)
     samples = []
@@ -383,7 +397,9 @@ def bench_run(
         t0 = clock()
         fn()
         samples.append((clock() - t0) / 1e6)
-    return BenchRun(samples, warm[0] / 1e6, len(warm), first_cpu_ms)
+        if prune_ms is not None and (why := verdict((), samples, prune_ms)):
+            return BenchRun(samples, warm[0] / 1e6, len(warm), first_cpu_ms, tuple(w / 1e6 for w in warm), why)
+    return BenchRun(samples, warm[0] / 1e6, len(warm), first_cpu_ms, tuple(w / 1e6 for w in warm))
 
 
 def bench(

@@ -437,7 +437,13 @@ def _prepare_cpu(req: dict):
 
             fills = bool(plans) and all(getattr(pl, "fills", False) for pl in plans)
             timing = bench_run(call, settings, prepare=rot.prepare, flush=evict if plans else rewrite,
-                               timed_prepare=rot.rotate if fills else None)
+                               timed_prepare=rot.rotate if fills else None, prune_ms=item.get("prune_ms"))
+            if timing.pruned:  # the calls so far, per shape: nothing else is judged of a pruned candidate
+                done = {t["id"]: {"samples_ms": tm.samples_ms, "warm_ms": list(tm.warm_ms)}
+                        for t, _s, _f, _c, tm, *_ in finished}
+                done[item["id"]] = {"samples_ms": timing.samples_ms, "warm_ms": list(timing.warm_ms)}
+                return {"ok": True, "pruned": {"item": item["id"], "why": timing.pruned}, "timed": done,
+                        "flush": flush_method, "inputs": checks, "files": SAVED}
             late.snapshot(sets[rot.cur].outputs, f"{item['id']}_last")
             rot.check_written()  # the last call (the parent also validates its output in full)
             last_salt = rot.salted[1] if rot.salted is not None else {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 DISK_POLL_S = 0.05  # how often a running child's directory is measured
@@ -68,6 +68,11 @@ class DiskWatch:
         self.logs = [str(p) for p in logs]
         self.pid: int | None = None
         self.exceeded: str | None = None
+        #: Asked between measurements while the child runs (``stop_when(seconds since the
+        #: run began)``): a reason (e.g. ``"cancelled"``) stops it like a quota breach.
+        self.stop_when: Callable[[float], str | None] | None = None
+        self.stopped: str | None = None
+        self.began = time.monotonic()
         self._next_poll = 0.0
         self.rebase()
 
@@ -189,8 +194,13 @@ class DiskWatch:
 
     def poll(self) -> bool:
         """:meth:`check`, unless the last walk was so costly that this one would come too soon
-        (then the last answer)."""
+        (then the last answer); True at once when :attr:`stop_when` gives a reason to stop
+        (kept in :attr:`stopped`)."""
         now = time.monotonic()
+        if self.stopped is None and self.stop_when is not None:
+            self.stopped = self.stop_when(now - self.began)
+        if self.stopped is not None:
+            return True
         if now < self._next_poll or self.exceeded is not None:
             return self.exceeded is not None
         over = self.check()

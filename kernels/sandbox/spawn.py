@@ -75,7 +75,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,6 +126,8 @@ class ChildRun:
             :func:`run_child`); False when something else wrote to or relayed the pipe.
         disk: why the child was killed for what it wrote to its private directory
             (:class:`DiskWatch`), None when it was not.
+        stopped: why the parent stopped the child before it exited (the reason the ``stop``
+            callback of :meth:`PendingChild.go` gave, e.g. ``"cancelled"``), None when it did not.
     """
 
     returncode: int | None
@@ -137,6 +139,7 @@ class ChildRun:
     wall_s: float = 0.0
     authentic: bool = True
     disk: str | None = None
+    stopped: str | None = None
 
 
 def _tail(path: Path) -> str:
@@ -237,7 +240,7 @@ def _wait_exec(proc: subprocess.Popen, timeout_s: float, watch: DiskWatch) -> tu
     timed_out = False
     try:
         if timeout_s > 0:
-            timed_out = not _wait_exit(proc, timeout_s, watch) and watch.exceeded is None
+            timed_out = not _wait_exit(proc, timeout_s, watch) and watch.exceeded is None and watch.stopped is None
     finally:
         # Kill the whole group: also threads' helpers or grandchildren the candidate made.
         try:
@@ -277,7 +280,7 @@ def _wait_forked(pid: int, status, timeout_s: float, watch: DiskWatch) -> tuple[
             returncode = forkserver.wait_status(status, max(0.0, min(deadline - time.monotonic(), DISK_POLL_S)))
             if returncode is not None or watch.poll() or time.monotonic() >= deadline:
                 break
-        timed_out = returncode is None and watch.exceeded is None and timeout_s > 0
+        timed_out = returncode is None and watch.exceeded is None and watch.stopped is None and timeout_s > 0
     finally:
         try:
             os.killpg(pid, signal.SIGKILL)  # the whole group, as in the exec path
@@ -337,9 +340,13 @@ class PendingChild:
             os.close(self.go_w)
             self.go_w = -1
 
-    def go(self, timeout_s: float) -> ChildRun:
+    def go(self, timeout_s: float, stop: Callable[[float], str | None] | None = None) -> ChildRun:
         """Let the child lock down and run the candidate; wait at most ``timeout_s`` seconds
         (wall clock, from now) for it to exit, then kill its process group.
+
+        ``stop``, asked every :data:`DISK_POLL_S` or so with the seconds since the run began,
+        may give a reason to stop the child now (its group is killed;
+        :attr:`ChildRun.stopped` holds the reason).
 
         Returns:
             :class:`ChildRun` (``wall_s``: from this call to the child's exit).
@@ -352,6 +359,7 @@ class PendingChild:
         if self.turns:
             raise RuntimeError("PendingChild.go: a turn-taking child runs through begin, turn and end")
         self.begin()
+        self.watch.stop_when = stop
         return self.end(timeout_s)
 
     def begin(self) -> None:
@@ -363,7 +371,7 @@ class PendingChild:
         """
         if self.done or self.started is not None:
             raise RuntimeError("PendingChild.begin: this child was run or cancelled already")
-        self.started = time.monotonic()
+        self.started = self.watch.began = time.monotonic()
         self.watch.rebase()  # what this process put there since the start (the library) is not the child's
         try:
             os.write(self.go_w, b"g")
@@ -458,6 +466,7 @@ class PendingChild:
         return ChildRun(
             returncode, timed_out, _tail(self.out_path), _tail(self.err_path),
             body if authentic else result, report or None, wall_s, authentic or not result, self.watch.exceeded,
+            self.watch.stopped,
         )
 
     def cancel(self) -> None:

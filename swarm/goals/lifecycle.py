@@ -53,7 +53,7 @@ def default_goal(workload: str, target: str, shape_set: str | None = None, *, us
 
 # The goal fields a duplicate copies (its runs, creator and dates are its own).
 COPIED_FIELDS = ("workload", "target", "shape_set", "objectives", "constraints", "space", "source", "dataset_path",
-                 "llm_context_tokens")
+                 "llm_context_tokens", "prune_factor")
 
 
 def set_archived(goal: Goal, archived: bool, user=None, via: str = "page") -> Goal:

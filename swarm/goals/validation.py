@@ -237,13 +237,33 @@ def _clean_constraints(value: Any) -> tuple[list[dict], list[FieldError]]:
     return out, problems
 
 
+#: Largest prune factor accepted (a larger one never prunes anything on any real host).
+PRUNE_FACTOR_MAX = 1000.0
+
+
+def _clean_prune_factor(value: Any) -> tuple[Any, str | None]:
+    """``(float value, None)``, or ``(value, message)`` when it is not a number in (1, 1000]."""
+    try:
+        k = float(value) if not isinstance(value, bool) and value not in (None, "") else None
+    except (TypeError, ValueError):
+        k = None
+    if k is None or not math.isfinite(k):
+        return value, (f"the prune factor k must be a number (e.g. 3: a candidate more than 3 times slower than "
+                       f"the best so far is stopped early), not {value!r}")
+    if not 1 < k <= PRUNE_FACTOR_MAX:
+        return value, (f"the prune factor k must be more than 1 and at most {PRUNE_FACTOR_MAX:g} (k times slower "
+                       f"than the best so far is pruned), not {k:g}")
+    return k, None
+
+
 def validate_goal(fields: Mapping[str, Any], *, goal: Goal | None = None) -> dict[str, Any]:
     """Check the goal fields in ``fields`` and return them cleaned.
 
     ``fields`` holds any of ``name``, ``workload``, ``target``, ``shape_set``, ``objectives``
     (``[{"metric", "direction": "minimize" | "maximize"}]``, the first primary), ``constraints``
     (``[{"metric", "op": "<=" | ">=", "value": number or numeric string}]``), ``space`` (see
-    :func:`check_space`) and ``source``; a field left out is not checked on its own, and
+    :func:`check_space`), ``source`` and ``prune_factor`` (``k`` in (1, 1000]: a candidate whose
+    first timed calls are more than ``k`` times slower than the incumbent is pruned); a field left out is not checked on its own, and
     cross-field rules read it from ``goal`` (the goal being changed; ``None`` when creating).
     Presence and type of each field belong to the caller's form or serializer.
 
@@ -279,6 +299,9 @@ def validate_goal(fields: Mapping[str, Any], *, goal: Goal | None = None) -> dic
     if "constraints" in fields:
         cleaned["constraints"], found = _clean_constraints(fields["constraints"])
         problems += found
+    if "prune_factor" in fields:
+        cleaned["prune_factor"], why = _clean_prune_factor(fields["prune_factor"])
+        refuse("prune_factor", why)
     if "space" in fields:
         try:
             space, size = check_space(fields["space"], goal=goal)

@@ -1,4 +1,6 @@
-"""Engineers' directions: validated when submitted, applied at the next generation boundary."""
+"""Engineers' directions: validated when submitted, applied when the run next proposes
+candidates (:func:`swarm.runs.orchestrator.propose_generation`, after every evaluation), marked
+``not_applied`` when the run ends first (:func:`swarm.runs.progress.finish`)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from kernels import DesignSpace, SpaceError
-from swarm.models import AgentRecord, AuditEvent, Direction, Run
+from swarm.models import AgentRecord, AuditEvent, CandidateStatus, Direction, Run
 from swarm.runs import remaining
 from swarm.runs.history import goal_rows
 from swarm.runs.progress import finish
@@ -21,7 +23,7 @@ class DirectionError(ValueError):
 
 
 def submit(run: Run, kind: str, payload: dict[str, Any], author=None) -> Direction:
-    """Validate and record a direction for ``run`` (applied at the next generation boundary).
+    """Validate and record a direction for ``run`` (applied when the run next proposes).
 
     Raises:
         DirectionError: unknown kind, malformed payload, a range that would leave a parameter
@@ -45,10 +47,14 @@ def apply_pending(run: Run, generation: int) -> list[Direction]:
     """Apply the run's pending directions in order; called inside the run's row lock.
 
     A direction that no longer applies (e.g. two narrowings that together empty a range) is
-    marked ``rejected`` with the reason; nothing else changes.
+    marked ``rejected`` with the reason; nothing else changes. Once one ends the run (a
+    ``stop``), the rest are left to :func:`swarm.runs.progress.finish`, which marked them
+    ``not_applied``.
     """
     done = []
     for d in run.directions.filter(state=Direction.State.PENDING).order_by("created_at", "id"):
+        if run.state != Run.State.RUNNING:
+            break
         try:
             effect = _effect(run, d.kind, d.payload, apply=True, direction=d)
             d.state = Direction.State.APPLIED
@@ -127,6 +133,10 @@ def _effect(run: Run, kind: str, p: dict[str, Any], apply: bool = False,
         if apply:
             author = direction.author if direction is not None else None
             who = author.get_username() if author is not None else "a direction without an author"
+            # As a stop on the run page: queued candidates go, running ones finish and are kept.
+            run.candidates.filter(status=CandidateStatus.QUEUED).delete()
+            if direction is not None:  # applied, not left to finish() as pending
+                Direction.objects.filter(pk=direction.pk).update(state=Direction.State.APPLIED)
             finish(run, Run.State.STOPPED, Run.EndKind.STOPPED,
                    f"stopped by {who} (direction {direction.pk if direction is not None else '?'}, "
                    f"applied before generation {run.generation + 1})")

@@ -43,7 +43,7 @@ from swarm.models import (
     ProposalFailure,
     Run,
 )
-from swarm.runs import baselines, directions, events, llm_lane, remaining
+from swarm.runs import baselines, directions, events, llm_lane, pruning, remaining
 from swarm.runs.agent_view import reads_context, run_view
 from swarm.runs.claims import claim_many, holder_is_dead, stale_after, worker_identity
 from swarm.runs.history import goal_rows as history_rows
@@ -158,22 +158,26 @@ def start_run(
 
 
 def advance(run_id: int) -> list[Candidate]:
-    """After an evaluation: close the generation once it is complete and start the next.
+    """After an evaluation (or a cancel): close every generation whose candidates are all
+    done, apply pending directions and propose into the run's free slots.
 
-    Returns the candidates to dispatch: empty while the generation is still running, or when
-    the run finished (budget or wall time spent, space exhausted, stopped). Transactions stay
-    short: agents propose and insights are learned outside any row lock.
+    Generations do not wait for their slowest candidate: a run keeps up to ``batch_size``
+    candidates in flight (queued or running), and each slot an evaluation frees is proposed
+    again at once, as a new (smaller) generation (a steady-state search). A generation is
+    closed, and its agents credited, once none of its candidates is in flight.
+
+    Returns the candidates to dispatch: empty while every slot is in flight, or when the run
+    finished (budget or wall time spent and nothing in flight, space exhausted, stopped).
+    Transactions stay short: agents propose and insights are learned outside any row lock.
     """
     with transaction.atomic():
         run = _locked_run(run_id)
         if run.state != Run.State.RUNNING:
             return []
-        if run.candidates.filter(status__in=PENDING_STATUSES).exists():
-            return []
-        closed = _close_generation(run)
+        closed = _close_finished_generations(run)
         number = run.generation
-    if closed is not None:
-        _learn(run, closed)
+    for gen in closed:
+        _learn(run, gen)
     return _next_candidates(run_id, number)
 
 
@@ -227,7 +231,13 @@ def _next_candidates(run_id: int, after: int) -> list[Candidate]:
                 f"generation {after + 1} could not be proposed: {type(exc).__name__}: {exc}")
             return []
         if new is None:
-            return []
+            # Another process proposed meanwhile: slots may still be free (its count of the
+            # candidates in flight came first), so propose again after its generation.
+            current = Run.objects.filter(pk=run_id, state=Run.State.RUNNING).values_list("generation", flat=True).first()
+            if current is None or current == after:
+                return []
+            after = current
+            continue
         pending = [c for c in new if c.is_pending]
         if pending:
             return pending
@@ -249,11 +259,15 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
     benchmarked twice. A proposal identical (hash, workload, target, shape set) to a candidate
     of another goal reuses that evidence.
 
+    The generation has as many candidates as the run has free slots: ``batch_size`` minus
+    its candidates in flight (queued or running). Pending directions are applied first, at
+    every call, even when no slot is free.
+
     Returns:
-        The new candidates of generation ``after + 1``; [] when the run is over (budget or wall
-        time spent, stopped, nothing left to propose: the run is then ended with its reason,
-        :func:`end`); None when the run is no longer at generation ``after`` (another process
-        advanced it).
+        The new candidates of generation ``after + 1``; [] when no slot is free, or when the
+        run is over (budget or wall time spent, stopped, nothing left to propose: once nothing
+        is in flight the run is ended with its reason, :func:`end`); None when the run is no
+        longer at generation ``after`` (another process advanced it).
     """
     number = after + 1
     with transaction.atomic():
@@ -261,23 +275,28 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
         if run.generation != after:
             return None
         applied = directions.apply_pending(run, number)
+        in_flight = run.candidates.filter(status__in=PENDING_STATUSES).count()
     for d in applied:
         events.publish(run.pk, "direction", d.to_dict())
     if run.state != Run.State.RUNNING:
         return []
     elapsed = (timezone.now() - run.started_at).total_seconds()
     if run.max_wall_s is not None and elapsed >= run.max_wall_s:
-        end(run_id, after, Run.State.FINISHED, Run.EndKind.WALL_TIME,
-            f"wall time spent: {elapsed:.0f} s of {run.max_wall_s:g} s, after generation {after}")
+        if not in_flight:  # else it ends when the last candidate in flight is done
+            end(run_id, after, Run.State.FINISHED, Run.EndKind.WALL_TIME,
+                f"wall time spent: {elapsed:.0f} s of {run.max_wall_s:g} s, after generation {after}")
         return []
     goal = run.goal
     rows = history_rows(goal)
     spent = sum(1 for r in rows if r.run_id == run.pk)
-    n = min(run.batch_size, run.budget - spent)
-    if n <= 0:
-        end(run_id, after, Run.State.FINISHED, Run.EndKind.BUDGET,
-            f"budget spent: {spent} of {run.budget} evaluations")
+    if spent >= run.budget:
+        if not in_flight:
+            end(run_id, after, Run.State.FINISHED, Run.EndKind.BUDGET,
+                f"budget spent: {spent} of {run.budget} evaluations")
         return []
+    n = min(run.batch_size - in_flight, run.budget - spent)
+    if n <= 0:
+        return []  # every slot is in flight
     records = list(run.agents.all())
     shares, scores = allocate(
         [Arm(r.name, r.evaluations, r.improvements, r.boost, r.paused, r.failed_proposals) for r in records], n,
@@ -339,7 +358,7 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
         got = ask(record, short)
         shares[record.name] = shares.get(record.name, 0) + got
         short -= got
-    if lane_records and not _any_new(goal, proposed, fingerprint):
+    if lane_records and not in_flight and not _any_new(goal, proposed, fingerprint):
         _wait_for_lane(run, lane_records, view, number, n, usage, proposed, shares, goal, fingerprint)
     created: list[Candidate] = []
     with transaction.atomic():
@@ -362,7 +381,7 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
 
     if created and events.listening():
         transaction.on_commit(publish)
-    if not created:
+    if not created and not in_flight:  # with candidates in flight, their evidence may give the agents more
         state, kind, reason = _why_nothing_new(run, records, view.space, number)
         end(run_id, after, state, kind, reason)
     return created
@@ -547,13 +566,28 @@ def _locked_run(run_id: int, *, with_goal: bool = True) -> Run:
     return (runs.select_related("goal") if with_goal else runs).get(pk=run_id)
 
 
-def _close_generation(run: Run) -> Generation | None:
-    """Credit agents for frontier improvements of the run's current generation and mark it
-    finished (inside the caller's transaction). A point whose ``latency_ms`` is within the
-    target's noise floor (:func:`swarm.runs.noise_floors.floor_for`) of a frontier point that is
-    no worse elsewhere is not an improvement. Returns the generation, or None if it was
-    already closed."""
-    gen = Generation.objects.filter(run=run, number=run.generation, finished_at__isnull=True).first()
+def _close_finished_generations(run: Run) -> list[Generation]:
+    """Close (:func:`_close_generation`) every open generation of ``run`` none of whose
+    candidates is in flight, oldest first (inside the caller's transaction)."""
+    open_numbers = list(Generation.objects.filter(run=run, finished_at__isnull=True)
+                        .order_by("number").values_list("number", flat=True))
+    if not open_numbers:
+        return []
+    busy = set(run.candidates.filter(status__in=PENDING_STATUSES, generation__in=open_numbers)
+               .values_list("generation", flat=True).distinct())
+    closed = [_close_generation(run, number) for number in open_numbers if number not in busy]
+    return [g for g in closed if g is not None]
+
+
+def _close_generation(run: Run, number: int | None = None) -> Generation | None:
+    """Credit agents for frontier improvements of the run's generation ``number`` (default
+    its latest) and mark it finished (inside the caller's transaction). A point whose
+    ``latency_ms`` is within the target's noise floor (:func:`swarm.runs.noise_floors.floor_for`)
+    of a frontier point that is no worse elsewhere is not an improvement; the frontier it is
+    measured against is that of the earlier generations' evaluated candidates. Returns the
+    generation, or None if it was already closed."""
+    number = run.generation if number is None else number
+    gen = Generation.objects.filter(run=run, number=number, finished_at__isnull=True).first()
     if gen is None:
         return None
     goal = run.goal
@@ -576,7 +610,7 @@ def _close_generation(run: Run) -> Generation | None:
         if r.generation < gen.number:
             if v is not None:
                 before.append(v)
-        elif r.status not in UNJUDGED_STATUSES:  # an unjudged candidate is no pull of its agent's arm
+        elif r.generation == gen.number and r.status not in UNJUDGED_STATUSES:  # an unjudged one is no pull
             evaluated[r.agent] = evaluated.get(r.agent, 0) + 1
             if v is not None:
                 new.append((r.agent, v))
@@ -679,16 +713,19 @@ def evaluate_batch(candidate_ids: list[int], *, evaluate: EvaluateFn | None = No
     claimed = claim_many(candidate_ids)
     if not claimed:
         return []
-    rows = Candidate.objects.select_related("goal").in_bulk(claimed)
+    rows = Candidate.objects.select_related("goal", "run").in_bulk(claimed)
+    _publish_running([rows[pk] for pk in claimed if pk in rows])
     records = {pk: _evaluate(rows[pk], evaluate or evaluator_for(rows[pk].goal)) for pk in claimed if pk in rows}
     me, now = worker_identity(), timezone.now()
     with transaction.atomic():
-        # A claim taken over meanwhile (we were presumed dead) belongs to the new holder.
+        # A claim taken over meanwhile (we were presumed dead) belongs to the new holder; a
+        # candidate cancelled while it ran is still ours to store (its evidence says how far it got).
         owned = set(
             Candidate.objects.select_for_update()
-            .filter(pk__in=list(records), status=CandidateStatus.RUNNING, claimed_by=me)
+            .filter(pk__in=list(records), status__in=(CandidateStatus.RUNNING, CandidateStatus.CANCELLED),
+                    claimed_by=me)
             .values_list("pk", flat=True)
-        )
+        ) - set(Evidence.objects.filter(candidate_id__in=list(records)).values_list("candidate_id", flat=True))
         done = [rows[pk] for pk in sorted(owned)]
         stored = Evidence.objects.bulk_create(_evidence(c, records[c.pk]) for c in done)
         by_status: dict[str, list[int]] = {}
@@ -710,6 +747,18 @@ def evaluate_batch(candidate_ids: list[int], *, evaluate: EvaluateFn | None = No
     return done
 
 
+def _publish_running(candidates: list[Candidate]) -> None:
+    """A ``candidate`` event (status ``running``, ``started_at``) for each claimed candidate of
+    a measured target, so the run page shows it running; none for batched (replay) ones,
+    which take microseconds."""
+    if not events.listening():
+        return
+    for c in candidates:
+        if not c.goal.capabilities.batchable:
+            Candidate.evidence.related.set_cached_value(c, None)  # not evaluated yet: no query for it
+            events.publish(c.run_id, "candidate", c.to_dict())
+
+
 def _evidence(candidate: Candidate, r: dict[str, Any]) -> Evidence:
     """The evidence row of ``candidate`` from an evaluator's ``Evidence.to_dict()``."""
     return Evidence(
@@ -725,6 +774,13 @@ def _evidence(candidate: Candidate, r: dict[str, Any]) -> Evidence:
     )
 
 
+def _engine_evaluator() -> EvaluateFn:
+    """The evaluator of engine goals (their candidates are plans, not kernels: no pruning)."""
+    from swarm.engine_registry.goals import evaluate_plan
+
+    return evaluate_plan
+
+
 def evaluator_for(goal: Goal) -> EvaluateFn:
     """``swarm.engine_registry.goals.evaluate_plan`` for engine goals (candidates are engine plans), else
     ``kernels.evaluate``; both take the same arguments and return evidence."""
@@ -734,11 +790,18 @@ def evaluator_for(goal: Goal) -> EvaluateFn:
 
 
 def _evaluate(candidate: Candidate, evaluate: EvaluateFn) -> dict[str, Any]:
-    """Evidence of one candidate as a dict; an evaluator crash becomes ``runtime_error``."""
+    """Evidence of one candidate as a dict; an evaluator crash becomes ``runtime_error``.
+
+    A measured (not recorded) kernel goal's evaluation gets the run's prune limits
+    (:func:`swarm.runs.pruning.prune_for`: ``pruned`` once its first calls show it more than the goal's
+    ``prune_factor`` times slower than the incumbent) and stops when the candidate is cancelled.
+    """
     goal = candidate.goal
     kwargs: dict[str, Any] = dict(shape_set=goal.shape_set, backend=goal.backend, timeout_s=settings.EVAL_TIMEOUT_S)
     if goal.capabilities.recorded:
         goal.ensure_dataset()
+    elif evaluate is not _engine_evaluator():
+        kwargs.update(prune=pruning.prune_for(candidate.run), cancelled=pruning.CancelCheck(candidate.pk))
     if goal.capabilities.needs_target:
         kwargs["target"] = goal.target
     try:

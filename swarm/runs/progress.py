@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from swarm.models import PENDING_STATUSES, Run
+from swarm.models import PENDING_STATUSES, Direction, Run
 from swarm.runs import events, llm_lane
 
 
@@ -42,4 +42,19 @@ def finish(run: Run, state: str, kind: str, reason: str) -> None:
     run.save(update_fields=["state", "end_kind", "end_reason", "finished_at"])
     llm_lane.cancel(run)  # the lane's requests end with the run
     llm_lane.settle(run)  # answers finished but never taken were still paid for
+    dropped = _drop_pending_directions(run, kind)
     transaction.on_commit(lambda: events.publish(run.pk, "run", run_state(run)))
+    for d in dropped:
+        transaction.on_commit(lambda d=d: events.publish(run.pk, "direction", d.to_dict()))
+
+
+def _drop_pending_directions(run: Run, kind: str) -> list[Direction]:
+    """Mark the run's pending directions ``not_applied`` (the run ended before its next
+    proposal), with the reason in ``effect``; returns them."""
+    pending = list(run.directions.filter(state=Direction.State.PENDING).select_related("author"))
+    now = timezone.now()
+    for d in pending:
+        d.state, d.applied_at = Direction.State.NOT_APPLIED, now
+        d.effect = {"not_applied": f"the run ended ({kind}) before it next proposed candidates"}
+    Direction.objects.bulk_update(pending, ["state", "effect", "applied_at"])
+    return pending

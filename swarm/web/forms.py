@@ -11,6 +11,7 @@ from typing import Any
 from django import forms
 
 import kernels
+from kernels.evaluation.pruning import DEFAULT_FACTOR
 from swarm.goals.validation import GoalInvalid, validate_goal
 from swarm.models import Direction, Goal
 
@@ -130,6 +131,10 @@ class GoalForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false"}), required=False, label="Template",
         help_text="Kernel template; leave empty for the workload's default template on the target's backend.",
     )
+    prune_factor = forms.FloatField(
+        initial=3.0, required=False, label="Prune factor k",
+        help_text="A candidate whose first timed calls are more than k times slower than the best so far "
+                  "is stopped early (pruned).")
 
     def __init__(self, *args, instance: Goal | None = None, **kwargs) -> None:
         self.instance = instance
@@ -155,7 +160,7 @@ class GoalForm(forms.Form):
             "max_rel_error": max_rel,
             "constraints": format_constraints(goal.constraints, skip="max_rel_error"),
             "parameters": format_parameters(goal.space), "restrictions": "\n".join(goal.space.get("restrictions", [])),
-            "source": goal.source,
+            "source": goal.source, "prune_factor": goal.prune_factor,
         }
 
     def clean_parameters(self) -> list[dict]:
@@ -170,6 +175,8 @@ class GoalForm(forms.Form):
         the design space's to ``parameters`` / ``restrictions``)."""
         data = super().clean()
         fields = {f: data[f] for f in ("name", "workload", "target", "shape_set", "source") if f in data}
+        if data.get("prune_factor") is not None:  # left empty: the goal keeps its own (new goals 3)
+            fields["prune_factor"] = data["prune_factor"]
         if data.get("objective") and data.get("objective_direction"):
             fields["objectives"] = [{"metric": data["objective"], "direction": data["objective_direction"]}]
             if data.get("second_objective") and data.get("second_direction"):
@@ -189,7 +196,7 @@ class GoalForm(forms.Form):
             for p in exc.problems:
                 self.add_error(self._field_of(p.field, p.index, has_max_rel), p.message)
             return data
-        data.update({k: v for k, v in cleaned.items() if k in ("source", "space", "constraints")})
+        data.update({k: v for k, v in cleaned.items() if k in ("source", "space", "constraints", "prune_factor")})
         return data
 
     @staticmethod
@@ -210,6 +217,8 @@ class GoalForm(forms.Form):
         return dict(
             name=d["name"], workload=d["workload"], target=d["target"], shape_set=d["shape_set"],
             objectives=objectives, constraints=constraints, space=d["space"], source=d["source"],
+            prune_factor=d["prune_factor"] if d.get("prune_factor") is not None else (
+                self.instance.prune_factor if self.instance is not None else DEFAULT_FACTOR),
         )
 
     def save(self, user) -> Goal:

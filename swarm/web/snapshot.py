@@ -70,7 +70,10 @@ def _num(v: Any) -> str:
 def run_meta(run: Run) -> dict[str, Any]:
     """Everything the run page shows besides the candidates (small). ``ties``: the noise floor
     of the goal's target and the candidates tied with the best
-    (:func:`swarm.runs.noise_floors.tied_with_best`); the page marks them "tied with best"."""
+    (:func:`swarm.runs.noise_floors.tied_with_best`); the page marks them "tied with best".
+    ``running``: the candidates being evaluated now (``Candidate.to_dict()``, with
+    ``started_at``: when its worker claimed it), oldest first; the page shows each with its
+    elapsed time and a cancel button."""
     goal = run.goal
     generations = list(
         Generation.objects.filter(run=run).order_by("-number")
@@ -92,6 +95,8 @@ def run_meta(run: Run) -> dict[str, Any]:
         "insights": insight_store.latest_insights(goal.workload, goal.target),
         "directions": [d.to_dict() for d in run.directions.select_related("author").order_by("created_at", "id")],
         "ties": tied_with_best(run),
+        "running": [c.to_dict() for c in run.candidates.filter(status=CandidateStatus.RUNNING)
+                    .select_related("evidence").order_by("claimed_at", "id")],
     }
 
 

@@ -14,6 +14,7 @@ urlpatterns = [
     path("runs/<int:pk>/", views.run_detail, name="run-detail"),
     path("runs/<int:pk>/candidates/", run_candidates, name="run-candidates"),
     path("runs/<int:pk>/stop/", views.run_stop, name="run-stop"),
+    path("runs/<int:pk>/candidates/<int:candidate_id>/cancel/", views.run_candidate_cancel, name="run-candidate-cancel"),
     path("runs/<int:pk>/directions/", views.run_direction, name="run-direction"),
     path("runs/<int:pk>/insights/<int:insight_id>/accept/", views.run_insight_accept, name="run-insight-accept"),
     path("candidates/<int:pk>/", views.candidate_detail, name="candidate-detail"),

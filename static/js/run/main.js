@@ -6,7 +6,7 @@
 // Modules: state.js (config and columnar data), events.js (an event into the data), stream.js
 // (websocket and sequence gaps), derived.js and bins.js (frontier, top, convergence; screen
 // cells), render.js (a redraw), charts/ (Plotly charts), best.js, agents.js, status.js,
-// insights.js, directions.js (panels, steering, stop), axes.js (axis controls), log.js and
+// insights.js, directions.js (panels, steering, stop), running.js (running candidates, cancel), axes.js (axis controls), log.js and
 // history.js (event log, its first lines from the stored events), format.js and dom.js
 // (helpers), scheduler.js (one redraw per frame; timings).
 import { initAxes } from "./axes.js";
@@ -14,11 +14,12 @@ import { initCompare } from "./best.js";
 import { initFrontier } from "./charts/frontier.js";
 import { initParcoords } from "./charts/parcoords.js";
 import { initSteering, initStop } from "./directions.js";
+import { initRunning } from "./running.js";
 import { receive } from "./events.js";
 import { loadStoredLog } from "./history.js";
 import { redraw } from "./render.js";
 import { flush, onRedraw, schedule, timings } from "./scheduler.js";
-import { C, dirty, running } from "./state.js";
+import { C, dirty, inflight, running } from "./state.js";
 import { connect, seqStats, stream } from "./stream.js";
 import { initWorkbench } from "./workbench.js";
 
@@ -27,6 +28,7 @@ initAxes();
 initCompare();
 initSteering();
 initStop();
+initRunning();
 initParcoords();
 initWorkbench();
 
@@ -43,7 +45,8 @@ function onEvent(msg) {
 
 // While the run runs, time passes without events: the convergence chart's time line follows.
 const CLOCK_MS = 1000;
-setInterval(() => { if (running()) { dirty.clock = true; schedule(); } }, CLOCK_MS);
+// The running candidates' elapsed times tick with it.
+setInterval(() => { if (running()) { dirty.clock = true; dirty.running = inflight.size > 0; schedule(); } }, CLOCK_MS);
 
 connect(onEvent); // first: the snapshot is built while the charts initialise
 initFrontier();

@@ -9,6 +9,7 @@ import { drawShares } from "./charts/shares.js";
 import { rebuild, update } from "./derived.js";
 import { renderDirections } from "./directions.js";
 import { renderInsights } from "./insights.js";
+import { renderRunning } from "./running.js";
 import { flushLog } from "./log.js";
 import { timed, timings } from "./scheduler.js";
 import { dirty, meta } from "./state.js";
@@ -35,6 +36,7 @@ export async function redraw() {
   if (dirty.directions) renderDirections();
   const workbench = redrawWorkbench(dirty);
   if (workbench) jobs.push(workbench);
+  if (dirty.running || dirty.state) renderRunning();
   for (const k in dirty) dirty[k] = false;
   flushLog();
   await Promise.all(jobs);

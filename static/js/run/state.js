@@ -14,10 +14,14 @@ export const clock = { startedMs: Date.now(), endedMs: null };
 // the start when it finished, null while pending), params {name: [...]}, metrics {name: [...]}.
 export const C = { n: 0, id: [], gen: [], agent: [], status: [], t: [], params: {}, metrics: {}, agents: [], statuses: [] };
 export const rowOf = new Map(); // candidate id -> row
+// Candidates being evaluated now: id -> {id, generation, agent, params, started_at} (the
+// snapshot's meta.running, then candidate events with status "running").
+export const inflight = new Map();
 const hoverText = []; // row -> hover text (computed once)
 // What needs redrawing: points (new candidates), full (rebuild everything from the columns),
-// agents, insights, directions, state (run status), clock (time passed: the convergence line).
-export const dirty = { points: false, full: true, agents: false, insights: false, directions: false, state: false, clock: false };
+// agents, insights, directions, state (run status), clock (time passed: the convergence line),
+// running (the running candidates and their elapsed times).
+export const dirty = { points: false, full: true, agents: false, insights: false, directions: false, state: false, clock: false, running: false };
 // Rows that became ok, and rows that finished with any status, since the last redraw.
 export const fresh = { ok: [], done: [] };
 // The frontier chart's axes (metric names) and whether each is logarithmic.
@@ -71,6 +75,8 @@ export function loadSnapshot(data) {
   hoverText.length = 0;
   clock.startedMs = Date.parse(meta.started_at) || Date.now();
   clock.endedMs = meta.run.state === "running" ? null : Date.parse(meta.finished_at) || null;
+  inflight.clear();
+  for (const c of meta.running || []) inflight.set(c.id, c);
   for (const k in dirty) dirty[k] = true;
 }
 
@@ -99,6 +105,8 @@ export function upsert(c) {
     C.metrics[name][r] = finite(c.metrics[name]);
   }
   dirty.points = true;
+  if (c.status === "running") { inflight.set(c.id, c); dirty.running = true; }
+  else if (inflight.delete(c.id)) dirty.running = true;
   if (wasDone || PENDING.has(c.status)) return false;
   C.t[r] = (Date.now() - clock.startedMs) / 1000;
   fresh.done.push(r);

@@ -22,7 +22,9 @@ class GoalSerializer(serializers.ModelSerializer):
     A replay goal (target ``replay:<dataset>``) is made by ``manage.py factory import-cache``
     from a Kernel Tuner cache file: its workload, target and shape set name the recorded data
     set and its space keeps that data set's domain; its name, objectives, constraints and the
-    space's values and restrictions may change."""
+    space's values and restrictions may change. ``prune_factor`` (``k``, default 3, in (1, 1000]):
+    a candidate whose first timed calls are more than ``k`` times slower than the incumbent on
+    the same shape is stopped early with the status ``pruned``."""
 
     space_size = serializers.SerializerMethodField()
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
@@ -32,9 +34,9 @@ class GoalSerializer(serializers.ModelSerializer):
     class Meta:
         model = Goal
         fields = ["id", "name", "workload", "target", "shape_set", "objectives", "constraints", "space", "source",
-                  "space_size", "created_by", "created_at", "archived", "archived_at"]
+                  "prune_factor", "space_size", "created_by", "created_at", "archived", "archived_at"]
         read_only_fields = ["id", "created_by", "created_at", "space_size", "archived", "archived_at"]
-        extra_kwargs = {"source": {"required": False, "allow_blank": True}}
+        extra_kwargs = {"source": {"required": False, "allow_blank": True}, "prune_factor": {"required": False}}
 
     def get_space_size(self, goal: Goal) -> dict[str, Any]:
         return space_size(goal.design_space())

@@ -21,7 +21,7 @@ from swarm.goals import lifecycle
 from swarm.learning import store as insight_store
 from swarm.models import AuditEvent, Candidate, Direction, Goal, Insight, Promotion, PromotionRequest, Run
 from swarm.production.promotion import PromotionRefused, approve_request, earlier_refusals, reject_request, request_promotion, rollback
-from swarm.runs import baselines, directions, events, orchestrator, summaries
+from swarm.runs import baselines, cancelling, directions, events, orchestrator, summaries
 from swarm.runs.dispatch import dispatch
 from swarm.web import goal_editor
 from swarm.web.api import exports
@@ -264,6 +264,18 @@ class CandidateViewSet(viewsets.ReadOnlyModelViewSet):
 
     queryset = Candidate.objects.select_related("evidence", "goal").prefetch_related("parents").order_by("id")
     serializer_class = CandidateSerializer
+    required_perms = {"cancel": ["swarm.change_run"]}
+
+    @extend_schema(request=None, responses=CandidateSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Cancel a queued or running candidate (its sandbox child is stopped); 409 when it is
+        already evaluated or its run has ended."""
+        try:
+            done = cancelling.cancel(self.get_object(), request.user, via="the API")
+        except cancelling.CancelError as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(CandidateSerializer(done).data)
 
     def get_queryset(self):
         qs = super().get_queryset()

@@ -19,7 +19,7 @@ from swarm.web.views.production import (
     promotion_request_approve,
     promotion_request_reject,
 )
-from swarm.web.views.runs import run_detail, run_direction, run_insight_accept, run_stop
+from swarm.web.views.runs import run_candidate_cancel, run_detail, run_direction, run_insight_accept, run_stop
 
 __all__ = [
     "candidate_detail",
@@ -36,6 +36,7 @@ __all__ = [
     "production_rollback",
     "promotion_request_approve",
     "promotion_request_reject",
+    "run_candidate_cancel",
     "run_detail",
     "run_direction",
     "run_insight_accept",

@@ -1,5 +1,5 @@
 """The run page (live over the websocket) and the engineer's steering: directions, accepted
-insights, stop."""
+insights, stop, cancelling a candidate."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from swarm.models import Direction, Insight, Run
-from swarm.runs import baselines, directions, orchestrator, results
+from swarm.models import Candidate, Direction, Insight, Run
+from swarm.runs import baselines, cancelling, directions, orchestrator, results
 from swarm.web import display
 from swarm.web.forms import DirectionForm
 from swarm.web.snapshot import MAXIMIZE
@@ -30,6 +30,7 @@ def _page(request: HttpRequest, run: Run, *, form: DirectionForm | None = None, 
         "compareUrl": reverse("compare"),
         "directionUrl": reverse("run-direction", args=[run.pk]),
         "acceptUrl": reverse("run-insight-accept", args=[run.pk, 0]),
+        "cancelUrl": reverse("run-candidate-cancel", args=[run.pk, 0]),
         "eventsUrl": reverse("api-run-events", args=[run.pk]),
         "canSteer": request.user.has_perm("swarm.change_run"),
         "throughput": display.throughput(goal.workload),
@@ -90,6 +91,39 @@ def run_stop(request: HttpRequest, pk: int) -> HttpResponse:
     return _stop_page(request, pk)
 
 
+@require_POST
+def run_candidate_cancel(request: HttpRequest, pk: int, candidate_id: int) -> HttpResponse:
+    """Cancel a queued or running candidate of the run (:func:`swarm.runs.cancelling.cancel`): to a
+    JSON request (the page's fetch) ``{"ok": true, "candidate": to_dict}``, or ``{"ok": false,
+    "error"}`` with 401, 403, 404 or 409 (already evaluated, or the run ended); a page request
+    goes back to the run page (the message says what happened)."""
+    refused = json_refusal(request, "swarm.change_run")
+    if refused is not None:
+        return refused
+    if not wants_json(request):
+        return _cancel_page(request, pk, candidate_id)
+    candidate = Candidate.objects.filter(pk=candidate_id, run_id=pk).first()
+    if candidate is None:
+        return JsonResponse({"ok": False, "error": f"run {pk} has no candidate {candidate_id}"}, status=404)
+    try:
+        done = cancelling.cancel(candidate, request.user, via="the run page")
+    except cancelling.CancelError as exc:
+        return JsonResponse({"ok": False, "error": str(exc)}, status=409)
+    return JsonResponse({"ok": True, "candidate": done.to_dict()})
+
+
+@login_required
+@permission_required("swarm.change_run", raise_exception=True)
+def _cancel_page(request: HttpRequest, pk: int, candidate_id: int) -> HttpResponse:
+    candidate = get_object_or_404(Candidate, pk=candidate_id, run_id=pk)
+    try:
+        cancelling.cancel(candidate, request.user, via="the run page")
+        messages.success(request, f"Candidate {candidate_id} cancelled.")
+    except cancelling.CancelError as exc:
+        messages.error(request, str(exc))
+    return redirect("run-detail", pk)
+
+
 @login_required
 @permission_required("swarm.change_run", raise_exception=True)
 def _stop_page(request: HttpRequest, pk: int) -> HttpResponse:
@@ -107,7 +141,7 @@ def _submitted(request: HttpRequest, run: Run, kind: str, payload: dict, form: D
         return _page(request, run, form=form, error=str(exc), status=400)
     if wants_json(request):
         return JsonResponse({"ok": True, "direction": d.to_dict()}, status=201)
-    messages.success(request, f"Direction {d.kind} recorded; it applies at the next generation.")
+    messages.success(request, f"Direction {d.kind} recorded; it applies when the run next proposes candidates.")
     return redirect("run-detail", run.pk)
 
 
