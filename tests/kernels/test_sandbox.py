@@ -485,7 +485,7 @@ def test_directories_a_killed_process_left_are_swept(tmp_path, monkeypatch):
     import subprocess
     import sys
 
-    from kernels.sandbox.spawn import workdirs
+    from kernels.sandbox import workdirs
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
