@@ -10,12 +10,14 @@ from swarm.agents.gaussian_process import GaussianProcessAgent
 from swarm.agents.llm import LLMAgent
 from swarm.agents.local_search import LocalSearchAgent
 from swarm.agents.model_guided import OptunaAgent
+from swarm.agents.pack import PackAgent
 from swarm.agents.random_search import RandomAgent
 from swarm.agents.surrogate import ForestAgent
 
 AGENTS: dict[str, type[Agent]] = {
     cls.kind: cls
-    for cls in (RandomAgent, EvolutionaryAgent, OptunaAgent, ForestAgent, GaussianProcessAgent, LocalSearchAgent, LLMAgent)
+    for cls in (RandomAgent, EvolutionaryAgent, OptunaAgent, ForestAgent, GaussianProcessAgent, LocalSearchAgent, PackAgent,
+                LLMAgent)
 }
 
 #: The default swarm: a random-forest surrogate (SMAC-style expected improvement), a

@@ -154,3 +154,34 @@ def test_unknown_agent_kinds_are_named():
 
     with pytest.raises(KeyError, match="known: evolutionary, forest, gp, llm, local, optuna, random"):
         make_agent("annealing", 1)
+
+
+class TestPackAgent(AgentContract):
+    agent_kind = "pack"
+
+    def test_it_beats_random_search_on_the_landscape(self):
+        assert median_best("pack") < median_best("random")
+
+    def test_children_take_every_value_from_the_leaders_or_a_member_or_one_shake(self):
+        history = search("random", {}, 30, 30, seed=3)
+        v = view(history, 2)
+        ranked = [o for o in v.ranked() if v.score(o) != float("inf")]
+        members = ranked[:11]
+        proposals = make_agent("pack", 5, {"shake_rate": 0.0}).propose(v, 8)
+        assert len(proposals) == 8
+        ids = {o.candidate for o in members}
+        for p in proposals:
+            assert set(p.parents) <= ids and {o.candidate for o in ranked[:3]} <= set(p.parents)
+            # a child differs from some recombination of its parents in at most one parameter
+            # (the Hamming move when the recombination was already evaluated)
+            parents = [o.params for o in members if o.candidate in p.parents]
+            off = sum(all(par[k] != v_ for par in parents) for k, v_ in p.params.items())
+            assert off <= 1
+
+    def test_it_shakes_more_while_the_best_does_not_improve(self):
+        from swarm.agents.pack import _stagnation
+
+        history = search("random", {}, 30, 30, seed=3)
+        v = view(history, 2)
+        best_at = min(range(len(history)), key=lambda i: v.score(history[i]))
+        assert _stagnation(v) == len(history) - 1 - best_at
