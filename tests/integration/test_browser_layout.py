@@ -86,6 +86,12 @@ def _settle(page):
     page.wait_for_load_state("load")
     if page.locator("#frontier-chart").count():
         page.wait_for_function("document.body.dataset.drawn === '1'", timeout=60_000)
+    page.evaluate("""async () => {  // through the whole page: charts outside the window draw when they enter it
+      for (let y = 0; y < document.scrollingElement.scrollHeight; y += 400) {
+        window.scrollTo(0, y); await new Promise((r) => setTimeout(r, 60));
+      }
+      window.scrollTo(0, 0);
+    }""")
     page.wait_for_function("[...document.querySelectorAll('.js-plotly-plot')].every((p) => p.querySelector('.main-svg'))",
                            timeout=60_000)
     page.wait_for_timeout(300)  # Plotly's responsive relayout after the first draw

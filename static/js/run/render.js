@@ -10,6 +10,7 @@ import { rebuild, update } from "./derived.js";
 import { renderDirections } from "./directions.js";
 import { renderInsights } from "./insights.js";
 import { flushLog } from "./log.js";
+import { drawWhenVisible } from "./offscreen.js";
 import { timed, timings } from "./scheduler.js";
 import { dirty, meta } from "./state.js";
 import { renderState } from "./status.js";
@@ -29,7 +30,7 @@ export async function redraw() {
   }
   else if (dirty.clock) jobs.push(timed("convergence", drawConvergence)); // time passed: the line reaches now
   if (dirty.state) renderState();
-  if (dirty.agents) { renderAgents(); jobs.push(timed("shares", drawShares)); }
+  if (dirty.agents) { renderAgents(); jobs.push(drawWhenVisible("shares-chart", () => timed("shares", drawShares))); }
   if (dirty.insights) renderInsights();
   if (dirty.directions) renderDirections();
   for (const k in dirty) dirty[k] = false;
