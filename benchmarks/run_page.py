@@ -14,11 +14,13 @@ and measures:
 - the parallel coordinates, the history and the any-axis chart: the time of a draw once
   scrolled into view.
 
-Targets (issue "engineer's workbench"): first full draw under 2 s, a batch under 100 ms.
+Targets (issue "engineer's workbench"): first full draw under 4 s on a first visit (cold
+caches) and under 2 s on a returning visit, a batch under 100 ms. ``--collected`` serves the
+static files as production does (hashed names, immutable caching, gzip).
 
 Usage::
 
-    .venv/bin/python benchmarks/run_page.py [--candidates 50000] [--batch 100] [--batches 10]
+    .venv/bin/python benchmarks/run_page.py [--candidates 50000] [--batch 100] [--batches 10] [--collected]
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import random
 import secrets
 import shutil
@@ -165,6 +168,10 @@ def main() -> int:
     ap.add_argument("--database-url", default="", help="default: a temporary SQLite file")
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
     ap.add_argument("--keep", default="", help="directory for the SQLite file, kept and reused between invocations")
+    ap.add_argument("--collected", action="store_true",
+                    help="serve static files as production does (collectstatic, WHITENOISE_USE_FINDERS=0: hashed "
+                         "names, immutable caching, gzip); default: from the sources under plain names, uncompressed")
+    ap.add_argument("--out", default="", help="also write the results as JSON to this file")
     args = ap.parse_args()
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -178,6 +185,7 @@ def main() -> int:
     os.environ.pop("REDIS_URL", None)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "int21_site.settings")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    os.environ["WHITENOISE_USE_FINDERS"] = "0" if args.collected else "1"
     import django
 
     django.setup()
@@ -187,6 +195,8 @@ def main() -> int:
     from tests.integration.stack import factory_stack
 
     call_command("migrate", verbosity=0)
+    if args.collected:
+        call_command("collectstatic", "--noinput", verbosity=0)
     call_command("setup_demo", "--username", "bench", "--password", "bench", stdout=open(os.devnull, "w"))
     from django.contrib.auth import get_user_model
 
@@ -212,7 +222,8 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
 
     results: dict = {"candidates": args.candidates, "insert_s": insert_s, "snapshot_build_s": build_s,
-                     "snapshot_mb": len(snapshot) / 1e6}
+                     "snapshot_mb": len(snapshot) / 1e6, "static": "collected" if args.collected else "finders",
+                     "host": f"{platform.node()} ({os.cpu_count()} CPUs)", "load_average": os.getloadavg()}
     rng = random.Random(7)
     names = [p["name"] for p in BENCH_SPACE["parameters"]]
     with factory_stack(os.environ["DATABASE_URL"], tmp / "logs") as base, sync_playwright() as p:
@@ -233,6 +244,11 @@ def main() -> int:
                               "bytes: runPage.timings.snapshotBytes, n: runPage.count(), "
                               "points: document.getElementById('frontier-chart').data[0].x.length + "
                               "document.getElementById('frontier-chart').data[1].x.length})")
+            if not loads:  # the first visit: what plotly.js cost on the wire (bytes sent, body as sent, as used)
+                results["plotly_bytes"] = page.evaluate(
+                    "(() => { const r = performance.getEntriesByType('resource').find((e) => /plotly[^/]*\\.js$/.test(e.name));"
+                    " return r ? {url: r.name.replace(location.origin, ''), transfer: r.transferSize, encoded: r.encodedBodySize,"
+                    " decoded: r.decodedBodySize} : null; })()")
             loads.append(t)
         assert loads[-1]["n"] == args.candidates, loads[-1]
         results["first_draw_ms"] = [round(t["first"], 1) for t in loads]
@@ -306,8 +322,8 @@ def main() -> int:
         ("bulk insert (s)", f"{insert_s:.1f}", ""),
         ("snapshot size (MB)", f"{results['snapshot_mb']:.2f}", ""),
         ("snapshot build on the server (ms)", f"{build_s * 1000:.0f}", ""),
-        ("first full draw, cold load (ms)", f"{first[0]:.0f}", "< 2000"),
-        ("first full draw, warm loads, median (ms)", f"{statistics.median(warm):.0f}", "< 2000"),
+        ("first full draw, first visit: cold caches (ms)", f"{first[0]:.0f}", "< 4000"),
+        ("first full draw, returning visits: warm caches, median (ms)", f"{statistics.median(warm):.0f}", "< 2000"),
         (f"apply a batch of {args.batch} live updates: main thread, median (ms)", f"{statistics.median(batches):.1f}", "< 100"),
         (f"apply a batch of {args.batch} live updates: main thread, max (ms)", f"{max(batches):.1f}", "< 100"),
         ("  longest main-thread task during a batch, max (ms)",
@@ -326,9 +342,14 @@ def main() -> int:
     print(f"{'-' * w}  {'-' * 10}  ------")
     for name, value, target in rows:
         print(f"{name.ljust(w)}  {value:>10}  {target}")
+    if results.get("plotly_bytes"):
+        pb = results["plotly_bytes"]
+        print(f"plotly.js on the first visit: {pb['encoded']:,} bytes as sent, {pb['decoded']:,} as used ({results['static']} static files)")
     if args.json:
         print(json.dumps(results))
-    ok = statistics.median(warm) < 2000 and statistics.median(batches) < 100
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
+    ok = first[0] < 4000 and statistics.median(warm) < 2000 and statistics.median(batches) < 100
     return 0 if ok else 1
 
 

@@ -17,6 +17,29 @@ from swarm.engine_registry.models import EngineBenchmark, ProductionEngine
 from swarm.engine_registry.registry import registry_for
 
 
+def check_config(engine: str, config: str) -> None:
+    """Check that ``engine`` is known and has the size config ``config`` ("" is its default).
+
+    Raises:
+        KeyError: unknown engine, or a config it does not have (the message lists the known ones).
+    """
+    engine_class(engine)
+    if config and config not in CONFIGS[engine]:
+        known = ", ".join(CONFIGS[engine]) or "none: it has one size"
+        raise KeyError(f"engine {engine} has no config {config!r} (known: {known})")
+
+
+def full_plan(engine: str, plan: dict | None) -> dict:
+    """``plan`` completed with the engine's defaults.
+
+    Raises:
+        KeyError: unknown engine; ValueError: a plan parameter outside the engine's space.
+    """
+    if plan is not None and not isinstance(plan, dict):
+        raise ValueError(f"a plan is a JSON object of parameters (got {type(plan).__name__})")
+    return Plan.parse(engine_class(engine).plan_spec, plan or {}).to_dict()
+
+
 def register_engine(engine: str, *, config: str = "", target: str = "cpu-x86_64", plan: dict | None = None,
                     name: str | None = None, user=None):
     """Make ``engine`` a production engine on ``target`` (created, or updated and re-activated).
@@ -29,10 +52,8 @@ def register_engine(engine: str, *, config: str = "", target: str = "cpu-x86_64"
     """
     from django.utils import timezone  # noqa: PLC0415
 
-    cls = engine_class(engine)
-    if CONFIGS[engine] and config and config not in CONFIGS[engine]:
-        raise KeyError(f"engine {engine} has no config {config!r} (known: {', '.join(CONFIGS[engine])})")
-    full = Plan.parse(cls.plan_spec, plan or {}).to_dict()
+    check_config(engine, config)
+    full = full_plan(engine, plan)
     label = name or f"{engine}{'-' + config if config else ''}/{target}"
     defaults = dict(engine=engine, config=config or (CONFIGS[engine][0] if CONFIGS[engine] else ""), target=target,
                     plan=full, active=True, updated_at=timezone.now())
@@ -45,13 +66,14 @@ def register_engine(engine: str, *, config: str = "", target: str = "cpu-x86_64"
 
 
 def record_benchmark(production_engine, *, trigger: str = "manual", reps: int = 7, label: str = "",
-                     registry=None) -> Any:
+                     registry=None, into=None) -> Any:
     """Validate, time (every scenario) and profile ``production_engine`` in this process with
     the current production kernels; store an :class:`~swarm.engine_registry.models.EngineBenchmark`.
 
     Production kernels and templates only run here (trusted, see :mod:`engines._binding`);
     the default registry is :func:`swarm.engine_registry.registry.registry_for` (the engine's measured
-    template points included).
+    template points included). ``into``: an existing row of ``production_engine`` (a
+    benchmark requested from the engines page) to fill in and save instead of a new one.
     """
     pe = production_engine
     eng = make_engine(pe.engine, config=pe.config or None, registry=registry or registry_for(pe), target=pe.target)
@@ -71,10 +93,14 @@ def record_benchmark(production_engine, *, trigger: str = "manual", reps: int = 
     for rows in graph.values():
         for r in rows:
             r.get("kernel", {}).pop("source", None)
-    return EngineBenchmark.objects.create(engine=pe, trigger=trigger, label=label or "as in production",
-                                          status=val["status"], plan=plan.to_dict(), validation=val, metrics=metrics,
-                                          samples=samples, breakdown=breakdown, kernels=val.get("kernels", {}),
-                                          graph=graph)
+    fields = dict(status=val["status"], plan=plan.to_dict(), validation=val, metrics=metrics, samples=samples,
+                  breakdown=breakdown, kernels=val.get("kernels", {}), graph=graph)
+    if into is not None:
+        for k, v in fields.items():
+            setattr(into, k, v)
+        into.save(update_fields=list(fields))
+        return into
+    return EngineBenchmark.objects.create(engine=pe, trigger=trigger, label=label or "as in production", **fields)
 
 
 def _profiled(eng, plan, scenario: str, prof) -> None:

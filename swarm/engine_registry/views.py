@@ -1,16 +1,18 @@
-"""Engine pages: production engines, one engine (operator graph with bound kernels and their
-evidence, end-to-end benchmark history, per-operator time breakdown), comparison of two
-plans, and the guard's override form."""
+"""Engine pages: production engines (with the forms to register one and to benchmark one), one
+engine (operator graph with bound kernels and their evidence, end-to-end benchmark history,
+per-operator time breakdown), comparison of two plans, and the guard's override form."""
 
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth.decorators import login_required, permission_required
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from swarm.engine_registry.bench_requests import DEFAULT_REPS, FAILED, QUEUED, RUNNING, request_benchmark
+from swarm.engine_registry.forms import RegisterEngineForm
 from swarm.engine_registry.guard import GuardOverrideRefused, override
 from swarm.engine_registry.models import EngineBenchmark, GuardCheck, ProductionEngine
 from swarm.models import Promotion
@@ -26,15 +28,67 @@ def _history(pe: ProductionEngine) -> list[dict]:
 
 @login_required
 def engine_list(request):
+    return render(request, "engines/engine_list.html", _list_context(request, RegisterEngineForm()))
+
+
+def _list_context(request, form: RegisterEngineForm) -> dict:
     engines = list(ProductionEngine.objects.all())
     live = False
     for e in engines:
         e.latest_bench = e.latest()
         e.tuning = e.latest_tuning()
         e.kernels = _kernel_rows(e)
-        live = live or (e.tuning is not None and e.tuning.status in ("queued", "running"))
+        e.bench_live = e.latest_bench is not None and e.latest_bench.status in (QUEUED, RUNNING)
+        live = live or e.bench_live or (e.tuning is not None and e.tuning.status in ("queued", "running"))
     checks = GuardCheck.objects.select_related("candidate", "overridden_by")[:20]
-    return render(request, "engines/engine_list.html", {"engines": engines, "checks": checks, "tuning_live": live})
+    return {"engines": engines, "checks": checks, "tuning_live": live, "form": form, "default_reps": DEFAULT_REPS,
+            "failed": FAILED, "can_register": request.user.has_perm("engines_web.add_productionengine"),
+            "can_bench": request.user.has_perm("engines_web.add_enginebenchmark")}
+
+
+@login_required
+@require_POST
+@permission_required("engines_web.add_productionengine", raise_exception=True)
+def engine_register(request):
+    """Register (or update) a production engine from the page's form; bad input re-renders
+    the page with the errors and everything typed (status 400)."""
+    from swarm.engine_registry.services import register_engine  # noqa: PLC0415
+    from swarm.engine_registry.tuning import start_tuning  # noqa: PLC0415
+
+    form = RegisterEngineForm(request.POST)
+    if form.is_valid():
+        d = form.cleaned_data
+        try:
+            pe, created = register_engine(d["engine"], config=d["config"], target=d["target"], plan=d["plan"],
+                                          name=d["name"] or None, user=request.user)
+        except (KeyError, ValueError) as exc:
+            form.add_error(None, str(exc).strip("\"'"))
+        else:
+            note = f"{'Registered' if created else 'Updated'} production engine {pe.name} (id {pe.pk})."
+            if d["tune"]:
+                t = start_tuning(pe)
+                note += f" Plan tuning {t.pk} queued on {pe.target}'s worker."
+            messages.success(request, note)
+            return HttpResponseRedirect(reverse("engine-list") + f"#kernels-{pe.pk}")
+    return render(request, "engines/engine_list.html", _list_context(request, form), status=400)
+
+
+@login_required
+@require_POST
+@permission_required("engines_web.add_enginebenchmark", raise_exception=True)
+def engine_benchmark(request, pk: int):
+    """Queue a validation + benchmark of the engine on its target's worker (a request already
+    queued or running is kept); the engines page shows its status, then its result."""
+    pe = get_object_or_404(ProductionEngine, pk=pk)
+    raw = (request.POST.get("reps") or "").strip() or str(DEFAULT_REPS)
+    try:
+        row = request_benchmark(pe, reps=int(raw), user=request.user)
+    except ValueError as exc:
+        why = exc if raw.lstrip("-").isdigit() else f"repetitions must be a whole number (got {raw!r})"
+        messages.error(request, f"Benchmark of {pe.name} not queued: {why}")
+    else:
+        messages.success(request, f"Benchmark #{row.pk} of {pe.name} {row.status} on {pe.target}'s worker.")
+    return HttpResponseRedirect(request.POST.get("next") or (reverse("engine-list") + f"#engine-{pe.pk}"))
 
 
 def _kernel_rows(pe: ProductionEngine) -> list[dict]:

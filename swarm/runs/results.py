@@ -137,9 +137,15 @@ def frontier_ids(run: Run) -> tuple[list[int], int]:
 
 def best(run: Run) -> Candidate | None:
     """The run's best feasible candidate (the frontier's first, in the primary objective's
-    order) with its evidence, or None: :func:`results`'s ``best`` without building the rest."""
-    found = _ordered(frontier_ids(run)[0][:1])
-    return found[0] if found else None
+    order) with its evidence, or None: :func:`results`'s ``best`` without building the rest.
+
+    The frontier's first is the feasible row least in (o0, o1, ..., id), which is on the
+    frontier (nothing is below it in o0, and nothing at its o0 below it in the others), so one
+    ORDER BY ... LIMIT 1 finds it without the frontier's window query (a sort of every
+    feasible row: 0.4 s of the run page's 0.5 s with 50,000 candidates on SQLite).
+    """
+    order = [f"o{i}" for i in range(len(run.goal.objectives))] + ["id"]
+    return feasible(run).select_related("evidence").order_by(*order).first()
 
 
 def _ordered(ids: list[int]) -> list[Candidate]:

@@ -33,7 +33,9 @@ def broker_depth(queue: str) -> int | None:
 
 def recover() -> int:
     """Dispatch what :func:`swarm.runs.orchestrator.sweep` finds, and the next step of engine plan
-    tunings (:func:`swarm.engine_registry.tuning.recover`); returns the number of tasks sent.
+    tunings (:func:`swarm.engine_registry.tuning.recover`) and of engine benchmarks requested
+    from the page (:func:`swarm.engine_registry.bench_requests.recover`); returns the number of
+    tasks sent.
 
     ``queued`` candidates are re-sent only when their target's queue is empty (or its depth is
     unknown), so a long healthy queue is not flooded with duplicates.
@@ -54,7 +56,12 @@ def recover() -> int:
     tunings = recover_tunings()  # engine plan tunings whose next step may be lost
     if tunings:
         log.info("sweep re-dispatched %d engine plan tunings", tunings)
-    return len(to_dispatch) + tunings
+    from swarm.engine_registry.bench_requests import recover as recover_benchmarks
+
+    benches = recover_benchmarks()  # engine benchmarks requested from the page, not yet claimed
+    if benches:
+        log.info("sweep re-dispatched %d engine benchmarks", benches)
+    return len(to_dispatch) + tunings + benches
 
 
 def start(every_s: float | None = None) -> threading.Thread | None:

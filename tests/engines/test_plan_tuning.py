@@ -186,7 +186,7 @@ def test_the_engines_page_shows_a_running_tuning_and_untuned_choices(client, own
     start_tuning(pe, dispatch_now=False)
     client.force_login(owner)
     page = client.get(reverse("engine-list")).content.decode()
-    assert 'http-equiv="refresh"' in page and "queued" in page and "step 0" in page
+    assert 'data-refresh-s="10"' in page and "queued" in page and "step 0" in page
     assert "no production kernel for gemm on cpu-x86_64: NumPy baseline (not measured at the engine&#x27;s shapes yet)" in page
 
 

@@ -54,6 +54,13 @@ def test_the_stored_column_frontier_is_the_in_memory_one(big_goal, owner, object
     Evidence.objects.create(candidate=twin, status="ok", metrics=first.evidence.metrics)
     ids, best = _in_memory(run)
     assert ids and results.frontier_ids(run)[0] == ids
+    # the best is the frontier's first, also when a later twin ties with it
+    top = Candidate.objects.select_related("evidence").get(pk=ids[0])
+    late = Candidate.objects.create(goal=big_goal, run=run, generation=1, agent="random", content_hash="late twin",
+                                    params=top.params, source="", status="ok")
+    Evidence.objects.create(candidate=late, status="ok", metrics=top.evidence.metrics)
+    ids, best = _in_memory(run)
+    assert results.best(run).pk == ids[0] == top.pk and late.pk in ids
     summary = summaries.run_summary(run)
     assert summary["best"]["id"] == best.pk and [c["id"] for c in summary["frontier"]] == ids
     assert summary["note"] == "" and summary["closest"] == []

@@ -11,6 +11,7 @@ import { renderDirections } from "./directions.js";
 import { renderInsights } from "./insights.js";
 import { renderRunning } from "./running.js";
 import { flushLog } from "./log.js";
+import { drawWhenVisible } from "./offscreen.js";
 import { timed, timings } from "./scheduler.js";
 import { dirty, meta } from "./state.js";
 import { renderState } from "./status.js";
@@ -31,7 +32,7 @@ export async function redraw() {
   }
   else if (dirty.clock) jobs.push(timed("convergence", drawConvergence)); // time passed: the line reaches now
   if (dirty.state) renderState();
-  if (dirty.agents) { renderAgents(); jobs.push(timed("shares", drawShares)); }
+  if (dirty.agents) { renderAgents(); jobs.push(drawWhenVisible("shares-chart", () => timed("shares", drawShares))); }
   if (dirty.insights) renderInsights();
   if (dirty.directions) renderDirections();
   const workbench = redrawWorkbench(dirty);

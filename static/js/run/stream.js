@@ -85,10 +85,14 @@ function armTailCheck() {
 }
 
 // Opens the websocket (and reopens it after it closes); handler(msg) gets each event in order.
+// The first time it adopts the socket early_socket.js opened while the page loaded, and
+// replays what that socket received meanwhile.
 export function connect(handler) {
   handle = handler;
+  const early = window.runEarlySocket && !window.runEarlySocket.closed ? window.runEarlySocket : null;
+  window.runEarlySocket = null;
   const proto = location.protocol === "https:" ? "wss" : "ws";
-  const ws = new WebSocket(`${proto}://${location.host}/ws/runs/${cfg.run}/?columns=1`);
+  const ws = early ? early.ws : new WebSocket(`${proto}://${location.host}/ws/runs/${cfg.run}/?columns=1`);
   const wsState = $("ws-state");
   ws.onopen = () => { wsState.textContent = "connected"; };
   ws.onclose = () => { wsState.textContent = "reconnecting"; setTimeout(() => connect(handler), RECONNECT_MS); };
@@ -96,4 +100,8 @@ export function connect(handler) {
     if (timings.snapshotAt === null) { timings.snapshotAt = performance.now(); timings.snapshotBytes = e.data.length; }
     onMessage(JSON.parse(e.data));
   };
+  if (!early) return;
+  if (early.opened) wsState.textContent = "connected";
+  if (early.firstAt !== null) { timings.snapshotAt = early.firstAt; timings.snapshotBytes = early.messages[0].data.length; }
+  for (const e of early.messages) ws.onmessage(e);
 }

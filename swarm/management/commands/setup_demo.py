@@ -6,13 +6,15 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.core.management.base import BaseCommand
+from django.db.models import Q
 
 from swarm.goals.lifecycle import default_goal
 
 ROLES = {
-    # role -> permission codenames of the swarm app
+    # role -> permission codenames of the swarm app, or "app_label.codename" of another app
     "viewer": [],
-    "engineer": ["add_goal", "change_goal", "add_run", "change_run"],
+    "engineer": ["add_goal", "change_goal", "add_run", "change_run",
+                 "engines_web.add_productionengine", "engines_web.add_enginebenchmark"],
     "approver": ["approve_promotion"],
 }
 
@@ -22,7 +24,11 @@ def ensure_roles() -> dict[str, Group]:
     groups = {}
     for role, codenames in ROLES.items():
         group, _ = Group.objects.get_or_create(name=role)
-        group.permissions.set(Permission.objects.filter(content_type__app_label="swarm", codename__in=codenames))
+        q = Q(pk__in=[])
+        for name in codenames:
+            app, _, code = name.rpartition(".")
+            q |= Q(content_type__app_label=app or "swarm", codename=code)
+        group.permissions.set(Permission.objects.filter(q))
         groups[role] = group
     return groups
 

@@ -82,7 +82,11 @@ function rangeOf(ev, chart, axis) {
 // Empty WebGL traces at once, so that WebGL and its shaders start while the snapshot is on its way.
 export function initFrontier() {
   const chart = $("frontier-chart");
-  const empty = (name) => ({ type: "scattergl", mode: "markers", name, x: [], y: [] });
+  // One invisible point each: Plotly creates the WebGL contexts and compiles the shaders only
+  // for a trace with data (most of a second under software WebGL), so this happens while the
+  // server builds the snapshot, not after it has arrived.
+  const empty = (name) => ({ type: "scattergl", mode: "markers", name, x: [0], y: [0], hoverinfo: "skip",
+                             marker: { opacity: 0 } });
   return Plotly.newPlot(chart, [empty("feasible"), empty("breaks a constraint"), empty("Pareto frontier")],
     { margin: MARGIN, legend: { orientation: "h", y: -0.18 } }, plotConfig).then(() => {
     chart.on("plotly_relayout", (ev) => { // zoom or pan: re-bin at the new scale
