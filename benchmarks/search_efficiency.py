@@ -616,7 +616,7 @@ def _read_traces(path: Path | None) -> dict[tuple, tuple]:
 def random_curves(datasets: dict[str, Dataset], horizon: int) -> dict[str, Any]:
     """Per dataset: the random-search curve of :mod:`benchmarks.methodology_score` and the
     worst valid recorded time (ms) that fills a run's curve before its first valid find."""
-    from kernels.tuning_cache import load_cache
+    from kernels.interchange.tuning_cache import load_cache
 
     out = {}
     for name, ds in datasets.items():
