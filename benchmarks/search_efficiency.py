@@ -1,10 +1,14 @@
-"""Search efficiency on recorded GPU landscapes: our agents and swarm against Kernel Tuner's
-strategies and Optuna's TPE, with the same budgets and seeds.
+"""Search efficiency on recorded GPU landscapes: the swarm (and our agents alone) against every
+Kernel Tuner strategy that takes a budget and Optuna's TPE and CMA-ES, same budgets and seeds.
 
-    python -m benchmarks.search_efficiency [--cache FILE ...] [--seeds 20] \
-        [--budgets 50,100,200,400] [--strategies swarm,agent:forest,kt:pso,optuna:tpe,...] \
-        [--batch-size 4] [--jobs N] [--out DIR] [--json]
+    python -m benchmarks.search_efficiency [--quick] [--cache FILE ...] [--seeds 5] \
+        [--budgets 50,100,200,400] [--strategies default|all|swarm,agent:pack,kt:pso,optuna:tpe,...] \
+        [--batch-size 4] [--jobs N] [--traces FILE.jsonl] [--out DIR] [--json]
 
+Defaults: every file of the shared tuning-cache folder, 5 seeds, the swarm and every peer.
+``--quick``: 3 seeds, budgets up to 200, the swarm against ``QUICK_PEERS``. ``--traces``
+keeps finished runs in a JSON-lines file and reuses them (same file, strategy, seed, budget),
+so an interrupted or split run (peers once, the swarm after a change) is not repeated.
 Each of the ``--jobs`` worker processes (default: one per CPU) runs one strategy run at a
 time with one BLAS/OpenMP thread.
 
@@ -19,26 +23,33 @@ configuration (Kernel Tuner's GA and PSO revisit their cache) are counted once.
   SQLite database per worker process, with a fresh goal per run (no insights carried over).
   Their proposals do not depend on the budget, so one run at the largest budget gives the
   smaller budgets as prefixes.
-- ``kt:<strategy>`` runs ``kernel_tuner.tune_cache`` (simulation mode) with ``max_fevals`` =
-  budget, seeding ``random`` and ``numpy.random`` (each worker parses a cache file once; see
-  ``_memoise_kt_cache_reads``): once per budget for simulated annealing, whose schedule depends
-  on the budget, and once at the largest budget for the others (``KT_BUDGET_FREE``: the budget
-  only stops them, so smaller budgets are prefixes of that run).
-- ``optuna:tpe`` is Optuna's ``TPESampler`` with default settings used directly (ask/tell;
-  an unrecorded configuration is told FAIL, a repeat its known value, and either is
-  repaired to the nearest recorded configuration not yet evaluated, which is evaluated and
-  added as a trial; recorded failures count and are told FAIL), one run at the largest
-  budget (budget-independent).
+- ``kt:<strategy>`` (:data:`KT_STRATEGIES`; :data:`KT_LEFT_OUT` says which are not run and
+  why) runs ``kernel_tuner.tune_cache`` (simulation mode) with ``max_fevals`` = budget,
+  seeding ``random`` and ``numpy.random`` (each worker parses a cache file once; see
+  ``_memoise_kt_cache_reads``): once per budget for simulated and dual annealing, whose
+  schedules depend on the budget, and once at the largest budget for the others
+  (``KT_BUDGET_FREE``: the budget only stops them, so smaller budgets are prefixes of that run).
+- ``optuna:tpe`` and ``optuna:cmaes`` are Optuna's ``TPESampler`` and ``CmaEsSampler``
+  (parameters as value indices; needs the ``cmaes`` package) with default settings used
+  directly (ask/tell; an unrecorded configuration is told FAIL, a repeat its known value, and
+  either is repaired to the nearest recorded configuration not yet evaluated, which is
+  evaluated and added as a trial; recorded failures count and are told FAIL), one run at the
+  largest budget (budget-independent).
 
 Per (dataset, strategy, budget), over seeds: the median and IQR of best-found time / recorded
 optimum, the median number of evaluations to come within 5% and 1% of the optimum (``null``
 when the median run does not get there) and how many runs are within 1% at that budget (on a
 lone-spike optimum, see ``benchmarks.landscape``, the median flips when that count passes half). For files that record NVML energy, also
 the hypervolume of the time/energy frontier found, as a fraction of the recorded frontier's.
+Per strategy: the aggregate score of the autotuning methodology over evaluations 1..largest
+budget (:mod:`benchmarks.methodology_score`; 0 is random search, 1 the optimum from the first
+evaluation), per file and averaged over files, and the CPU time of its worker per evaluation
+(the whole run: strategy, Kernel Tuner's or our harness, replay lookups).
 
-Output in ``--out`` (default ``benchmarks/results``): ``search_efficiency.md`` (table and
-targets), ``.json`` (the object ``--json`` prints: results, targets, seconds, CPU-seconds per
-strategy, failed runs), ``.html`` and, with Chromium, ``.png`` (the figure).
+Output in ``--out`` (default ``benchmarks/results``): ``search_efficiency.md`` (host and date,
+scores, the swarm against the best peer per file and budget, targets, every strategy's
+table), ``.json`` (the object ``--json`` prints: results, targets, scores, CPU per strategy,
+left-out strategies, failed runs), ``.html`` and, with Chromium, ``.png`` (the figure).
 """
 
 from __future__ import annotations
