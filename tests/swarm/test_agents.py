@@ -152,7 +152,7 @@ class TestLocalSearchAgent(AgentContract):
 def test_unknown_agent_kinds_are_named():
     import pytest
 
-    with pytest.raises(KeyError, match="known: evolutionary, forest, gp, llm, local, optuna, random"):
+    with pytest.raises(KeyError, match="known: evolutionary, forest, gp, llm, local, optuna, pack, random"):
         make_agent("annealing", 1)
 
 
