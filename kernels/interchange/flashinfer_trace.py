@@ -121,6 +121,9 @@ STATUS_MAP: Mapping[Outcome, str] = {
     Outcome.timeout: "TIMEOUT",
     Outcome.invalid: "RUNTIME_ERROR",
     Outcome.invalid_input: "RUNTIME_ERROR",
+    # stopped before its timing ended: FlashInfer Trace has no status for that; a time limit is the nearest
+    Outcome.pruned: "TIMEOUT",
+    Outcome.cancelled: "TIMEOUT",
 }
 
 # Our target -> FlashInfer ``spec.target_hardware`` names.

@@ -44,7 +44,8 @@ def prune_for(run: Run) -> Prune | None:
                     and not isinstance(v, bool) and math.isfinite(v) and v > 0}
         if not shape_ms:
             continue
-        wall = ((fingerprint or {}).get("child_wall_s") or {}).get("timing")
+        walls = (fingerprint or {}).get("child_wall_s")
+        wall = walls.get("timing") if isinstance(walls, dict) else None  # a bare figure: no per-child times
         wall = float(wall) if isinstance(wall, (int, float)) and not isinstance(wall, bool) and wall >= 0 else None
         return Prune(factor=float(goal.prune_factor), shape_ms=shape_ms, timing_wall_s=wall,
                      incumbent={"candidate": cid})

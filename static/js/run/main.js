@@ -9,7 +9,7 @@
 // insights.js, directions.js (panels, steering, stop), running.js (running candidates, cancel), axes.js (axis controls), log.js and
 // history.js (event log, its first lines from the stored events), format.js and dom.js
 // (helpers), scheduler.js (one redraw per frame; timings), offscreen.js (charts outside the
-// window drawn when they scroll into view), early_socket.js (the socket opened before Plotly loads).
+// window drawn when they scroll into view), ../early_socket.js (a classic script: the socket opened before Plotly loads).
 import { initAxes } from "./axes.js";
 import { initCompare } from "./best.js";
 import { initFrontier } from "./charts/frontier.js";
