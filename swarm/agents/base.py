@@ -284,3 +284,14 @@ class Agent(abc.ABC):
         for p in points:
             taken.add(view.space.point_key(p))
         return [Proposal(params=p) for p in points]
+
+    def take_fresh(self, view: RunView, params: dict[str, Any], taken: set[str]) -> bool:
+        """True, and ``params``'s key added to ``taken``, when ``params`` is a valid point of the
+        space that is neither seen nor already in ``taken``."""
+        if not view.space.contains(params):
+            return False
+        key = view.space.point_key(params)
+        if key in view.seen or key in taken:
+            return False
+        taken.add(key)
+        return True

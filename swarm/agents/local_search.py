@@ -33,32 +33,23 @@ class LocalSearchAgent(Agent):
         out: list[Proposal] = []
         if not ranked:  # nothing to climb from yet: earlier runs' best, then random points
             for params in view.warm_start:
-                if len(out) < n and self._fresh(view, params, taken):
+                if len(out) < n and self.take_fresh(view, params, taken):
                     out.append(Proposal(params=dict(params), rationale="warm start from insights"))
             return out + self.fill_random(view, n - len(out), taken)
         for base in ranked[: self.setting("bases")]:
             for params, what in self._neighbours(view, base.params):
                 if len(out) >= n:
                     return out
-                if self._fresh(view, params, taken):
+                if self.take_fresh(view, params, taken):
                     out.append(Proposal(params=params, parents=(base.candidate,), rationale=what))
         tries = 0
         while len(out) < n and tries < 50 * n:  # every neighbour known: a local optimum
             tries += 1
             base = self._pick(ranked)
             params = self._kick(view, base.params)
-            if self._fresh(view, params, taken):
+            if self.take_fresh(view, params, taken):
                 out.append(Proposal(params=params, parents=(base.candidate,), rationale="perturbation of a local optimum"))
         return out + self.fill_random(view, n - len(out), taken)
-
-    def _fresh(self, view: RunView, params: dict[str, Any], taken: set[str]) -> bool:
-        if not view.space.contains(params):
-            return False
-        key = view.space.point_key(params)
-        if key in view.seen or key in taken:
-            return False
-        taken.add(key)
-        return True
 
     def _neighbours(self, view: RunView, params: dict[str, Any]):
         """One parameter changed: the adjacent values of every parameter first (shuffled),

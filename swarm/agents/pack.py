@@ -43,7 +43,7 @@ class PackAgent(Agent):
         out: list[Proposal] = []
         if len(ranked) < 3:  # no pack yet: earlier runs' best, then random points
             for params in view.warm_start:
-                if len(out) < n and self._fresh(view, params, taken):
+                if len(out) < n and self.take_fresh(view, params, taken):
                     out.append(Proposal(params=dict(params), rationale="warm start from insights"))
             return out + self.fill_random(view, n - len(out), taken)
         leaders = ranked[:3]
@@ -57,22 +57,13 @@ class PackAgent(Agent):
             child = {name: sources[int(self.rng.integers(4))][name] for name in view.space.names}
             if self.rng.random() < shake:
                 child = self._shake(view, child)
-            if not self._fresh(view, child, taken):  # evaluated (tabu) or outside the space
+            if not self.take_fresh(view, child, taken):  # evaluated (tabu) or outside the space
                 child = self._hamming_neighbour(view, child, taken)
                 if child is None:
                     continue
             parents = tuple(dict.fromkeys(o.candidate for o in (*leaders, member)))
             out.append(Proposal(params=child, parents=parents, rationale="recombination of the three best"))
         return out + self.fill_random(view, n - len(out), taken)
-
-    def _fresh(self, view: RunView, params: dict[str, Any], taken: set[str]) -> bool:
-        if not view.space.contains(params):
-            return False
-        key = view.space.point_key(params)
-        if key in view.seen or key in taken:
-            return False
-        taken.add(key)
-        return True
 
     def _shake(self, view: RunView, params: dict[str, Any]) -> dict[str, Any]:
         movable = [p for p in view.space.parameters if len(p.values) > 1]
@@ -93,7 +84,7 @@ class PackAgent(Agent):
         for k in self.rng.permutation(len(options)):
             name, value = options[int(k)]
             child = {**params, name: value}
-            if self._fresh(view, child, taken):
+            if self.take_fresh(view, child, taken):
                 return child
         return None
 
