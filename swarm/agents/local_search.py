@@ -6,13 +6,25 @@ Search" (Handbook of Metaheuristics, 2003): explore the unseen neighbours of the
 (a local optimum), perturb one of them in several parameters and climb from there. Tuning
 landscapes are rough but strongly local: the fastest configurations sit next to other fast
 ones, which a model-guided or evolutionary agent samples only by chance.
+
+Once a few evaluations exist, the unseen neighbours of a base are tried in the order a small
+random-forest surrogate of the evaluations predicts (best predicted first; :class:`~swarm.agents.
+surrogate.ForestAgent`'s model) instead of a random one, so the climb spends its evaluations
+on the neighbours the evidence favours (``docs/benchmarks.md`` gives the measured effect).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from swarm.agents.base import Agent, Observation, Proposal, RunView, at_least
+import numpy as np
+
+from swarm.agents.base import Agent, Observation, Proposal, RunView, at_least, between
+from swarm.agents.space_index import index_of
+from swarm.agents.surrogate import ForestAgent
+
+#: Most points of the second ring ranked per base (a random sample beyond it).
+_RING_LIMIT = 2000
 
 
 class LocalSearchAgent(Agent):
@@ -22,10 +34,18 @@ class LocalSearchAgent(Agent):
         bases: how many of the best feasible candidates are climbed from, best first
             (default 3).
         kick: parameters changed by a perturbation at a local optimum (default 3).
+        model_after: evaluations before neighbours are ordered by the forest's prediction
+            (default 8); 0 keeps the shuffled order throughout.
+        model_trees: trees of that forest (default 8).
+        radius: with the model, neighbours differ in up to this many parameters (1 or 2;
+            default 1). 2 helps where most single changes are invalid (tile sizes that must
+            divide each other) and costs on rough landscapes (``docs/benchmarks.md``).
     """
 
     kind = "local"
-    NUMERIC_SETTINGS = (("bases", 3, int, *at_least(1)), ("kick", 3, int, *at_least(1)))
+    NUMERIC_SETTINGS = (("bases", 3, int, *at_least(1)), ("kick", 3, int, *at_least(1)),
+                        ("model_after", 8, int, *at_least(0)), ("model_trees", 8, int, *between(1, 1000)),
+                        ("radius", 1, int, *between(1, 2)))
 
     def propose(self, view: RunView, n: int) -> list[Proposal]:
         ranked = [o for o in view.ranked() if view.score(o) != float("inf")]
@@ -36,8 +56,12 @@ class LocalSearchAgent(Agent):
                 if len(out) < n and self.take_fresh(view, params, taken):
                     out.append(Proposal(params=dict(params), rationale="warm start from insights"))
             return out + self.fill_random(view, n - len(out), taken)
+        predict = self._model(view)
         for base in ranked[: self.setting("bases")]:
-            for params, what in self._neighbours(view, base.params):
+            moves = self._neighbours(view, base.params)
+            if predict is not None:
+                moves = self._by_prediction(view, [*moves, *self._second_ring(view, base.params)], taken, predict)
+            for params, what in moves:
                 if len(out) >= n:
                     return out
                 if self.take_fresh(view, params, taken):
@@ -50,6 +74,43 @@ class LocalSearchAgent(Agent):
             if self.take_fresh(view, params, taken):
                 out.append(Proposal(params=params, parents=(base.candidate,), rationale="perturbation of a local optimum"))
         return out + self.fill_random(view, n - len(out), taken)
+
+    def _model(self, view: RunView):
+        """The forest's predictor once ``model_after`` evaluations exist (else None)."""
+        after = self.setting("model_after")
+        if not after or len(view.history) < after:
+            return None
+        forest = ForestAgent(int(self.rng.integers(2**31)), trees=self.setting("model_trees"))
+        return forest.predictor(view)
+
+    def _second_ring(self, view: RunView, params: dict[str, Any]):
+        """Valid points with exactly two parameters changed (``radius`` 2; none at 1), as
+        ``(params, what)``: in a constrained space (a GEMM's tile sizes must divide each other)
+        most single changes are invalid, and the valid neighbours run out after a few steps."""
+        if self.setting("radius") < 2:
+            return []
+        index = index_of(view.space)
+        row = index.row(params) if index is not None else None
+        if row is None:
+            return []
+        rows = index.within(row, 2)
+        if len(rows) > _RING_LIMIT:
+            rows = self.rng.choice(rows, size=_RING_LIMIT, replace=False)
+        ring = [index.point(int(r)) for r in rows]
+        return [(p, "two parameters changed") for p in ring
+                if sum(p[k] != params[k] for k in p) == 2]
+
+    @staticmethod
+    def _by_prediction(view: RunView, moves: list, taken: set[str], predict) -> list:
+        """The unseen valid ``moves`` (``(params, what)``), best predicted first."""
+        fresh = [(p, what) for p, what in moves if view.space.contains(p)
+                 and view.space.point_key(p) not in view.seen and view.space.point_key(p) not in taken]
+        if not fresh:
+            return []
+        mean, _ = predict([p for p, _ in fresh])
+        order = np.argsort(mean, kind="stable")  # ties keep the shuffled order
+        return [(fresh[int(i)][0], f"{fresh[int(i)][1]}; the forest ranks it {r + 1} of {len(fresh)}")
+                for r, i in enumerate(order)]
 
     def _neighbours(self, view: RunView, params: dict[str, Any]):
         """One parameter changed: the adjacent values of every parameter first (shuffled),

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -103,6 +104,19 @@ class SurrogateAgent(Agent):
         return out + self.fill_random(view, n - len(out), taken)
 
     # -- model ---------------------------------------------------------------------------
+
+    def predictor(self, view: RunView) -> Callable[[list[dict[str, Any]]], tuple[np.ndarray, np.ndarray]] | None:
+        """The model fitted to the run's evaluations (points of the space only), as a function
+        of a list of points returning ``(mean, standard deviation)`` of the log objective as
+        minimised, ``float64 [len(points)]`` each; None with fewer than two feasible
+        evaluations or no parameter that varies. Other agents rank their own candidates with it."""
+        names = set(view.space.names)
+        obs = [o for o in view.history if set(o.params) == names]
+        if sum(1 for o in obs if view.is_feasible(o)) < 2 or not varying(view.space):
+            return None
+        X = self._features(view, _values(view, [o.params for o in obs]))
+        model = self._model(view, obs, X, self._targets(view, obs))
+        return lambda points: self._predict(model, self._features(view, _values(view, points)))
 
     def _targets(self, view: RunView, obs) -> np.ndarray:
         """log of the primary objective as minimised (:meth:`RunView.score`; shifted to start

@@ -143,10 +143,52 @@ class TestLocalSearchAgent(AgentContract):
     def test_it_climbs_from_the_best_candidate_first(self):
         history = search("random", {}, 20, 20, seed=3)
         best = min((o for o in history if o.status == "ok"), key=lambda o: o.metrics["latency_ms"])
-        proposals = make_agent("local", 4).propose(view(history, 2), 3)
-        for p in proposals:
-            assert p.parents == (best.candidate,)
-            assert sum(p.params[k] != best.params[k] for k in p.params) == 1  # one parameter moved
+        for settings, most in (({"model_after": 0}, 1), ({}, 1), ({"radius": 2}, 2)):
+            proposals = make_agent("local", 4, settings).propose(view(history, 2), 3)
+            assert len(proposals) == 3
+            for p in proposals:
+                assert p.parents == (best.candidate,)
+                assert 1 <= sum(p.params[k] != best.params[k] for k in p.params) <= most
+
+    def test_neighbours_are_tried_in_the_order_the_forest_predicts(self):
+        import numpy as np
+
+        from swarm.agents.local_search import LocalSearchAgent
+
+        history = search("random", {}, 20, 20, seed=3)
+        best = min((o for o in history if o.status == "ok"), key=lambda o: o.metrics["latency_ms"])
+        agent = make_agent("local", 4, {"radius": 1})
+        proposals = agent.propose(view(history, 2), 3)
+        assert all("the forest ranks it" in p.rationale for p in proposals)
+        # The same forest (same seed draw) ranks every fresh one-parameter neighbour.
+        again = make_agent("local", 4, {"radius": 1})
+        predict = again._model(view(history, 2))
+        fresh = [(p, w) for p, w in again._neighbours(view(history, 2), best.params) if SPACE.contains(p)
+                 and SPACE.point_key(p) not in view(history, 2).seen]
+        mean, _ = predict([p for p, _ in fresh])
+        expected = [fresh[int(i)][0] for i in np.argsort(mean, kind="stable")[:3]]
+        assert [p.params for p in proposals] == expected
+        assert isinstance(agent, LocalSearchAgent)
+
+    def test_a_constrained_space_is_climbed_through_two_parameter_moves(self):
+        from dataclasses import replace
+
+        from kernels import DesignSpace
+
+        # Every single change breaks BX * BY == 512: only paired changes are valid.
+        tied = DesignSpace.from_dict({"parameters": [
+            {"name": "BX", "values": [16, 32, 64, 128, 256]}, {"name": "BY", "values": [2, 4, 8, 16, 32]},
+            {"name": "TILE", "values": [4]}, {"name": "UNROLL", "values": [1]}],
+            "restrictions": ["BX * BY == 512"]})
+        points = tied.sample(__import__("numpy").random.default_rng(0), 3)
+        history = [Observation(i, p, *landscape(p), True) for i, p in enumerate(points)]
+        v = replace(view(history, 2), space=tied, seen=frozenset(tied.point_key(p) for p in points))
+        best = min(history, key=lambda o: o.metrics["latency_ms"])
+        one = make_agent("local", 4, {"model_after": 2}).propose(v, 2)
+        assert [p.rationale for p in one] == ["perturbation of a local optimum"] * 2  # no valid single change
+        proposals = make_agent("local", 4, {"model_after": 2, "radius": 2}).propose(v, 2)
+        assert any(p.rationale.startswith("two parameters changed") and p.parents == (best.candidate,)
+                   and {k for k in p.params if p.params[k] != best.params[k]} == {"BX", "BY"} for p in proposals)
 
 
 def test_unknown_agent_kinds_are_named():
