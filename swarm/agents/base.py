@@ -285,13 +285,20 @@ class Agent(abc.ABC):
             taken.add(view.space.point_key(p))
         return [Proposal(params=p) for p in points]
 
+    @staticmethod
+    def fresh_key(view: RunView, params: dict[str, Any], taken: set[str]) -> str | None:
+        """The point key of ``params`` when it is a valid point of the space that is neither
+        seen nor in ``taken``; else None."""
+        if not view.space.contains(params):
+            return None
+        key = view.space.point_key(params)
+        return None if key in view.seen or key in taken else key
+
     def take_fresh(self, view: RunView, params: dict[str, Any], taken: set[str]) -> bool:
         """True, and ``params``'s key added to ``taken``, when ``params`` is a valid point of the
         space that is neither seen nor already in ``taken``."""
-        if not view.space.contains(params):
-            return False
-        key = view.space.point_key(params)
-        if key in view.seen or key in taken:
+        key = self.fresh_key(view, params, taken)
+        if key is None:
             return False
         taken.add(key)
         return True

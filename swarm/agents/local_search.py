@@ -103,8 +103,7 @@ class LocalSearchAgent(Agent):
     @staticmethod
     def _by_prediction(view: RunView, moves: list, taken: set[str], predict) -> list:
         """The unseen valid ``moves`` (``(params, what)``), best predicted first."""
-        fresh = [(p, what) for p, what in moves if view.space.contains(p)
-                 and view.space.point_key(p) not in view.seen and view.space.point_key(p) not in taken]
+        fresh = [(p, what) for p, what in moves if Agent.fresh_key(view, p, taken) is not None]
         if not fresh:
             return []
         mean, _ = predict([p for p, _ in fresh])
