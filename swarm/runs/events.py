@@ -35,7 +35,8 @@ _server_loop: asyncio.AbstractEventLoop | None = None
 
 
 def bind_server_loop(loop: asyncio.AbstractEventLoop) -> None:
-    """Remember the loop that serves websockets (called by the consumer on connect)."""
+    """Remember the loop that serves websockets (``manage.py serve`` at start, and the consumer
+    on connect): in-process events are stored and sent only once it is known."""
     global _server_loop
     _server_loop = loop
 

@@ -1,9 +1,17 @@
 import json
+import time
 from datetime import datetime
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from swarm.goals import replay
+from swarm.management.commands import factory as factory_command
+from swarm.models import Candidate, CandidateStatus, Run
+from swarm.runs import orchestrator
 
 
 @pytest.mark.django_db
@@ -34,3 +42,34 @@ def test_factory_run_shows_a_table_without_json():
 def test_factory_run_rejects_an_unknown_workload():
     with pytest.raises(CommandError, match="unknown workload"):
         call_command("factory", "run", "--workload", "conv9d", "--budget", "2", "--json")
+
+
+GEMM = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "tuning-cache" / "gemm-clblast-xgemm_RTX-3090.json.gz"
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(not GEMM.exists(), reason="shared tuning-cache data set not present")
+def test_factory_run_finishes_a_run_whose_candidates_another_process_holds(monkeypatch):
+    """A server's sweeper may propose the CLI's run's next generation and dispatch it to its
+    own workers: the CLI still returns only once the run has ended, evaluating what is left
+    queued and waiting for what a live process holds."""
+    goal, _ = replay.import_cache(GEMM)
+    run, pending = orchestrator.start_run(goal, budget=12, seed=3, batch_size=4)
+    held, queued = pending[0], pending[1:]  # a live worker elsewhere claimed one; three wait in its queue
+    Candidate.objects.filter(pk=held.pk).update(status=CandidateStatus.RUNNING, claimed_by="elsewhere:1:1",
+                                                claimed_at=timezone.now())
+    waits = []
+
+    def other_process_finishes(seconds):  # while the CLI waits, the other worker evaluates its claim
+        waits.append(seconds)
+        if Candidate.objects.filter(pk=held.pk, status=CandidateStatus.RUNNING).update(
+                status=CandidateStatus.QUEUED, claimed_by=""):
+            orchestrator.evaluate_candidate(held.pk)
+
+    monkeypatch.setattr(time, "sleep", other_process_finishes)
+    factory_command.Command._drive(run, [], progress=None)  # the sweeper took every pending slot
+    run.refresh_from_db()
+    assert run.state == Run.State.FINISHED
+    assert waits, "the CLI returned without waiting for the held candidate"
+    assert run.candidates.filter(status="ok").count() == 12
+    assert not run.candidates.filter(pk__in=[c.pk for c in queued], status__in=["queued", "running"]).exists()

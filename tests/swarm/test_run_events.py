@@ -69,3 +69,30 @@ def test_a_socket_allows_its_own_origin_only(settings):
     scope = {"type": "websocket", "scheme": "ws", "headers": [(b"host", b"localhost:8000")]}
     assert allowed_origins(scope) == {("http", "localhost", 8000), ("https", "factory.example", 443)}
     assert allowed_origins({**scope, "headers": [(b"host", b"evil.example:8000")]}) == {("https", "factory.example", 443)}
+
+
+def test_the_embedded_server_stores_events_before_any_websocket_connects(monkeypatch, settings, run,
+                                                                        django_capture_on_commit_callbacks):
+    """``manage.py serve`` makes its loop known as it starts: a run started by the API (or the
+    sweeper) before anyone opened its page still has its events for the page to read later."""
+    from django.core.management import call_command
+
+    from swarm.management.commands import serve
+
+    settings.EMBEDDED = True
+    seen = []
+
+    async def serve_nothing(self, sockets=None):
+        seen.append(events.listening())
+        self.started = True
+
+    monkeypatch.setattr(serve, "start_embedded_worker", lambda: None)
+    monkeypatch.setattr(serve.sweeper, "start", lambda: None)
+    monkeypatch.setattr("uvicorn.Server.serve", serve_nothing)
+    monkeypatch.setattr(events, "_server_loop", None)
+    assert not events.listening()  # no server in this process yet: events are skipped
+    call_command("serve", "--port", "0")
+    assert seen == [True]
+    with django_capture_on_commit_callbacks(execute=True):
+        events.publish(run.pk, "probe", {"i": 1})  # as the worker thread of that process does
+    assert list(run.events.values_list("event", "data")) == [("probe", {"i": 1})]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import platform
+import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -11,8 +12,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from kernels.backends import capabilities, get_backend
 from swarm.goals import replay
 from swarm.goals.lifecycle import default_goal
-from swarm.models import Baseline, Goal, target_backend
+from swarm.models import PENDING_STATUSES, Baseline, Goal, Run, target_backend
 from swarm.runs import baselines, orchestrator, summaries, sweeper
+
+#: Seconds between looks at a run whose in-flight candidates another process evaluates.
+POLL_S = 0.2
 
 
 class Command(BaseCommand):
@@ -122,19 +126,33 @@ class Command(BaseCommand):
 
     @staticmethod
     def _drive(run, pending, progress) -> None:
-        # The same orchestrator functions the Celery task calls, evaluated one at a time so
-        # that timings are not disturbed by a concurrent candidate.
-        while pending:
-            if pending[0].goal.capabilities.batchable:  # lookups cost nothing: batch the writes
-                orchestrator.evaluate_batch([c.pk for c in pending])
+        """Evaluate and advance ``run`` until it has ended.
+
+        The same orchestrator functions the Celery task calls, evaluated one at a time so that
+        timings are not disturbed by a concurrent candidate. Another process may hold some of
+        the run's candidates (a server's sweeper dispatches any running run's free slots to its
+        own workers): every :data:`POLL_S` s the run's queued and running candidates are offered
+        to the evaluator again. A claim is conditional, so a candidate a live process holds is
+        left to it, and one whose holder died is taken over.
+        """
+        while True:
+            while pending:
+                if pending[0].goal.capabilities.batchable:  # lookups cost nothing: batch the writes
+                    orchestrator.evaluate_batch([c.pk for c in pending])
+                else:
+                    for candidate in pending:
+                        orchestrator.evaluate_candidate(candidate.pk)
+                        if progress:
+                            progress[0].update(progress[1], completed=_evaluated(run))
                 if progress:
-                    progress[0].advance(progress[1], len(pending))
-            else:
-                for candidate in pending:
-                    orchestrator.evaluate_candidate(candidate.pk)
-                    if progress:
-                        progress[0].advance(progress[1])
-            pending = orchestrator.advance(run.pk)
+                    progress[0].update(progress[1], completed=_evaluated(run))
+                pending = orchestrator.advance(run.pk)
+            run.refresh_from_db(fields=["state"])
+            if run.state != Run.State.RUNNING:
+                return
+            time.sleep(POLL_S)
+            pending = list(run.candidates.filter(status__in=PENDING_STATUSES).select_related("goal").order_by("id"))
+            pending = pending or orchestrator.advance(run.pk)
 
     @staticmethod
     def _measure_baseline(goal: Goal) -> None:
@@ -184,3 +202,8 @@ def _cell(name: str, value: Any) -> str:
     if not isinstance(value, (int, float)):
         return "-"
     return f"{value:.2e}" if "error" in name else f"{value:.4g}"
+
+
+def _evaluated(run: Run) -> int:
+    """Candidates of ``run`` that are no longer queued or running (whoever evaluated them)."""
+    return run.candidates.exclude(status__in=PENDING_STATUSES).count()

@@ -8,6 +8,7 @@ recovered at start and every minute, so no queued work is lost.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 
@@ -15,7 +16,7 @@ from celery import current_app
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from swarm.runs import sweeper
+from swarm.runs import events, sweeper
 from swarm.runs.dispatch import EMBEDDED_QUEUE
 
 log = logging.getLogger("swarm")
@@ -42,7 +43,20 @@ class Command(BaseCommand):
         sweeper.start()  # recovers queued work left by a previous process, then every minute
         self.stdout.write(f"Kernel Factory on http://{opts['host']}:{opts['port']}/  (embedded mode)", ending="\n")
         self.stdout.flush()
-        uvicorn.run("int21_site.asgi:application", host=opts["host"], port=opts["port"], log_level="warning", lifespan="off")
+        config = uvicorn.Config("int21_site.asgi:application", host=opts["host"], port=opts["port"],
+                                log_level="warning", lifespan="off")
+        server = uvicorn.Server(config)
+
+        async def serve() -> None:
+            # The loop that will serve websockets, known before the first one connects, so that
+            # every run's events are stored from the start (a page reads the ones it missed).
+            events.bind_server_loop(asyncio.get_running_loop())
+            await server.serve()
+
+        with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+            runner.run(serve())
+        if not server.started:  # uvicorn logged why (the port in use, ...)
+            raise CommandError(f"could not serve on {opts['host']}:{opts['port']}")
 
 
 def start_embedded_worker() -> threading.Thread:
