@@ -1,6 +1,7 @@
 """Pages through Django's test client: goals, runs and steering, candidates, compare,
 production with promotion, roll-back and the audit log."""
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -197,6 +198,18 @@ def test_the_run_page_carries_its_config_and_the_steering_form(client, owner, ru
     assert config["run"] == running_run.pk and config["canSteer"] is True
     html = page.content.decode()
     assert 'id="direction-form"' in html and 'id="frontier-chart"' in html and 'id="parcoords-chart"' in html
+
+
+@pytest.mark.django_db
+def test_the_run_page_shows_what_was_evaluated_before_its_socket_connects(client, owner, evaluated_run):
+    client.force_login(owner)
+    html = client.get(reverse("run-detail", args=[evaluated_run.pk])).content.decode()
+    done = evaluated_run.candidates.exclude(status__in=["queued", "running"])
+    counts = {s: done.filter(status=s).count() for s in set(done.values_list("status", flat=True))}
+    assert done.count() == 2
+    assert '<strong id="run-evaluated">2</strong>' in html and 'value="2"></progress>' in html
+    shown = re.search(r'<span id="run-counts" class="hint-inline">([^<]*)</span>', html).group(1)
+    assert all(f"{s}: {n}" in shown.replace("&middot;", "·") for s, n in counts.items())
 
 
 @pytest.mark.django_db

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
+from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from swarm.models import Candidate, Direction, Insight, Run
+from swarm.models import PENDING_STATUSES, Candidate, Direction, Insight, Run
 from swarm.runs import baselines, cancelling, directions, orchestrator, results
 from swarm.web import display
 from swarm.web.forms import DirectionForm
@@ -38,8 +39,12 @@ def _page(request: HttpRequest, run: Run, *, form: DirectionForm | None = None, 
         "tableUrl": reverse("run-candidates", args=[run.pk]),
     }
     top = results.best(run)
+    # What the live status bar shows, as of this request: right before (or without) the socket.
+    counts = dict(run.candidates.values_list("status").annotate(n=Count("id")).order_by("status"))
+    evaluated = sum(n for status, n in counts.items() if status not in PENDING_STATUSES)
     return render(request, "swarm/run_detail.html", {
         "run": run, "goal": goal, "page_config": page_config, "form": form or DirectionForm(),
+        "evaluated": evaluated, "status_counts": " · ".join(f"{k}: {n}" for k, n in counts.items()),
         "speedup": baselines.speedup(run, top.evidence.metrics.get("latency_ms") if top else None),
         "direction_error": error, "direction_kinds": Direction.Kind.choices,
         "can_steer": page_config["canSteer"], "llm_lanes": _lanes(run),
