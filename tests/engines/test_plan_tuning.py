@@ -1,6 +1,8 @@
 """Engine plan tuning: engine shape sets, the fastest measured option per operator, the plan,
 and what describe, the demo and the engine pages show."""
 
+import sys
+
 import pytest
 from django.urls import reverse
 
@@ -116,6 +118,16 @@ def test_describe_on_the_command_line_shows_each_operators_kernel_and_why(capsys
     assert main(["describe", "--engine", "kda-layer", "--config", "small"]) == 0
     out = capsys.readouterr().out
     assert "no production kernel for gemm on cpu-x86_64: NumPy baseline" in out
+
+
+def test_an_engine_whose_extra_is_missing_is_a_one_line_error(capsys, monkeypatch):
+    from engines.cli import main
+
+    monkeypatch.setitem(sys.modules, "safetensors", None)  # as without `pip install -e '.[engines]'`
+    monkeypatch.setitem(sys.modules, "safetensors.numpy", None)
+    assert main(["describe", "--engine", "minilm"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the MiniLM engine needs ") and "'.[engines]'" in err and "Traceback" not in err
 
 
 @pytest.mark.django_db
