@@ -90,8 +90,8 @@ class MiniLM(Engine):
             from safetensors.numpy import load_file  # noqa: PLC0415
             from tokenizers import Tokenizer  # noqa: PLC0415
         except ImportError as exc:
-            raise ImportError(f"the MiniLM engine needs {exc.name or 'safetensors and tokenizers'} "
-                              "(pip install -e '.[engines]')") from exc
+            raise ImportError(f"the MiniLM engine needs safetensors and tokenizers (cannot import {exc.name or exc}; "
+                              "pip install -e '.[engines]')") from exc
 
         self.path = Path(path) if path else model_dir()
         self.config = json.loads((self.path / "config.json").read_text())

@@ -73,3 +73,25 @@ def test_factory_run_finishes_a_run_whose_candidates_another_process_holds(monke
     assert waits, "the CLI returned without waiting for the held candidate"
     assert run.candidates.filter(status="ok").count() == 12
     assert not run.candidates.filter(pk__in=[c.pk for c in queued], status__in=["queued", "running"]).exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(not GEMM.exists(), reason="shared tuning-cache data set not present")
+def test_ctrl_c_on_factory_run_stops_its_run_and_keeps_the_evidence(monkeypatch):
+    goal, _ = replay.import_cache(GEMM)
+    calls = []
+    real = orchestrator.evaluate_batch
+
+    def interrupted_on_the_third_batch(ids, **kw):
+        calls.append(ids)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(ids, **kw)
+
+    monkeypatch.setattr(orchestrator, "evaluate_batch", interrupted_on_the_third_batch)
+    with pytest.raises(CommandError, match=r"interrupted: run \d+ stopped"):
+        call_command("factory", "run", "--goal", str(goal.pk), "--budget", "40", "--seed", "1", "--json", stdout=StringIO())
+    run = Run.objects.get(goal=goal)
+    assert run.state == Run.State.STOPPED and "Ctrl-C on factory run" in run.end_reason
+    assert run.candidates.filter(status="ok").count() == 8  # the two batches evaluated before it
+    assert not run.candidates.filter(status="queued").exists()

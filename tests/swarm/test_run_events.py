@@ -96,3 +96,20 @@ def test_the_embedded_server_stores_events_before_any_websocket_connects(monkeyp
     with django_capture_on_commit_callbacks(execute=True):
         events.publish(run.pk, "probe", {"i": 1})  # as the worker thread of that process does
     assert list(run.events.values_list("event", "data")) == [("probe", {"i": 1})]
+
+
+def test_ctrl_c_stops_the_embedded_server_without_a_traceback(monkeypatch, settings):
+    from django.core.management import call_command
+
+    from swarm.management.commands import serve
+
+    settings.EMBEDDED = True
+
+    async def interrupted(self, sockets=None):  # what uvicorn re-raises after a SIGINT
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(serve, "start_embedded_worker", lambda: None)
+    monkeypatch.setattr(serve.sweeper, "start", lambda: None)
+    monkeypatch.setattr("uvicorn.Server.serve", interrupted)
+    monkeypatch.setattr(events, "_server_loop", None)
+    call_command("serve", "--port", "0")  # returns: no KeyboardInterrupt escapes

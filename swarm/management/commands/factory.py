@@ -93,14 +93,18 @@ class Command(BaseCommand):
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
-        if opts["json"]:
-            self._drive(run, pending, progress=None)
-        else:
-            from rich.progress import Progress
+        try:
+            if opts["json"]:
+                self._drive(run, pending, progress=None)
+            else:
+                from rich.progress import Progress
 
-            with Progress(transient=False) as progress:
-                task = progress.add_task(f"run {run.pk}: {goal.workload} on {goal.target}", total=run.budget)
-                self._drive(run, pending, progress=(progress, task))
+                with Progress(transient=False) as progress:
+                    task = progress.add_task(f"run {run.pk}: {goal.workload} on {goal.target}", total=run.budget)
+                    self._drive(run, pending, progress=(progress, task))
+        except KeyboardInterrupt:  # Ctrl-C: the run ends here instead of waiting for a server to resume it
+            orchestrator.stop_run(run, via="Ctrl-C on factory run")
+            raise CommandError(f"interrupted: run {run.pk} stopped (its evidence so far is kept)") from None
         if not opts["no_baseline"] and goal.capabilities.measures_baseline:
             self._measure_baseline(goal)
         summary = summaries.run_summary(run)
@@ -149,6 +153,8 @@ class Command(BaseCommand):
                 pending = orchestrator.advance(run.pk)
             run.refresh_from_db(fields=["state"])
             if run.state != Run.State.RUNNING:
+                if progress:  # the last candidates may have been another process's
+                    progress[0].update(progress[1], completed=_evaluated(run))
                 return
             time.sleep(POLL_S)
             pending = list(run.candidates.filter(status__in=PENDING_STATUSES).select_related("goal").order_by("id"))

@@ -53,8 +53,11 @@ class Command(BaseCommand):
             events.bind_server_loop(asyncio.get_running_loop())
             await server.serve()
 
-        with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
-            runner.run(serve())
+        try:
+            with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+                runner.run(serve())
+        except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down; a clean exit, as uvicorn.run's
+            return
         if not server.started:  # uvicorn logged why (the port in use, ...)
             raise CommandError(f"could not serve on {opts['host']}:{opts['port']}")
 
