@@ -133,10 +133,11 @@ class Command(BaseCommand):
         """Evaluate and advance ``run`` until it has ended.
 
         The same orchestrator functions the Celery task calls, evaluated one at a time so that
-        timings are not disturbed by a concurrent candidate. Another process may hold some of
-        the run's candidates (a server's sweeper dispatches any running run's free slots to its
-        own workers): every :data:`POLL_S` s the run's queued and running candidates are offered
-        to the evaluator again. A claim is conditional, so a candidate a live process holds is
+        this process does not disturb its own timings. Another process may hold some of the
+        run's candidates (a server's sweeper dispatches any running run's free slots to its own
+        workers, which then time beside this one): once this process has nothing left to
+        evaluate, the run's queued and running candidates are offered to the evaluator again
+        every :data:`POLL_S` s. A claim is conditional, so a candidate a live process holds is
         left to it, and one whose holder died is taken over.
         """
         while True:
