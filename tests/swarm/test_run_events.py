@@ -80,6 +80,7 @@ def test_the_embedded_server_stores_events_before_any_websocket_connects(monkeyp
     from swarm.management.commands import serve
 
     settings.EMBEDDED = True
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}  # embedded mode's
     seen = []
 
     async def serve_nothing(self, sockets=None):
@@ -104,6 +105,7 @@ def test_ctrl_c_stops_the_embedded_server_without_a_traceback(monkeypatch, setti
     from swarm.management.commands import serve
 
     settings.EMBEDDED = True
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
     async def interrupted(self, sockets=None):  # what uvicorn re-raises after a SIGINT
         raise KeyboardInterrupt
