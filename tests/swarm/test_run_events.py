@@ -85,7 +85,6 @@ def test_the_embedded_server_stores_events_before_any_websocket_connects(monkeyp
 
     async def serve_nothing(self, sockets=None):
         seen.append(events.listening())
-        self.started = True
 
     monkeypatch.setattr(serve, "start_embedded_worker", lambda: None)
     monkeypatch.setattr(serve.sweeper, "start", lambda: None)

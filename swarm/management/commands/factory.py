@@ -140,22 +140,23 @@ class Command(BaseCommand):
         every :data:`POLL_S` s. A claim is conditional, so a candidate a live process holds is
         left to it, and one whose holder died is taken over.
         """
+        def show() -> None:  # what anyone has evaluated: the last candidates may be another process's
+            if progress:
+                progress[0].update(progress[1], completed=_evaluated(run))
+
         while True:
             while pending:
                 if pending[0].goal.capabilities.batchable:  # lookups cost nothing: batch the writes
                     orchestrator.evaluate_batch([c.pk for c in pending])
+                    show()
                 else:
                     for candidate in pending:
                         orchestrator.evaluate_candidate(candidate.pk)
-                        if progress:
-                            progress[0].update(progress[1], completed=_evaluated(run))
-                if progress:
-                    progress[0].update(progress[1], completed=_evaluated(run))
+                        show()
                 pending = orchestrator.advance(run.pk)
             run.refresh_from_db(fields=["state"])
             if run.state != Run.State.RUNNING:
-                if progress:  # the last candidates may have been another process's
-                    progress[0].update(progress[1], completed=_evaluated(run))
+                show()
                 return
             time.sleep(POLL_S)
             pending = list(run.candidates.filter(status__in=PENDING_STATUSES).select_related("goal").order_by("id"))

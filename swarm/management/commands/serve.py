@@ -57,9 +57,7 @@ class Command(BaseCommand):
             with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
                 runner.run(serve())
         except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down; a clean exit, as uvicorn.run's
-            return
-        if not server.started:  # uvicorn logged why (the port in use, ...)
-            raise CommandError(f"could not serve on {opts['host']}:{opts['port']}")
+            pass
 
 
 def start_embedded_worker() -> threading.Thread:
