@@ -74,6 +74,33 @@ def test_identical_kernels_come_out_tied_every_time(store):
     assert all(len(r.round_ratios) == QUICK.rounds for r in results)
 
 
+def test_noise_between_byte_identical_libraries_is_not_refused_as_forgery(store, monkeypatch):
+    """On a loaded host the rounds of two identical short kernels can draw a non-tie; the
+    verdict is then a tie because the libraries are identical, and the parent's clock check
+    (which guards a claim that one side is faster) must not refuse the pair as forged."""
+    from kernels.comparison import paired
+
+    real = paired.judge_rounds
+    verdicts = iter(["b_faster"])
+
+    def noisy(ratios, floor, **kw):  # the rounds over all shapes draw "b_faster", as noise can
+        v = real(ratios, floor, **kw)
+        return dataclasses.replace(v, verdict=next(verdicts, v.verdict))
+
+    def refuse(*args):
+        raise ComparisonFailed("B", "its reported call times disagree with the parent's clock")
+
+    monkeypatch.setattr(paired, "judge_rounds", noisy)
+    monkeypatch.setattr(paired, "_check_clock", refuse)
+    r = compare_paired("rmsnorm", kernel(UNUSED=1), kernel(UNUSED=2), shape_set="llama3-8b", shapes=SHAPE,
+                       settings=QUICK, noise_floor=0.02, floor_store=store)
+    assert r.identical and r.verdict == "tie" and r.measured_verdict == "b_faster", r.why
+    with pytest.raises(ComparisonFailed, match="parent's clock"):  # a pair of different bytes is checked
+        verdicts = iter(["b_faster"])
+        compare_paired("rmsnorm", kernel(), kernel(EXTRA_PERMILLE=10), shape_set="llama3-8b", shapes=SHAPE,
+                       settings=QUICK, noise_floor=0.02, floor_store=store)
+
+
 def test_equivalent_kernels_of_different_bytes_come_out_tied(store):
     """The same work in different machine code (an extra function the entry point never
     calls): the rounds alone must call it a tie."""
