@@ -31,17 +31,58 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--config", help="layer size: " + "; ".join(f"{e}: {', '.join(c)}" for e, c in CONFIGS.items() if c))
         s.add_argument("--plan", default="{}", help='plan parameters as JSON, e.g. \'{"FUSE_QKV": 0}\'')
         s.add_argument("--production", type=Path, help="JSON export of /api/production/ (production kernels)")
-        s.add_argument("--target", default="cpu-x86_64")
+        s.add_argument("--target", help="target whose production kernels --production takes (default cpu-x86_64)")
         s.add_argument("--json", action="store_true", help="print one JSON object")
         if name == "bench":
-            s.add_argument("--threads", type=int, help="threads for the engine and its peer (default: all CPUs)")
-            s.add_argument("--rounds", type=int, default=3)
-            s.add_argument("--prompt", type=int, default=128, help="layers: prompt length (prefill)")
-            s.add_argument("--decode-steps", type=int, default=8)
+            s.add_argument("--threads", type=_positive, help="threads for the engine and its peer (default: all CPUs)")
+            s.add_argument("--rounds", type=_positive, default=3)
+            s.add_argument("--prompt", type=_positive, default=128, help="layers: prompt length (prefill)")
+            s.add_argument("--decode-steps", type=_positive, default=8)
         if name == "validate":
-            s.add_argument("--prompt", type=int, default=24)
-            s.add_argument("--decode-steps", type=int, default=4)
+            s.add_argument("--prompt", type=_positive, default=24)
+            s.add_argument("--decode-steps", type=_positive, default=4)
     return p
+
+
+def _positive(text: str) -> int:
+    """An integer of at least 1 (argparse ``type``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _load_production(path: Path, target: str):
+    """The production kernels of ``target`` in ``path``, a JSON export of ``/api/production/``
+    (its ``results`` list, or a plain list of objects).
+
+    Raises:
+        ValueError: the file cannot be read, is not JSON, or an entry lacks a string
+            ``workload`` or ``source`` or has ``params`` that are not an object.
+    """
+    from engines._binding import StaticRegistry  # noqa: PLC0415
+
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"--production: cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--production: {path} is not JSON: {exc}") from None
+    entries = data.get("results", data) if isinstance(data, dict) else data
+    if not isinstance(entries, list):
+        raise ValueError(f"--production: {path} holds no list of production kernels")
+    for i, e in enumerate(entries):
+        problem = ("is not an object" if not isinstance(e, dict)
+                   else "has no string 'workload'" if not isinstance(e.get("workload"), str)
+                   else "has no string 'source'" if not isinstance(e.get("source"), str)
+                   else "has 'params' that are not an object" if not isinstance(e.get("params") or {}, dict)
+                   else None)
+        if problem:
+            raise ValueError(f"--production: entry {i} of {path} {problem}")
+    return StaticRegistry(entries, target=target)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,11 +95,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --plan: {exc}", file=sys.stderr)
         return 2
     registry = None
+    if args.target and not args.production:
+        print("error: --target selects production kernels: pass --production FILE with it", file=sys.stderr)
+        return 2
     if args.production:
-        from engines._binding import StaticRegistry  # noqa: PLC0415
-
-        data = json.loads(args.production.read_text())
-        registry = StaticRegistry(data.get("results", data) if isinstance(data, dict) else data, target=args.target)
+        try:
+            registry = _load_production(args.production, args.target or "cpu-x86_64")
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     if args.config and args.config not in CONFIGS[args.engine]:
         print(f"error: engine {args.engine} has no config {args.config!r} (known: {', '.join(CONFIGS[args.engine]) or 'none'})",
               file=sys.stderr)

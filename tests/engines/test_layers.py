@@ -157,3 +157,38 @@ def test_importing_the_package_loads_no_numpy_so_the_cli_can_set_threads_first()
     out = subprocess.run([sys.executable, "-c", "import sys, engines; print('numpy' in sys.modules); "
                           "from engines import Plan; print(Plan.__name__)"], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["False", "Plan"], out.stderr
+
+
+@pytest.mark.parametrize("content, expected", [
+    (None, "cannot read"),
+    ("{not json", "is not JSON"),
+    ('{"results": 3}', "holds no list of production kernels"),
+    ('[{"workload": "gemm"}]', "entry 0 of"),
+    ('[{"workload": "gemm", "source": "x", "params": [1]}]', "'params' that are not an object"),
+    ('["gemm"]', "entry 0 of"),
+])
+def test_a_bad_production_file_is_a_one_line_usage_error(tmp_path, capsys, content, expected):
+    from engines.cli import main
+
+    path = tmp_path / "production.json"
+    if content is not None:
+        path.write_text(content)
+    assert main(["describe", "--engine", "kda-layer", "--config", "small", "--production", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --production: ") and expected in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["bench", "--engine", "llama-layer", "--threads", "0"], "--threads: must be at least 1, not 0"),
+    (["validate", "--engine", "kda-layer", "--prompt", "0"], "--prompt: must be at least 1, not 0"),
+    (["bench", "--engine", "llama-layer", "--rounds", "-2"], "--rounds: must be at least 1, not -2"),
+    (["describe", "--engine", "kda-layer", "--target", "cpu-aarch64"], "--target selects production kernels"),
+])
+def test_counts_below_one_and_a_target_without_production_kernels_are_usage_errors(capsys, argv, expected):
+    from engines.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        code = main(argv)
+        raise SystemExit(code)
+    assert exit_.value.code == 2
+    assert expected in capsys.readouterr().err

@@ -95,3 +95,20 @@ def test_ctrl_c_on_factory_run_stops_its_run_and_keeps_the_evidence(monkeypatch)
     assert run.state == Run.State.STOPPED and "Ctrl-C on factory run" in run.end_reason
     assert run.candidates.filter(status="ok").count() == 8  # the two batches evaluated before it
     assert not run.candidates.filter(status="queued").exists()
+
+
+@pytest.mark.django_db
+def test_a_failed_run_prints_its_summary_and_exits_with_status_1(monkeypatch):
+    from swarm.agents.random_search import RandomAgent
+
+    def broken(self, view, n):
+        raise RuntimeError("the agent broke")
+
+    monkeypatch.setattr(RandomAgent, "propose", broken)
+    out = StringIO()
+    with pytest.raises(CommandError, match="failed: .*RuntimeError: the agent broke") as err:
+        call_command("factory", "run", "--shape-set", "test-small", "--budget", "4", "--agents", "random",
+                     "--no-baseline", "--json", stdout=out)
+    assert err.value.returncode == 1
+    summary = json.loads(out.getvalue())
+    assert summary["state"] == "failed" and "the agent broke" in summary["end_reason"]

@@ -91,7 +91,7 @@ def test_the_embedded_server_stores_events_before_any_websocket_connects(monkeyp
     monkeypatch.setattr("uvicorn.Server.serve", serve_nothing)
     monkeypatch.setattr(events, "_server_loop", None)
     assert not events.listening()  # no server in this process yet: events are skipped
-    call_command("serve", "--port", "0")
+    call_command("serve", "--port", "8765")
     assert seen == [True]
     with django_capture_on_commit_callbacks(execute=True):
         events.publish(run.pk, "probe", {"i": 1})  # as the worker thread of that process does
@@ -113,4 +113,23 @@ def test_ctrl_c_stops_the_embedded_server_without_a_traceback(monkeypatch, setti
     monkeypatch.setattr(serve.sweeper, "start", lambda: None)
     monkeypatch.setattr("uvicorn.Server.serve", interrupted)
     monkeypatch.setattr(events, "_server_loop", None)
-    call_command("serve", "--port", "0")  # returns: no KeyboardInterrupt escapes
+    call_command("serve", "--port", "8765")  # returns: no KeyboardInterrupt escapes
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--port", "99999"], "a port is 1-65535, not 99999"),
+    (["--port", "http"], "'http' is not a port number"),
+    (["--host", "not..a..host"], "cannot listen on host 'not..a..host'"),
+])
+def test_a_bad_address_is_a_usage_error_before_anything_starts(monkeypatch, settings, argv, expected):
+    from django.core.management import CommandError, call_command
+
+    from swarm.management.commands import serve
+
+    settings.EMBEDDED = True
+    started = []
+    monkeypatch.setattr(serve, "start_embedded_worker", lambda: started.append("worker"))
+    monkeypatch.setattr(serve.sweeper, "start", lambda: started.append("sweeper"))
+    with pytest.raises(CommandError, match=expected):
+        call_command("serve", *argv)
+    assert started == []

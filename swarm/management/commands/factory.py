@@ -112,6 +112,8 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(summary, indent=2))
         else:
             self._print_table(summary)
+        if summary["state"] == Run.State.FAILED:  # the evidence is printed above; the exit status says it failed
+            raise CommandError(f"run {run.pk} failed: {summary.get('end_reason') or 'no reason recorded'}", returncode=1)
 
     def _goal(self, opts: dict[str, Any]) -> Goal:
         if opts["goal"] is not None:

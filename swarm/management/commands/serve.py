@@ -8,8 +8,10 @@ recovered at start and every minute, so no queued work is lost.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
+import socket
 import threading
 
 from celery import current_app
@@ -29,7 +31,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--port", type=_port, default=8000, help="TCP port, 1-65535 (default 8000)")
 
     def handle(self, *args, **opts) -> None:
         if not settings.EMBEDDED:
@@ -37,6 +39,10 @@ class Command(BaseCommand):
                 "REDIS_URL is set (production mode): run `uvicorn int21_site.asgi:application` and one "
                 "`celery -A int21_site worker -Q target.<target> -c 1` per target instead"
             )
+        try:  # a bad address is a usage error before anything starts, not a traceback from the loop
+            socket.getaddrinfo(opts["host"], opts["port"], type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
+            raise CommandError(f"cannot listen on host {opts['host']!r}: {exc}") from None
         import uvicorn
 
         start_embedded_worker()
@@ -58,6 +64,17 @@ class Command(BaseCommand):
                 runner.run(serve())
         except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down; a clean exit, as uvicorn.run's
             pass
+
+
+def _port(text: str) -> int:
+    """A TCP port number, 1-65535 (argparse ``type``)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1-65535, not {port}")
+    return port
 
 
 def start_embedded_worker() -> threading.Thread:
