@@ -138,7 +138,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env_str("REDIS_URL")
 EMBEDDED = not REDIS_URL
 
-CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"  # a host named: kombu warns on every connection without one
 CELERY_BROKER_TRANSPORT_OPTIONS = (
     {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 3600)}
     if REDIS_URL

@@ -91,7 +91,7 @@ def test_the_embedded_server_stores_events_before_any_websocket_connects(monkeyp
     monkeypatch.setattr("uvicorn.Server.serve", serve_nothing)
     monkeypatch.setattr(events, "_server_loop", None)
     assert not events.listening()  # no server in this process yet: events are skipped
-    call_command("serve", "--port", "8765")
+    call_command("serve", "--port", str(free_port()))
     assert seen == [True]
     with django_capture_on_commit_callbacks(execute=True):
         events.publish(run.pk, "probe", {"i": 1})  # as the worker thread of that process does
@@ -113,13 +113,14 @@ def test_ctrl_c_stops_the_embedded_server_without_a_traceback(monkeypatch, setti
     monkeypatch.setattr(serve.sweeper, "start", lambda: None)
     monkeypatch.setattr("uvicorn.Server.serve", interrupted)
     monkeypatch.setattr(events, "_server_loop", None)
-    call_command("serve", "--port", "8765")  # returns: no KeyboardInterrupt escapes
+    call_command("serve", "--port", str(free_port()))  # returns: no KeyboardInterrupt escapes
 
 
 @pytest.mark.parametrize("argv, expected", [
     (["--port", "99999"], "a port is 1-65535, not 99999"),
     (["--port", "http"], "'http' is not a port number"),
     (["--host", "not..a..host"], "cannot listen on host 'not..a..host'"),
+    (["--host", "10.255.255.1"], "cannot listen on 10.255.255.1:8000: Cannot assign requested address"),
 ])
 def test_a_bad_address_is_a_usage_error_before_anything_starts(monkeypatch, settings, argv, expected):
     from django.core.management import CommandError, call_command
@@ -133,3 +134,38 @@ def test_a_bad_address_is_a_usage_error_before_anything_starts(monkeypatch, sett
     with pytest.raises(CommandError, match=expected):
         call_command("serve", *argv)
     assert started == []
+
+
+def test_a_port_in_use_is_an_error_before_anything_starts_and_ipv6_urls_have_brackets(monkeypatch, settings):
+    import socket
+
+    from django.core.management import CommandError, call_command
+
+    from swarm.management.commands import serve
+
+    settings.EMBEDDED = True
+    started = []
+    monkeypatch.setattr(serve, "start_embedded_worker", lambda: started.append("worker"))
+    monkeypatch.setattr(serve.sweeper, "start", lambda: started.append("sweeper"))
+    taken = socket.create_server(("127.0.0.1", 0))
+    try:
+        port = taken.getsockname()[1]
+        with pytest.raises(CommandError, match=f"cannot listen on 127.0.0.1:{port}: Address already in use") as err:
+            call_command("serve", "--port", str(port))
+        assert err.value.returncode == 1 and started == []
+    finally:
+        taken.close()
+    if socket.has_ipv6:
+        try:
+            sock = serve.listening_socket("::1", free_port())
+        except CommandError:
+            pytest.skip("no IPv6 loopback on this host")
+        with sock:
+            assert serve.url_of(sock) == f"http://[::1]:{sock.getsockname()[1]}/"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        return s.getsockname()[1]

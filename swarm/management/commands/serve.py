@@ -39,15 +39,12 @@ class Command(BaseCommand):
                 "REDIS_URL is set (production mode): run `uvicorn int21_site.asgi:application` and one "
                 "`celery -A int21_site worker -Q target.<target> -c 1` per target instead"
             )
-        try:  # a bad address is a usage error before anything starts, not a traceback from the loop
-            socket.getaddrinfo(opts["host"], opts["port"], type=socket.SOCK_STREAM)
-        except (OSError, UnicodeError) as exc:
-            raise CommandError(f"cannot listen on host {opts['host']!r}: {exc}") from None
+        sock = listening_socket(opts["host"], opts["port"])  # bound before anything starts: a bad address starts nothing
         import uvicorn
 
         start_embedded_worker()
         sweeper.start()  # recovers queued work left by a previous process, then every minute
-        self.stdout.write(f"Kernel Factory on http://{opts['host']}:{opts['port']}/  (embedded mode)", ending="\n")
+        self.stdout.write(f"Kernel Factory on {url_of(sock)}  (embedded mode)", ending="\n")
         self.stdout.flush()
         config = uvicorn.Config("int21_site.asgi:application", host=opts["host"], port=opts["port"],
                                 log_level="warning", lifespan="off")
@@ -57,13 +54,44 @@ class Command(BaseCommand):
             # The loop that will serve websockets, known before the first one connects, so that
             # every run's events are stored from the start (a page reads the ones it missed).
             events.bind_server_loop(asyncio.get_running_loop())
-            await server.serve()
+            await server.serve(sockets=[sock])
 
         try:
             with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
                 runner.run(serve())
         except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down; a clean exit, as uvicorn.run's
             pass
+        finally:
+            sock.close()
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` (IPv4 or IPv6, as ``host`` resolves), for
+    uvicorn to listen on.
+
+    Raises:
+        CommandError: the host does not resolve (exit status 2, a usage error), or the
+            address cannot be bound (in use, not an address of this machine; exit status 1).
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (OSError, UnicodeError) as exc:
+        raise CommandError(f"cannot listen on host {host!r}: {exc}", returncode=2) from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart reuses the port at once
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    """``http://host:port/`` of a bound socket (an IPv6 host in brackets, RFC 3986)."""
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}/" if sock.family == socket.AF_INET6 else f"http://{host}:{port}/"
 
 
 def _port(text: str) -> int:
