@@ -3,7 +3,11 @@
 After Kernel Tuner's ``greedy_ils`` strategy and Lourenço, Martin & Stützle, "Iterated Local
 Search" (Handbook of Metaheuristics, 2003): explore the unseen neighbours of the incumbent
 (one parameter changed), best incumbent first; when every neighbour of the few best is known
-(a local optimum), perturb one of them in several parameters and climb from there. Tuning
+(a local optimum), perturb one of them in several parameters and climb from there. The
+second base is the best point of another basin (half the parameters or more away from the
+incumbent), not its runner-up next door: a form of niching (Mahfoud, "Niching Methods for
+Genetic Algorithms", 1995), so once the incumbent's neighbours are known the climb moves to
+another basin instead of going on in the same one. Tuning
 landscapes are rough but strongly local: the fastest configurations sit next to other fast
 ones, which a model-guided or evolutionary agent samples only by chance.
 
@@ -40,12 +44,17 @@ class LocalSearchAgent(Agent):
         radius: with the model, neighbours differ in up to this many parameters (1 or 2;
             default 1). 2 helps where most single changes are invalid (tile sizes that must
             divide each other) and costs on rough landscapes (``docs/benchmarks.md``).
+        spread: the second base is the best point that differs from the incumbent in at least
+            this share of the movable parameters (default 0.5; 0: the runner-up, as the others).
+            Next to the incumbent sit its runners-up, so once its neighbours are known the
+            climb moves to another basin instead of going on in the same one
+            (``docs/benchmarks.md``).
     """
 
     kind = "local"
     NUMERIC_SETTINGS = (("bases", 3, int, *at_least(1)), ("kick", 3, int, *at_least(1)),
                         ("model_after", 8, int, *at_least(0)), ("model_trees", 8, int, *between(1, 1000)),
-                        ("radius", 1, int, *between(1, 2)))
+                        ("radius", 1, int, *between(1, 2)), ("spread", 0.5, float, *between(0.0, 1.0)))
 
     def propose(self, view: RunView, n: int) -> list[Proposal]:
         ranked = [o for o in view.ranked() if view.score(o) != float("inf")]
@@ -57,7 +66,7 @@ class LocalSearchAgent(Agent):
                     out.append(Proposal(params=dict(params), rationale="warm start from insights"))
             return out + self.fill_random(view, n - len(out), taken)
         predict = self._model(view)
-        for base in ranked[: self.setting("bases")]:
+        for base in self._bases(view, ranked):
             moves = self._neighbours(view, base.params)
             if predict is not None:
                 moves = self._by_prediction(view, [*moves, *self._second_ring(view, base.params)], taken, predict)
@@ -74,6 +83,21 @@ class LocalSearchAgent(Agent):
             if self.take_fresh(view, params, taken):
                 out.append(Proposal(params=params, parents=(base.candidate,), rationale="perturbation of a local optimum"))
         return out + self.fill_random(view, n - len(out), taken)
+
+    def _bases(self, view: RunView, ranked: list[Observation]) -> list[Observation]:
+        """The points climbed from, in order (at most ``bases``): the incumbent; with
+        ``spread`` > 0, the best point that differs from it in at least that share of the
+        movable parameters (rounded up; another basin), when there is one; then the next best."""
+        k = self.setting("bases")
+        spread = self.setting("spread")
+        if not spread or k < 2:
+            return ranked[:k]
+        movable = [p.name for p in view.space.parameters if len(p.values) > 1]
+        need = max(1, int(np.ceil(spread * len(movable))))
+        best = ranked[0]
+        far = next((o for o in ranked[1:] if sum(o.params.get(m) != best.params.get(m) for m in movable) >= need), None)
+        rest = [o for o in ranked[1:] if o is not far]
+        return [best, *([far] if far is not None else []), *rest][:k]
 
     def _model(self, view: RunView):
         """The forest's predictor once ``model_after`` evaluations exist (else None)."""

@@ -167,6 +167,20 @@ class TestLocalSearchAgent(AgentContract):
         expected = [fresh[int(i)][0] for i in np.argsort(mean, kind="stable")[:3]]
         assert [p.params for p in proposals] == expected
 
+    def test_once_the_incumbents_neighbours_are_known_it_climbs_in_another_basin(self):
+        """The incumbent's one-parameter neighbours are all evaluated (and worse); the next
+        base is the best point at least half the parameters away, not the runner-up next door."""
+        best = {"BX": 128, "BY": 4, "TILE": 4, "UNROLL": 1}
+        far = {"BX": 16, "BY": 1, "TILE": 1, "UNROLL": 0}  # differs in every parameter
+        points = [best] + [{**best, p.name: v} for p in SPACE.parameters for v in p.values if v != best[p.name]]
+        points = [p for p in points if SPACE.contains(p)]
+        history = [Observation(i, p, "ok", {"latency_ms": 1.0 if i == 0 else 2.0 + 0.01 * i}, True)
+                   for i, p in enumerate(points)]
+        history.append(Observation(len(history), far, "ok", {"latency_ms": 9.0}, True))
+        for settings, parent in (({"spread": 0.0}, history[1].candidate), ({}, history[-1].candidate)):
+            proposals = make_agent("local", 4, {"model_after": 0, **settings}).propose(view(history, 2), 2)
+            assert [p.parents for p in proposals] == [(parent,)] * 2, settings
+
     def test_a_constrained_space_is_climbed_through_two_parameter_moves(self):
         from dataclasses import replace
 
