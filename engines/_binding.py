@@ -147,14 +147,70 @@ class StaticRegistry:
         return choose(self.specs(workload, target), shape)[0]
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def entry_problem(e: Any) -> str | None:
+    """What is wrong with ``e`` as an ``/api/production/``-like JSON object, completing
+    "entry N ...", or None when :func:`spec_from_entry` can build a kernel from it.
+
+    Checked: an object with a string ``workload`` and ``source``; if present, ``params`` an
+    object of ``#define`` values (C identifiers, finite numbers), ``evidence`` an object,
+    ``validated_shapes`` a list of objects whose values are integers (not bools),
+    ``candidate`` an integer, and ``target``, ``library``, ``hash``, ``shape_set`` strings
+    (``null`` counts as absent). Whether the source compiles is not checked here.
+    """
+    from kernels.space import SpaceError, format_defines  # noqa: PLC0415
+
+    if not isinstance(e, dict):
+        return "is not an object"
+    for key in ("workload", "source"):
+        if not isinstance(e.get(key), str):
+            return f"has no string {key!r}"
+    params = e.get("params") or {}
+    if params:
+        if not isinstance(params, dict):
+            return "has 'params' that are not an object"
+        try:
+            format_defines(params)
+        except SpaceError as exc:
+            return f"has 'params' that are not #define values: {exc}"
+    if not isinstance(e.get("evidence") or {}, dict):
+        return "has 'evidence' that is not an object"
+    shapes = e.get("validated_shapes")
+    if shapes is not None:
+        if not isinstance(shapes, list):
+            return "has 'validated_shapes' that are not a list"
+        for j, shape in enumerate(shapes):
+            if not isinstance(shape, dict):
+                return f"has validated_shapes[{j}] that is not an object"
+            bad = next((k for k, v in shape.items() if not _is_int(v)), None)
+            if bad is not None:
+                return f"has validated_shapes[{j}] with {bad}={shape[bad]!r}, not an integer"
+    if e.get("candidate") is not None and not _is_int(e["candidate"]):
+        return "has a 'candidate' that is not an integer"
+    for key in ("target", "library", "hash", "shape_set"):
+        if e.get(key) is not None and not isinstance(e[key], str):
+            return f"has a {key!r} that is not a string"
+    return None
+
+
 def spec_from_entry(e: Mapping[str, Any]) -> KernelSpec:
-    """A production :class:`KernelSpec` from an ``/api/production/``-like JSON object."""
+    """A production :class:`KernelSpec` from an ``/api/production/``-like JSON object.
+
+    Raises:
+        ValueError: the object is malformed (:func:`entry_problem` says how).
+    """
+    problem = entry_problem(e)
+    if problem:
+        raise ValueError(f"production entry {problem}")
     ev = e.get("evidence") or {}
     return KernelSpec(workload=e["workload"], source=e["source"], params=e.get("params") or {}, origin="production",
-                      candidate=e.get("candidate"), content_hash=e.get("hash", ""), shape_set=e.get("shape_set", ""),
+                      candidate=e.get("candidate"), content_hash=e.get("hash") or "", shape_set=e.get("shape_set") or "",
                       evidence={"status": ev.get("status"), "metrics": ev.get("metrics", {})},
                       validated_shapes=tuple(dict(s) for s in e.get("validated_shapes") or ()),
-                      library=e.get("library", ""))
+                      library=e.get("library") or "")
 
 
 def template_spec(workload: str) -> KernelSpec:
@@ -221,10 +277,14 @@ def c_kernel(spec: KernelSpec, *, kind: str | None = None, note: str = "") -> Bo
     and only where a person runs an engine deliberately (module docstring).
 
     Raises:
-        kernels.backends.cpu.CompileError: the source does not compile.
+        kernels.backends.cpu.CompileError: the source does not compile (or the compiler timed
+            out); its message is one line naming the kernel's kind and workload and, where the
+            compiler printed one, its first error line; ``.log`` has the whole output.
+        kernels.space.SpaceError: ``spec.params`` are not ``#define`` values.
         KeyError: unknown workload.
     """
     from kernels.backends import get_backend  # noqa: PLC0415
+    from kernels.backends.cpu import CompileError  # noqa: PLC0415
     from kernels.space import format_defines  # noqa: PLC0415
     from kernels.workloads import get_workload  # noqa: PLC0415
 
@@ -232,7 +292,12 @@ def c_kernel(spec: KernelSpec, *, kind: str | None = None, note: str = "") -> Bo
     if spec.library:
         path, how = spec.library, "loaded from its library"
     else:
-        artifact = get_backend("cpu").compile(spec.source, format_defines(dict(spec.params)))
+        try:
+            artifact = get_backend("cpu").compile(spec.source, format_defines(dict(spec.params)))
+        except CompileError as exc:
+            first = next((ln.strip() for ln in exc.log.splitlines() if " error: " in f" {ln}"), "")
+            raise CompileError(f"the {kind or spec.origin} kernel of {spec.workload} does not compile: {exc}"
+                               + (f": {first}" if first else ""), exc.log) from exc
         path, how = str(artifact.path), f"compiled {'from cache' if artifact.cached else 'now'}"
     with _LIBS_LOCK:
         lib = _LIBS.get(path)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any
 
 from engines._binding import CHOICE_NAMES, PRODUCTION
@@ -49,6 +50,17 @@ class PlanSpec:
         return DesignSpace(parameters=tuple(params), restrictions=())
 
 
+def _integer(v: Any) -> int | None:
+    """``v`` as an int when it is an integer or a float with an integral value, else None."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, Integral):
+        return int(v)
+    if isinstance(v, float) and v.is_integer():  # False for inf and nan
+        return int(v)
+    return None
+
+
 @dataclass(frozen=True)
 class Plan:
     """A complete engine plan (every parameter of the engine's space set).
@@ -62,9 +74,12 @@ class Plan:
     def parse(cls, spec: PlanSpec, params: Mapping[str, Any] | None = None) -> Plan:
         """Defaults updated with ``params``, checked against the engine's space.
 
+        Every value must be an integer (a float with an integral value, such as ``1.0``,
+        counts as that integer; bools, strings and other floats do not).
+
         Raises:
-            ValueError: an unknown parameter or a value outside its choices (the message
-                lists what is allowed).
+            ValueError: an unknown parameter, a value that is not an integer, or one outside
+                its choices (the message lists what is allowed).
         """
         space = spec.space()
         merged = {p.name: spec.defaults.get(p.name, p.values[-1] if p.name.startswith("KERNEL_") else p.values[0])
@@ -73,10 +88,9 @@ class Plan:
             if k not in merged:
                 raise ValueError(f"unknown plan parameter {k!r} (known: {', '.join(merged)})")
             allowed = next(p.values for p in space.parameters if p.name == k)
-            try:
-                iv = int(v)
-            except (TypeError, ValueError):
-                raise ValueError(f"plan parameter {k}={v!r} must be one of {list(allowed)}") from None
+            iv = _integer(v)
+            if iv is None:
+                raise ValueError(f"plan parameter {k}={v!r} is not an integer: it must be one of {list(allowed)}")
             if iv not in allowed:
                 raise ValueError(f"plan parameter {k}={v!r} must be one of {list(allowed)}")
             merged[k] = iv

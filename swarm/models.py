@@ -127,6 +127,11 @@ def target_backend(target: str) -> str:
 class Run(models.Model):
     """One swarm execution for a goal, made of generations of proposals."""
 
+    #: Largest budget and batch any entry point (form, API, command line) accepts: a larger
+    #: one is a typo, not a search.
+    MAX_BUDGET = 100_000
+    MAX_BATCH_SIZE = 256
+
     class State(models.TextChoices):
         RUNNING = "running"
         FINISHED = "finished"

@@ -511,8 +511,10 @@ def load_cache(path: str | os.PathLike[str]) -> TuningCache:
 
     Raises:
         FileNotFoundError: no such file.
-        TuningCacheError: not gzip/JSON, unrepairable, or missing ``cache`` /
-            ``tune_params_keys`` and ``tune_params``.
+        TuningCacheError: not gzip/JSON, unrepairable, missing ``cache`` /
+            ``tune_params_keys`` and ``tune_params``, a header field of the wrong shape, or an
+            entry that lacks a parameter or records one as a list or object (the message names
+            the field, the entry's key and the parameter).
     """
     return load_resolved(Path(path).expanduser().resolve())
 
@@ -591,6 +593,70 @@ def _entry_warnings(entries: Mapping[str, Mapping[str, Any]], status: Mapping[st
     return out
 
 
+#: The types a recorded parameter value may have (JSON scalars: hashable, so they can be looked up).
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+
+
+def _header_params(data: Mapping[str, Any], path: Path) -> tuple[tuple[str, ...], dict[str, list[Any]]]:
+    """``(tune_params_keys, tune_params)`` of a header, checked: the names are a list of distinct
+    strings (default: the keys of ``tune_params``), ``tune_params`` an object whose values are
+    lists of JSON scalars (a parameter it lacks is inferred from the entries).
+
+    Raises:
+        TuningCacheError: neither field, or one of the wrong shape; the message names the field
+            (and the parameter).
+    """
+    tune_params = data.get("tune_params")
+    if tune_params is None:
+        tune_params = {}
+    elif not isinstance(tune_params, dict):
+        raise TuningCacheError(f"{path}: 'tune_params' must be an object (parameter name -> list of values), "
+                               f"not {type(tune_params).__name__}")
+    keys = data.get("tune_params_keys")
+    if keys is None or keys == []:
+        keys = list(tune_params)
+    if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
+        shown = type(keys).__name__ if not isinstance(keys, list) else json.dumps(keys)[:200]
+        raise TuningCacheError(f"{path}: 'tune_params_keys' must be a list of parameter names, not {shown}")
+    if not keys:
+        raise TuningCacheError(f"{path}: header lacks 'tune_params_keys' and 'tune_params'")
+    twice = next((k for n, k in enumerate(keys) if k in keys[:n]), None)
+    if twice is not None:
+        raise TuningCacheError(f"{path}: 'tune_params_keys' names '{twice}' twice")
+    for k in keys:
+        values = tune_params.get(k)
+        if values is None:
+            continue
+        if not isinstance(values, list):
+            raise TuningCacheError(f"{path}: 'tune_params' of '{k}' must be a list of values, not {type(values).__name__}")
+        bad = next((v for v in values if type(v) not in _SCALARS), None)
+        if bad is not None:
+            raise TuningCacheError(f"{path}: 'tune_params' of '{k}' has the value {json.dumps(bad)[:100]}: "
+                                   "a parameter value is a number, string, boolean or null")
+    return tuple(keys), tune_params
+
+
+def _check_entries(cache: Mapping[str, Any], keys: tuple[str, ...], path: Path) -> None:
+    """Refuse an entry that lacks a parameter of ``keys`` or records a value that is not a JSON
+    scalar (a list or an object cannot be looked up); one pass of C-level checks per entry.
+
+    Raises:
+        TuningCacheError: names the entry's key and the parameter.
+    """
+    for file_key, rec in cache.items():
+        if not isinstance(rec, dict):
+            continue
+        try:
+            if _SCALARS.issuperset(map(type, map(rec.__getitem__, keys))):
+                continue
+        except KeyError as exc:
+            raise TuningCacheError(f"{path}: entry '{file_key}' lacks parameter '{exc.args[0]}' (an entry records "
+                                   "every parameter of 'tune_params_keys')") from None
+        name = next(k for k in keys if type(rec[k]) not in _SCALARS)
+        raise TuningCacheError(f"{path}: entry '{file_key}': parameter '{name}' is {json.dumps(rec[name])[:100]}: "
+                               "a parameter value is a number, string, boolean or null")
+
+
 @functools.lru_cache(maxsize=64)
 def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 - cache key
     start = time.perf_counter()
@@ -616,18 +682,13 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
         raise TuningCacheError(f"{path}: not a Kernel Tuner cache file (no 'cache' object)")
     cache: dict[str, Any] = data["cache"]
     warned = list(repairs) + _header_warnings(data)
-    tune_params = data.get("tune_params")
-    keys = data.get("tune_params_keys") or (list(tune_params) if isinstance(tune_params, dict) else None)
-    if not keys:
-        raise TuningCacheError(f"{path}: header lacks 'tune_params_keys' and 'tune_params'")
-    keys = tuple(str(k) for k in keys)
-    if not isinstance(tune_params, dict):
-        tune_params = {}
+    keys, tune_params = _header_params(data, path)
+    _check_entries(cache, keys, path)
     params: dict[str, tuple[Any, ...]] = {}
     for k in keys:
         values = tune_params.get(k)
-        if not isinstance(values, list):  # infer from the entries, in first-seen order
-            values = list(dict.fromkeys(rec[k] for rec in cache.values() if isinstance(rec, dict) and k in rec))
+        if values is None:  # infer from the entries, in first-seen order
+            values = list(dict.fromkeys(rec[k] for rec in cache.values() if isinstance(rec, dict)))
         params[k] = tuple(values)
     formats = tuple({v: str(v) for v in params[k]} for k in keys)
     objective = str(data.get("objective") or "time")

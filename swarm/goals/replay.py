@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from kernels.backends import replay
 from kernels.interchange.tuning_cache import TuningCache, TuningCacheError, load_cache
 from swarm.models import Goal
+
+#: Longest data set name: ``replay:<name>`` must fit the goal's ``target`` column (and at most 100).
+MAX_NAME = min(100, Goal._meta.get_field("target").max_length - len(replay.PREFIX))
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
 def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tuple[Goal, dict[str, Any]]:
@@ -35,7 +41,8 @@ def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tup
         FileNotFoundError: no such file.
         kernels.interchange.tuning_cache.TuningCacheError: not a readable cache file, or one without a
             valid recorded time.
-        ValueError: a data set of that name is registered for another file.
+        ValueError: a data set name that is not a simple identifier (see :func:`check_name`), or
+            one that a goal, a replay folder or this process uses for another file.
     """
     path = Path(path).expanduser().resolve()
     cache = load_cache(path)
@@ -43,14 +50,16 @@ def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tup
         optimum_params, optimum = cache.optimum("time")
     except KeyError as exc:  # nothing to replay: no goal, no registered data set
         raise TuningCacheError(f"{path}: {exc.args[0] if exc.args else exc}") from None
-    dataset = replay.register_dataset(path, name)
+    dataset = check_name(name, path, default=cache.name)
     target = f"{replay.PREFIX}{dataset}"
+    # As stored (JSON), so that it compares equal to a stored goal's space; before anything is
+    # registered: a space that cannot be built (SpaceError, a ValueError) leaves nothing behind.
+    space = json.loads(json.dumps({**cache.space().to_dict(), "domain": target}))
+    replay.register_dataset(path, dataset)
     warnings = list(cache.warnings)
     objectives = [{"metric": "latency_ms", "direction": "minimize"}]
     if "nvml_energy" in cache.objectives_available:
         objectives.append({"metric": "energy_j", "direction": "minimize"})
-    # As stored (JSON), so that it compares equal to a stored goal's space.
-    space = json.loads(json.dumps({**cache.space().to_dict(), "domain": target}))
     same_file = Goal.objects.filter(dataset_path=str(path)).order_by("pk")
     for other in same_file:
         if other.target == target and other.space == space:
@@ -74,6 +83,52 @@ def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tup
         created_by=user,
     )
     return goal, _summary(goal, cache, dataset, optimum, optimum_params, reused=False, warnings=warnings)
+
+
+def check_name(name: str | None, path: Path, *, default: str) -> str:
+    """The data set name to import ``path`` (resolved) as: ``name``, or ``default`` (the file
+    name, made usable by :func:`_usable`) when ``name`` is None.
+
+    A name is letters, digits, ``_``, ``.`` and ``-`` (not first), without ``..``, at most
+    :data:`MAX_NAME` characters: it is part of the target ``replay:<name>`` and of URLs. Every
+    process finds a data set by name (:meth:`swarm.models.Goal.ensure_dataset`), so a name is
+    refused when a goal in the database, a file of the replay folders, or this process's
+    registry already has it for another file.
+
+    Raises:
+        ValueError: the name is unusable or taken; the message says why (and by what).
+    """
+    if name is None:
+        name = _usable(default)
+    if not (_NAME.fullmatch(name) and ".." not in name and len(name) <= MAX_NAME):
+        raise ValueError(f"data set name {name!r} is not usable: a data set name is letters, digits, '_', '.' and "
+                         f"'-' (not first), without '..', at most {MAX_NAME} characters")
+    other = (Goal.objects.filter(target=f"{replay.PREFIX}{name}").exclude(dataset_path=str(path))
+             .order_by("pk").first())
+    if other is not None:
+        raise ValueError(f"data set name '{name}' is already goal {other.pk}'s, for "
+                         f"{other.dataset_path or 'a file of the replay folders'}: pass another --name")
+    try:
+        known = replay.dataset_path(name)
+    except KeyError:
+        return name
+    if known != path:
+        raise ValueError(f"data set name '{name}' is already {known}'s (a replay folder's file or one "
+                         "imported in this process): pass another --name")
+    return name
+
+
+def _usable(file_name: str) -> str:
+    """A file name made a data set name: other characters become ``-``, ``..`` becomes ``.``,
+    and a name longer than :data:`MAX_NAME` keeps its start and gets 8 hex digits of its
+    SHA-256 (so two long names that share a start stay apart)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", file_name)
+    while ".." in name:
+        name = name.replace("..", ".")
+    name = name.lstrip(".-") or "dataset"
+    if len(name) > MAX_NAME:
+        name = name[: MAX_NAME - 9] + "-" + hashlib.sha256(file_name.encode()).hexdigest()[:8]
+    return name
 
 
 def _summary(goal: Goal, cache: TuningCache, dataset: str, optimum: float, optimum_params: dict[str, Any], *,

@@ -13,7 +13,7 @@ from django import forms
 import kernels
 from kernels.evaluation.pruning import DEFAULT_FACTOR
 from swarm.goals.validation import GoalInvalid, validate_goal
-from swarm.models import Direction, Goal
+from swarm.models import Direction, Goal, Run
 
 TARGETS = [
     ("cpu-x86_64", "cpu-x86_64 (C + OpenMP, system compiler)"),
@@ -233,8 +233,8 @@ class GoalForm(forms.Form):
 
 
 class RunForm(forms.Form):
-    budget = forms.IntegerField(min_value=1, max_value=100_000, initial=30)
-    batch_size = forms.IntegerField(min_value=1, max_value=256, initial=4)
+    budget = forms.IntegerField(min_value=1, max_value=Run.MAX_BUDGET, initial=30)
+    batch_size = forms.IntegerField(min_value=1, max_value=Run.MAX_BATCH_SIZE, initial=4)
     seed = forms.IntegerField(required=False, min_value=0, max_value=2**31 - 1)
 
 

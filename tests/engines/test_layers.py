@@ -166,6 +166,23 @@ def test_importing_the_package_loads_no_numpy_so_the_cli_can_set_threads_first()
     ('[{"workload": "gemm"}]', "entry 0 of"),
     ('[{"workload": "gemm", "source": "x", "params": [1]}]', "'params' that are not an object"),
     ('["gemm"]', "entry 0 of"),
+    ('[{"workload": "rmsnorm", "source": "x", "evidence": [1]}]', "entry 0 of"),
+    ('[{"workload": "rmsnorm", "source": "x", "evidence": [1]}]', "'evidence' that is not an object"),
+    ('[{"workload": "rmsnorm", "source": "x", "validated_shapes": 5}]', "'validated_shapes' that are not a list"),
+    ('[{"workload": "rmsnorm", "source": "x", "validated_shapes": [5]}]', "validated_shapes[0] that is not an object"),
+    ('[{"workload": "rmsnorm", "source": "x", "validated_shapes": [{"hidden": 1e400}]}]', "hidden=inf, not an integer"),
+    ('[{"workload": "rmsnorm", "source": "x", "validated_shapes": [{"hidden": null}]}]', "hidden=None, not an integer"),
+    ('[{"workload": "rmsnorm", "source": "x", "validated_shapes": {"hidden": "abc"}}]', "that are not a list"),
+    ('[{"workload": "rmsnorm", "source": "x", "validated_shapes": [{"hidden": "abc"}]}]', "hidden='abc', not an integer"),
+    ('[{"workload": "rmsnorm", "source": "x", "validated_shapes": [{"hidden": true}]}]', "hidden=True, not an integer"),
+    ('[{"workload": "gemm", "source": "x"}, {"workload": "rmsnorm", "source": "x", "library": 5}]',
+     "entry 1 of"),
+    ('[{"workload": "rmsnorm", "source": "x", "library": 5}]', "'library' that is not a string"),
+    ('[{"workload": "rmsnorm", "source": "x", "library": "/no/such/kernel.so"}]', "'library' that names no file"),
+    ('[{"workload": "rmsnorm", "source": "x", "hash": ["a"]}]', "'hash' that is not a string"),
+    ('[{"workload": "rmsnorm", "source": "x", "shape_set": 3}]', "'shape_set' that is not a string"),
+    ('[{"workload": "rmsnorm", "source": "x", "params": {"BLOCK": "big"}}]', "'params' that are not #define values"),
+    pytest.param("[" * 100000, "nested too deeply", id="deeply-nested"),
 ])
 def test_a_bad_production_file_is_a_one_line_usage_error(tmp_path, capsys, content, expected):
     from engines.cli import main
@@ -176,19 +193,91 @@ def test_a_bad_production_file_is_a_one_line_usage_error(tmp_path, capsys, conte
     assert main(["describe", "--engine", "kda-layer", "--config", "small", "--production", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --production: ") and expected in err and "Traceback" not in err
+    assert err.count("\n") == 1 and str(path) in err
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["bench", "--engine", "llama-layer", "--threads", "0"], "--threads: must be at least 1, not 0"),
-    (["validate", "--engine", "kda-layer", "--prompt", "0"], "--prompt: must be at least 1, not 0"),
-    (["bench", "--engine", "llama-layer", "--rounds", "-2"], "--rounds: must be at least 1, not -2"),
+    (["bench", "--engine", "llama-layer", "--threads", "0"], "--threads: must be 1-1024, not 0"),
+    (["bench", "--engine", "llama-layer", "--threads", "99999999999999999999"],
+     "--threads: must be 1-1024, not 99999999999999999999"),
+    (["bench", "--engine", "llama-layer", "--threads", "many"], "--threads: 'many' is not an integer"),
+    (["validate", "--engine", "kda-layer", "--prompt", "0"], "--prompt: must be 1-32768, not 0"),
+    (["bench", "--engine", "llama-layer", "--prompt", "1000000000000"], "--prompt: must be 1-32768, not 1000000000000"),
+    (["validate", "--engine", "kda-layer", "--decode-steps", "4097"], "--decode-steps: must be 1-4096, not 4097"),
+    (["bench", "--engine", "kda-layer", "--decode-steps", "100000000"], "--decode-steps: must be 1-4096, not 100000000"),
+    (["bench", "--engine", "llama-layer", "--rounds", "-2"], "--rounds: must be 1-1000, not -2"),
+    (["bench", "--engine", "llama-layer", "--rounds", "1001"], "--rounds: must be 1-1000, not 1001"),
     (["describe", "--engine", "kda-layer", "--target", "cpu-aarch64"], "--target selects production kernels"),
+    (["describe", "--engine", "kda-layer", "--target", "cpu-x86-64", "--production", "unread.json"],
+     "the only target they can run is cpu-"),
+    (["describe", "--engine", "kda-layer", "--plan", '{"FUSE_QKV": 1e400}'], "FUSE_QKV=inf is not an integer"),
+    (["describe", "--engine", "kda-layer", "--plan", '{"FUSE_QKV": 1.5}'], "FUSE_QKV=1.5 is not an integer"),
+    (["describe", "--engine", "kda-layer", "--plan", '{"FUSE_QKV": true}'], "FUSE_QKV=True is not an integer"),
+    pytest.param(["describe", "--engine", "kda-layer", "--plan", "[" * 50000], "--plan: nested too deeply",
+                 id="deeply-nested-plan"),
 ])
-def test_counts_below_one_and_a_target_without_production_kernels_are_usage_errors(capsys, argv, expected):
+def test_counts_out_of_bounds_bad_plans_and_targets_are_usage_errors(capsys, argv, expected):
     from engines.cli import main
 
     with pytest.raises(SystemExit) as exit_:
         code = main(argv)
         raise SystemExit(code)
     assert exit_.value.code == 2
-    assert expected in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
+
+
+def test_a_plan_value_must_be_an_integer_but_an_integral_float_is_one(llama):
+    assert llama.plan({"FUSE_QKV": 0.0}).params["FUSE_QKV"] == 0
+    for bad in (1.5, float("inf"), float("nan"), True, "1", None):
+        with pytest.raises(ValueError, match=r"FUSE_QKV=.* is not an integer: it must be one of \[0, 1\]"):
+            llama.plan({"FUSE_QKV": bad})
+
+
+@pytest.mark.parametrize("command", ["describe", "validate"])
+def test_a_production_kernel_that_does_not_compile_is_a_one_line_usage_error(tmp_path, capsys, command):
+    from engines.cli import main
+
+    path = tmp_path / "production.json"  # covers the small layer's RMSNorm (hidden=256), so it is compiled
+    path.write_text(json.dumps([{"workload": "rmsnorm", "source": "this is not C", "validated_shapes": [{"hidden": 256}]}]))
+    assert main([command, "--engine", "llama-layer", "--production", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the production kernel of rmsnorm does not compile: compiler exited with code 1")
+    assert "unknown type name" in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_the_notes_name_the_target_given_and_only_this_hosts_cpu_target_is_accepted(tmp_path, capsys):
+    import platform
+
+    from engines.cli import main
+
+    host = f"cpu-{platform.machine()}"
+    path = tmp_path / "production.json"
+    path.write_text(json.dumps([{"workload": "rmsnorm", "target": host, "source": "x", "shape_set": "none"}]))
+    assert main(["describe", "--engine", "kda-layer", "--production", str(path), "--target", host, "--json"]) == 0
+    notes = [r["kernel"]["note"] for rows in json.loads(capsys.readouterr().out)["graph"].values()
+             for r in rows if r["workload"] == "gemm"]
+    assert notes and all(f"no production kernel for gemm on {host}" in n for n in notes)
+    typo = host.replace("_", "-") if "_" in host else host + "x"
+    assert main(["describe", "--engine", "kda-layer", "--production", str(path), "--target", typo]) == 2
+    assert capsys.readouterr().err == (f"error: --target {typo!r}: the engines run their kernels in this process, "
+                                       f"on this host's CPU; the only target they can run is {host}\n")
+
+
+def test_a_run_that_does_not_fit_in_memory_is_a_one_line_usage_error(monkeypatch, capsys):
+    import engines._validate
+    from engines.cli import main
+
+    def out_of_memory(*args, **kw):
+        raise MemoryError
+
+    monkeypatch.setattr(engines._validate, "validate", out_of_memory)
+    assert main(["validate", "--engine", "kda-layer"]) == 2
+    assert capsys.readouterr().err.startswith("error: the run does not fit in memory")
+
+
+def test_the_command_refuses_a_thread_count_past_the_bound_before_any_runtime_sees_it():
+    out = subprocess.run([sys.executable, "-m", "engines", "bench", "--engine", "llama-layer", "--threads",
+                          "99999999999999999999"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--threads: must be 1-1024" in out.stderr
+    assert "Traceback" not in out.stderr and "libgomp" not in out.stderr

@@ -2,21 +2,58 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-import platform
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+from django.utils import timezone
 
-from kernels.backends import capabilities, get_backend
+import kernels
+from kernels.backends import capabilities
 from swarm.goals import replay
-from swarm.goals.lifecycle import default_goal
-from swarm.models import PENDING_STATUSES, Baseline, Goal, Run, target_backend
+from swarm.goals.lifecycle import default_goal, default_name
+from swarm.management.run_checks import agent_mix, check_runnable, int_in, seconds
+from swarm.models import PENDING_STATUSES, Baseline, Candidate, CandidateStatus, Evidence, Goal, Run, target_backend
 from swarm.runs import baselines, orchestrator, summaries, sweeper
+from swarm.runs.claims import worker_identity
 
 #: Seconds between looks at a run whose in-flight candidates another process evaluates.
 POLL_S = 0.2
+#: Ranges of ``factory run``'s numbers besides budget and batch (:attr:`Run.MAX_BUDGET`): the seed is
+#: what :func:`swarm.runs.orchestrator.start_run` and the agents' NumPy RNGs accept.
+MAX_SEED = 2**31 - 1
+MAX_ID = 2**63 - 1  # a BigAutoField
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived while ``factory run`` drove its run (a KeyboardInterrupt, so that whatever
+    cleans up after Ctrl-C, the sandbox's children included, cleans up after it too)."""
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While the block runs, SIGTERM (``timeout``, ``kill``) raises :class:`Terminated` instead of
+    killing the process; the previous handler is back afterwards. Only the main thread can set
+    handlers: elsewhere (a caller's thread) the block runs with the handler as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class Command(BaseCommand):
@@ -25,19 +62,21 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
         run = sub.add_parser("run", help="run a goal headless (evaluations in this process's sandbox children)")
-        run.add_argument("--goal", type=int, help="id of an existing goal")
+        run.add_argument("--goal", type=int_in(1, MAX_ID), help="id of an existing goal")
         run.add_argument("--workload", default="rmsnorm", help="workload of the default goal (without --goal)")
         run.add_argument("--target", default="cpu-x86_64")
         run.add_argument("--shape-set", default=None, help="shape set (default: the workload's first)")
-        run.add_argument("--budget", type=int, default=30, help="number of evaluations")
-        run.add_argument("--batch-size", type=int, default=4, help="candidates per generation")
-        run.add_argument("--seed", type=int, default=None)
+        run.add_argument("--budget", type=int_in(1, Run.MAX_BUDGET), default=30,
+                         help=f"number of evaluations, 1 to {Run.MAX_BUDGET}")
+        run.add_argument("--batch-size", type=int_in(1, Run.MAX_BATCH_SIZE), default=4,
+                         help=f"candidates per generation, 1 to {Run.MAX_BATCH_SIZE}")
+        run.add_argument("--seed", type=int_in(0, MAX_SEED), default=None, help=f"0 to {MAX_SEED} (default: random)")
         run.add_argument("--no-baseline", action="store_true", help="skip timing the NumPy baseline")
         run.add_argument("--agents", default=None,
                          help="comma-separated agent kinds, e.g. forest,evolutionary,optuna (default: the swarm mix, swarm.agents.DEFAULT_MIX)")
         run.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
         sw = sub.add_parser("sweep", help="recover work left by dead workers and re-dispatch it (production: run periodically)")
-        sw.add_argument("--every", type=float, default=0, help="repeat every N seconds (0: once)")
+        sw.add_argument("--every", type=seconds, default=0, help="repeat every N seconds (0: once)")
         imp = sub.add_parser("import-cache", help="create a replay: goal from a Kernel Tuner cache file")
         imp.add_argument("file", help="Kernel Tuner cache file (.json or .json.gz)")
         imp.add_argument("--name", default=None, help="data set name (default: the file name)")
@@ -52,10 +91,14 @@ class Command(BaseCommand):
             self.sweep(opts)
 
     def sweep(self, opts: dict[str, Any]) -> None:
-        import time
-
         from django.db import close_old_connections
 
+        if settings.EMBEDDED:  # its dispatches would go to this process's memory:// queue, which no worker reads
+            raise CommandError(
+                "embedded mode (no REDIS_URL): `manage.py serve` sweeps by itself (at start and every minute) and "
+                "its in-process worker evaluates what it re-dispatches; `factory sweep` is for production "
+                "(REDIS_URL set), where Celery workers read the queues"
+            )
         while True:
             self.stdout.write(f"re-dispatched {sweeper.recover()} candidates")
             if not opts["every"]:
@@ -83,27 +126,34 @@ class Command(BaseCommand):
                 self.stdout.write(f"warning: {line}")
 
     def run(self, opts: dict[str, Any]) -> None:
-        goal = self._goal(opts)
+        # Everything that can be refused is refused before a goal is created or a run started.
+        agents = agent_mix(opts["agents"])
+        goal, created = self._goal(opts)
         try:
-            agents = None
-            if opts["agents"]:
-                agents = [{"name": k.strip(), "kind": k.strip(), "settings": {}} for k in opts["agents"].split(",") if k.strip()]
             run, pending = orchestrator.start_run(
                 goal, budget=opts["budget"], seed=opts["seed"], batch_size=opts["batch_size"], agents=agents
             )
-        except ValueError as exc:
+        except (ValueError, OSError) as exc:  # OSError: a replay goal's file went away meanwhile
+            if created:  # a goal made for this command only: nothing of a refused command is left
+                Goal.objects.filter(pk=goal.pk, runs__isnull=True).delete()
             raise CommandError(str(exc)) from exc
         try:
-            if opts["json"]:
-                self._drive(run, pending, progress=None)
-            else:
-                from rich.progress import Progress
+            with _sigterm_raises():
+                if opts["json"]:
+                    self._drive(run, pending, progress=None)
+                else:
+                    from rich.progress import Progress
 
-                with Progress(transient=False) as progress:
-                    task = progress.add_task(f"run {run.pk}: {goal.workload} on {goal.target}", total=run.budget)
-                    self._drive(run, pending, progress=(progress, task))
-        except KeyboardInterrupt:  # Ctrl-C: the run ends here instead of waiting for a server to resume it
-            orchestrator.stop_run(run, via="Ctrl-C on factory run")
+                    with Progress(transient=False) as progress:
+                        task = progress.add_task(f"run {run.pk}: {goal.workload} on {goal.target}", total=run.budget)
+                        self._drive(run, pending, progress=(progress, task))
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the run ends here instead of waiting for a server
+            how = "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
+            orchestrator.stop_run(run, via=f"{how} on factory run")
+            _release_claims(run, how)
+            if isinstance(exc, Terminated):
+                raise CommandError(f"terminated (SIGTERM): run {run.pk} stopped (its evidence so far is kept)",
+                                   returncode=128 + signal.SIGTERM) from None
             raise CommandError(f"interrupted: run {run.pk} stopped (its evidence so far is kept)") from None
         if not opts["no_baseline"] and goal.capabilities.measures_baseline:
             self._measure_baseline(goal)
@@ -115,18 +165,27 @@ class Command(BaseCommand):
         if summary["state"] == Run.State.FAILED:  # the evidence is printed above; the exit status says it failed
             raise CommandError(f"run {run.pk} failed: {summary.get('end_reason') or 'no reason recorded'}", returncode=1)
 
-    def _goal(self, opts: dict[str, Any]) -> Goal:
+    def _goal(self, opts: dict[str, Any]) -> tuple[Goal, bool]:
+        """The goal to run and whether this call created it, once this machine is known to be
+        able to run its target (:func:`swarm.management.run_checks.check_runnable`)."""
         if opts["goal"] is not None:
             try:
-                return Goal.objects.get(pk=opts["goal"])
+                goal = Goal.objects.get(pk=opts["goal"])
             except Goal.DoesNotExist:
                 raise CommandError(f"no goal with id {opts['goal']}") from None
+            check_runnable(goal.target, goal)
+            return goal, False
+        target = opts["target"]
         try:
-            backend = target_backend(opts["target"])
-            if capabilities(backend).host_target and not get_backend(backend).supports(opts["target"]):
-                raise ValueError(f"this machine cannot run target {opts['target']!r} (it is cpu-{platform.machine()})")
-            get_backend(backend)
-            return default_goal(opts["workload"], opts["target"], opts["shape_set"])
+            if capabilities(target_backend(target)).recorded:
+                raise ValueError(f"a {target!r} goal is made from its cache file by `manage.py factory import-cache FILE`; "
+                                 "then run it with `factory run --goal N`")
+            check_runnable(target)
+            spec = kernels.get_workload(opts["workload"])
+            shape_set = opts["shape_set"] or next(iter(spec.shape_sets))
+            existed = Goal.objects.filter(name=default_name(opts["workload"], target, shape_set), workload=opts["workload"],
+                                          target=target, shape_set=shape_set).exists()
+            return default_goal(opts["workload"], target, shape_set), not existed
         except (KeyError, ValueError, ImportError) as exc:
             raise CommandError(str(exc).strip("'\"")) from exc
 
@@ -205,6 +264,22 @@ class Command(BaseCommand):
             if b.get("speedup"):
                 line += f" (best is {b['speedup']:.2f}x faster)"
             console.print(escape(line))
+
+
+def _release_claims(run: Run, how: str) -> int:
+    """Candidates of the stopped ``run`` that this process was evaluating when ``how`` (Ctrl-C,
+    SIGTERM) interrupted it: ``cancelled``, with evidence saying so (no process will finish them,
+    and a stopped run is not swept). Returns how many."""
+    now = timezone.now()
+    with transaction.atomic():
+        mine = list(Candidate.objects.select_for_update().filter(
+            run=run, status=CandidateStatus.RUNNING, claimed_by=worker_identity()).values_list("pk", flat=True))
+        Candidate.objects.filter(pk__in=mine).update(status=CandidateStatus.CANCELLED, evaluated_at=now)
+        Evidence.objects.bulk_create(
+            Evidence(candidate_id=pk, status=CandidateStatus.CANCELLED,
+                     log=f"interrupted by {how} on factory run while it was being evaluated: no result")
+            for pk in mine if not Evidence.objects.filter(candidate_id=pk).exists())
+    return len(mine)
 
 
 def _cell(name: str, value: Any) -> str:

@@ -84,8 +84,8 @@ class GoalArchiveSerializer(serializers.Serializer):
 
 class RunCreateSerializer(serializers.Serializer):
     goal = serializers.PrimaryKeyRelatedField(queryset=Goal.objects.all())
-    budget = serializers.IntegerField(min_value=1, max_value=100_000)
-    batch_size = serializers.IntegerField(min_value=1, max_value=256, default=4)
+    budget = serializers.IntegerField(min_value=1, max_value=Run.MAX_BUDGET)
+    batch_size = serializers.IntegerField(min_value=1, max_value=Run.MAX_BATCH_SIZE, default=4)
     seed = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False, allow_null=True)
     max_wall_s = serializers.FloatField(min_value=1.0, required=False, allow_null=True)
     agents = serializers.ListField(child=serializers.DictField(), required=False,
