@@ -224,7 +224,15 @@ class _TorchPeer:
     round; ``outputs`` holds its prefill and decode outputs for the equality check."""
 
     def __init__(self, engine: str, config: str, threads: int, prompt: int, decode_steps: int) -> None:
+        """Raises:
+            ImportError: PyTorch is not installed (the peer runs what people run today).
+            RuntimeError: the child failed before it was ready (its stderr's tail)."""
+        import importlib.util  # noqa: PLC0415
         import tempfile  # noqa: PLC0415
+
+        if importlib.util.find_spec("torch") is None:
+            raise ImportError("bench measures the engine beside PyTorch, which is not installed: "
+                              "pip install torch==2.13.0 && pip install -e '.[engines]'", name="torch")
 
         self._tmp = tempfile.TemporaryDirectory()
         out = os.path.join(self._tmp.name, "torch_out.npy")

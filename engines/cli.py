@@ -96,7 +96,7 @@ def _check_target(target: str) -> None:
 
 def _load_production(path: Path, target: str):
     """The production kernels of ``target`` in ``path``, a JSON export of ``/api/production/``
-    (its ``results`` list, or a plain list of objects).
+    (the response as saved, its ``kernels`` or ``results`` list, or a plain list of objects).
 
     Raises:
         ValueError: the file cannot be read, is not JSON, or an entry is malformed
@@ -115,7 +115,8 @@ def _load_production(path: Path, target: str):
         raise ValueError(f"--production: {path} is not JSON: {exc}") from None
     except RecursionError:
         raise ValueError(f"--production: {path} is nested too deeply to be an export of production kernels") from None
-    entries = data.get("results", data) if isinstance(data, dict) else data
+    # GET /api/production/ answers {"kernels": [...]}; a paginated listing {"results": [...]}
+    entries = (data.get("kernels", data.get("results", data))) if isinstance(data, dict) else data
     if not isinstance(entries, list):
         raise ValueError(f"--production: {path} holds no list of production kernels")
     for i, e in enumerate(entries):

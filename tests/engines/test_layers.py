@@ -281,3 +281,28 @@ def test_the_command_refuses_a_thread_count_past_the_bound_before_any_runtime_se
                           "99999999999999999999"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--threads: must be 1-1024" in out.stderr
     assert "Traceback" not in out.stderr and "libgomp" not in out.stderr
+
+
+def test_a_saved_api_production_response_is_a_production_file(tmp_path, capsys):
+    """``GET /api/production/`` answers ``{"kernels": [...]}``: saved as it is, it is read."""
+    from engines.cli import main
+    from kernels.templates import load_template
+
+    path = tmp_path / "production.json"
+    path.write_text(json.dumps({"kernels": [{"workload": "rmsnorm", "target": "cpu-x86_64", "candidate": 7,
+                                             "source": load_template("rmsnorm"), "params": {}}]}))
+    assert main(["describe", "--engine", "llama-layer", "--config", "small", "--production", str(path)]) == 0
+    assert "no production kernel of rmsnorm on cpu-x86_64 covers this operator (candidate 7" in capsys.readouterr().out
+
+
+def test_bench_without_pytorch_is_a_one_line_error(monkeypatch, capsys):
+    import importlib.util
+
+    from engines.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    assert main(["bench", "--engine", "llama-layer", "--config", "small", "--rounds", "1", "--prompt", "8",
+                 "--decode-steps", "2", "--threads", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: bench measures the engine beside PyTorch") and "Traceback" not in err

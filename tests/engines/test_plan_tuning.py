@@ -229,3 +229,13 @@ def test_tuning_steps_go_to_the_queue_the_engines_target_worker_consumes(setting
     assert queue_for(pe) == EMBEDDED_QUEUE
     settings.EMBEDDED = False
     assert queue_for(pe) == "target.cpu-x86_64"
+
+
+@pytest.mark.django_db
+def test_engine_serve_without_the_engines_extra_is_a_one_line_error(monkeypatch):
+    from django.core.management import CommandError, call_command
+
+    monkeypatch.setitem(sys.modules, "safetensors", None)  # as without `pip install -e '.[engines]'`
+    monkeypatch.setitem(sys.modules, "safetensors.numpy", None)
+    with pytest.raises(CommandError, match=r"the MiniLM engine needs .*'\.\[engines\]'"):
+        call_command("engine", "serve", "--engine", "minilm", "--port", "8199")

@@ -115,7 +115,7 @@ class Command(BaseCommand):
             app = make_app(MiniLM(registry=DbRegistry()), plan, Limits(max_batch=opts["max_batch"],
                                                                         max_batch_tokens=opts["max_batch_tokens"],
                                                                         request_timeout_s=opts["request_timeout_s"]))
-        except ValueError as exc:
+        except (ValueError, ImportError) as exc:  # ImportError: the engines extra is not installed
             raise CommandError(str(exc)) from None
         self.stdout.write(f"serving all-MiniLM-L6-v2 on http://{opts['host']}:{opts['port']}/v1/embeddings")
         self.stdout.flush()
