@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from engines.registry import CONFIGS, ENGINES
+from kernels.argtypes import bounded_int
 
 #: Upper bounds of the count options: refused by the parser, before an OpenMP runtime sees a
 #: thread count (libgomp aborts the PyTorch peer on one past its limit) or NumPy is asked for
@@ -62,18 +63,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _count(high: int):
     """An argparse ``type``: an integer from 1 to ``high``, else "must be 1-<high>, not <n>"."""
-
-    def count(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer") from None
-        if not 1 <= value <= high:
-            shown = str(value)
-            raise argparse.ArgumentTypeError(f"must be 1-{high}, not {shown if len(shown) <= 24 else shown[:20] + '...'}")
-        return value
-
-    return count
+    return bounded_int(1, high)
 
 
 def _host_target() -> str:

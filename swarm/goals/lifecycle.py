@@ -19,7 +19,14 @@ def default_name(workload: str, target: str, shape_set: str) -> str:
 
 
 def default_goal(workload: str, target: str, shape_set: str | None = None, *, user=None, name: str | None = None) -> Goal:
-    """Return the goal named ``name`` (default derived from the arguments), creating it if needed.
+    """The goal of :func:`get_or_create_default_goal`."""
+    return get_or_create_default_goal(workload, target, shape_set, user=user, name=name)[0]
+
+
+def get_or_create_default_goal(workload: str, target: str, shape_set: str | None = None, *, user=None,
+                               name: str | None = None) -> tuple[Goal, bool]:
+    """``(goal, created)``: the goal named ``name`` (default derived from the arguments),
+    created if needed.
 
     The goal minimises ``latency_ms`` (primary) and ``max_rel_error`` under the constraint
     ``max_rel_error <= 1e-4``, over the workload's default CPU design space and template.
@@ -32,7 +39,7 @@ def default_goal(workload: str, target: str, shape_set: str | None = None, *, us
     if shape_set not in spec.shape_sets:
         raise KeyError(f"unknown shape set {shape_set!r} for {workload}; known: {', '.join(spec.shape_sets)}")
     name = name or default_name(workload, target, shape_set)
-    goal, _ = Goal.objects.get_or_create(
+    return Goal.objects.get_or_create(
         name=name,
         workload=workload,
         target=target,
@@ -48,7 +55,6 @@ def default_goal(workload: str, target: str, shape_set: str | None = None, *, us
             created_by=user,
         ),
     )
-    return goal
 
 
 # The goal fields a duplicate copies (its runs, creator and dates are its own).

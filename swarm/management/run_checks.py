@@ -12,6 +12,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
+from kernels.argtypes import bounded_int
 from kernels.backends import capabilities, get_backend
 from swarm.agents import make_agent
 from swarm.models import Goal, target_backend
@@ -19,16 +20,7 @@ from swarm.models import Goal, target_backend
 
 def int_in(lo: int, hi: int) -> Callable[[str], int]:
     """An argparse ``type``: a whole number in ``[lo, hi]``, else a usage error saying the range."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if not lo <= value <= hi:
-            shown = text if len(text) <= 30 else text[:27] + "..."
-            raise argparse.ArgumentTypeError(f"must be {lo} to {hi}, not {shown}")
-        return value
-    return parse
+    return bounded_int(lo, hi, noun="a whole number", out_of_range="must be {lo} to {hi}, not {value}")
 
 
 def seconds(text: str) -> float:

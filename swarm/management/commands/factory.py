@@ -15,10 +15,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from django.utils import timezone
 
-import kernels
 from kernels.backends import capabilities
 from swarm.goals import replay
-from swarm.goals.lifecycle import default_goal, default_name
+from swarm.goals.lifecycle import get_or_create_default_goal
 from swarm.management.run_checks import agent_mix, check_runnable, int_in, seconds
 from swarm.models import PENDING_STATUSES, Baseline, Candidate, CandidateStatus, Evidence, Goal, Run, target_backend
 from swarm.runs import baselines, orchestrator, summaries, sweeper
@@ -181,11 +180,7 @@ class Command(BaseCommand):
                 raise ValueError(f"a {target!r} goal is made from its cache file by `manage.py factory import-cache FILE`; "
                                  "then run it with `factory run --goal N`")
             check_runnable(target)
-            spec = kernels.get_workload(opts["workload"])
-            shape_set = opts["shape_set"] or next(iter(spec.shape_sets))
-            existed = Goal.objects.filter(name=default_name(opts["workload"], target, shape_set), workload=opts["workload"],
-                                          target=target, shape_set=shape_set).exists()
-            return default_goal(opts["workload"], target, shape_set), not existed
+            return get_or_create_default_goal(opts["workload"], target, opts["shape_set"])
         except (KeyError, ValueError, ImportError) as exc:
             raise CommandError(str(exc).strip("'\"")) from exc
 

@@ -8,7 +8,6 @@ recovered at start and every minute, so no queued work is lost.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import socket
@@ -18,6 +17,7 @@ from celery import current_app
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from kernels.argtypes import bounded_int
 from swarm.runs import events, sweeper
 from swarm.runs.dispatch import EMBEDDED_QUEUE
 
@@ -94,15 +94,8 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}/" if sock.family == socket.AF_INET6 else f"http://{host}:{port}/"
 
 
-def _port(text: str) -> int:
-    """A TCP port number, 1-65535 (argparse ``type``)."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 1-65535, not {port}")
-    return port
+#: A TCP port number, 1-65535 (argparse ``type``).
+_port = bounded_int(1, 65535, noun="a port number", out_of_range="a port is {lo}-{hi}, not {value}")
 
 
 def start_embedded_worker() -> threading.Thread:
