@@ -10,7 +10,8 @@ import time
 import pytest
 
 from kernels import BenchSettings, Outcome, evaluate, load_template
-from kernels.evaluation.first_call import FLAG_MIN_EXCESS_MS, FLAG_RATIO, first_call_metrics, first_call_note
+from kernels.evaluation.first_call import (FLAG_MIN_CPU_EXCESS_MS, FLAG_MIN_EXCESS_MS, FLAG_RATIO, first_call_metrics,
+                                          first_call_note)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -94,6 +95,13 @@ def test_a_first_call_the_calling_thread_did_not_spend_on_the_cpu_is_not_flagged
     assert worked["first_call_flag"] == 1.0
     assert "(b: 4.6 ms first, 0.1 ms steady)" in first_call_note(worked)  # c's ratio is higher, c is not set-up
     assert first_call_metrics([("a", 4.6, 0.1, None)])["first_call_flag"] == 1.0  # no CPU time (CUDA): wall alone
+
+
+def test_a_cold_first_call_on_a_busy_host_is_not_set_up():
+    # 9.3 ms of wall time, 0.3 ms of CPU on a 16 us kernel: a preemption and cold caches
+    # refilled under load, not a table
+    assert first_call_metrics([("a", 9.28, 0.0155, 0.3)])["first_call_flag"] == 0.0
+    assert first_call_metrics([("a", 9.28, 0.0155, FLAG_MIN_CPU_EXCESS_MS + 0.02)])["first_call_flag"] == 1.0
 
 
 def test_no_first_call_reported_gives_no_first_call_metrics():
