@@ -131,6 +131,11 @@ def optuna_strategies() -> tuple[str, ...]:
 
 
 OUR_AGENTS = ("random", "evolutionary", "optuna", "local", "forest", "gp")
+#: The default swarm cold (a first run: nothing learned before) and warm (``swarm:transfer``:
+#: after :data:`PRIOR_BUDGET`-evaluation runs on the kernel's other files, :func:`siblings`).
+OUR_MIXES = ("swarm", "swarm:transfer")
+#: Evaluations of each earlier run of a transfer run.
+PRIOR_BUDGET = 100
 Trace = list[tuple[bool, float | None, float | None]]  # (ok, time ms, energy J) per evaluation
 
 
@@ -155,6 +160,7 @@ class Dataset:
     path: Path
     json_path: Path
     keys: tuple[str, ...]
+    kernel: str
     optimum: float
     energy: bool
     front_hv: float | None
@@ -180,7 +186,14 @@ def load_dataset(path: Path, workdir: Path) -> Dataset:
                if _num(e.get("time")) is not None and _num(e.get("nvml_energy")) is not None]
         reference = (max(p[0] for p in pts), max(p[1] for p in pts))
         front_hv = hypervolume(pts, reference)
-    return Dataset(cache.name, path, json_path, tuple(cache.tune_params_keys), optimum, energy, front_hv, reference)
+    return Dataset(cache.name, path, json_path, tuple(cache.tune_params_keys), cache.kernel_name or cache.name, optimum,
+                   energy, front_hv, reference)
+
+
+def siblings(ds: Dataset, datasets: list[Dataset]) -> tuple[Dataset, ...]:
+    """The other files of ``ds``'s kernel with the same tunable parameters (the kernel recorded
+    on other devices): what a transfer run (``swarm:transfer``) learns from."""
+    return tuple(d for d in datasets if d.name != ds.name and d.kernel == ds.kernel and d.keys == ds.keys)
 
 
 def _repair(text: str) -> dict:
@@ -239,28 +252,42 @@ def _setup_django() -> None:
     _django_ready = True
 
 
-def run_ours(ds: Dataset, agents: tuple[str, ...] | list[dict], seed: int, budget: int, batch_size: int) -> Trace:
+def run_ours(ds: Dataset, agents: tuple[str, ...] | list[dict], seed: int, budget: int, batch_size: int,
+             earlier: tuple[Dataset, ...] = ()) -> Trace:
     """One run of our orchestrator on a fresh replay goal; the trace in evaluation order.
 
     ``agents``: agent kinds (each with default settings), or agent dicts as in ``DEFAULT_MIX``.
+    ``earlier``: data sets run first in the same database (:data:`PRIOR_BUDGET` evaluations
+    each, seeds ``seed + 1000 * i``), as an engineer's earlier runs of the kernel on other
+    devices; the run on ``ds`` starts from their evidence (``swarm.learning.store.warm_start``).
+    Only the run on ``ds`` is in the trace.
     """
     _setup_django()
-    from swarm.goals.replay import import_cache
     from swarm.models import Candidate, Goal, Insight, Run
-    from swarm.runs import orchestrator
 
     Candidate.objects.all().delete()
     Run.objects.all().delete()
     Insight.objects.all().delete()
     Goal.objects.all().delete()
-    goal, _ = import_cache(ds.path)
     mix = [a if isinstance(a, dict) else {"name": a, "kind": a, "settings": {}} for a in agents]
+    for i, other in enumerate(earlier, start=1):
+        _run_on(other, mix, seed + 1000 * i, PRIOR_BUDGET, batch_size)
+    run = _run_on(ds, mix, seed, budget, batch_size)
+    rows = run.candidates.order_by("id").values_list("status", "evidence__metrics")
+    return [(s == "ok", (m or {}).get("latency_ms"), (m or {}).get("energy_j")) for s, m in rows]
+
+
+def _run_on(ds: Dataset, mix: list[dict], seed: int, budget: int, batch_size: int):
+    """Import ``ds`` as a goal and run the orchestrator on it to the end; the finished run."""
+    from swarm.goals.replay import import_cache
+    from swarm.runs import orchestrator
+
+    goal, _ = import_cache(ds.path)
     run, pending = orchestrator.start_run(goal, budget=budget, seed=seed, batch_size=batch_size, agents=mix)
     while pending:  # what the Celery batch task does (swarm.tasks.evaluate_batch), in-process
         orchestrator.evaluate_batch([c.pk for c in pending])
         pending = orchestrator.advance(run.pk)
-    rows = run.candidates.order_by("id").values_list("status", "evidence__metrics")
-    return [(s == "ok", (m or {}).get("latency_ms"), (m or {}).get("energy_j")) for s, m in rows]
+    return run
 
 
 _kt_parsed: dict[str, bytes] = {}
@@ -440,12 +467,13 @@ def _one_thread_per_worker() -> None:
     threadpool_limits(1)
 
 
-def _task(kind: str, ds: Dataset, name: str, seed: int, budget: int, batch_size: int) -> tuple:
+def _task(kind: str, ds: Dataset, name: str, seed: int, budget: int, batch_size: int,
+          earlier: tuple[Dataset, ...] = ()) -> tuple:
     start, cpu = time.perf_counter(), time.process_time()
     if kind == "ours":
         _setup_django()
-        agents = list(DEFAULT_MIX) if name == "swarm" else (name.split(":", 1)[1],)
-        trace = run_ours(ds, agents, seed, budget, batch_size)
+        agents = list(DEFAULT_MIX) if name in OUR_MIXES else (name.split(":", 1)[1],)
+        trace = run_ours(ds, agents, seed, budget, batch_size, earlier)
     elif kind == "kt":
         trace = run_kt(ds, name.split(":", 1)[1], seed, budget)
     else:
