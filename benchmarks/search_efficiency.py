@@ -160,11 +160,11 @@ class Dataset:
     path: Path
     json_path: Path
     keys: tuple[str, ...]
-    kernel: str
     optimum: float
     energy: bool
     front_hv: float | None
     reference: tuple[float, float] | None
+    kernel: str = ""  # the file's kernel_name ("" when it records none)
 
 
 def load_dataset(path: Path, workdir: Path) -> Dataset:
@@ -186,14 +186,14 @@ def load_dataset(path: Path, workdir: Path) -> Dataset:
                if _num(e.get("time")) is not None and _num(e.get("nvml_energy")) is not None]
         reference = (max(p[0] for p in pts), max(p[1] for p in pts))
         front_hv = hypervolume(pts, reference)
-    return Dataset(cache.name, path, json_path, tuple(cache.tune_params_keys), cache.kernel_name or cache.name, optimum,
-                   energy, front_hv, reference)
+    return Dataset(cache.name, path, json_path, tuple(cache.tune_params_keys), optimum, energy, front_hv, reference,
+                   cache.kernel_name or "")
 
 
 def siblings(ds: Dataset, datasets: list[Dataset]) -> tuple[Dataset, ...]:
     """The other files of ``ds``'s kernel with the same tunable parameters (the kernel recorded
     on other devices): what a transfer run (``swarm:transfer``) learns from."""
-    return tuple(d for d in datasets if d.name != ds.name and d.kernel == ds.kernel and d.keys == ds.keys)
+    return tuple(d for d in datasets if ds.kernel and d.name != ds.name and d.kernel == ds.kernel and d.keys == ds.keys)
 
 
 def _repair(text: str) -> dict:
@@ -481,6 +481,17 @@ def _task(kind: str, ds: Dataset, name: str, seed: int, budget: int, batch_size:
     return kind, ds.name, name, seed, budget, trace, time.perf_counter() - start, time.process_time() - cpu
 
 
+def _read_report(path: Path, parser: argparse.ArgumentParser) -> dict:
+    """An earlier report's JSON (``--reuse``); a usage error when it cannot be read."""
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        parser.error(f"--reuse {path}: {exc}")
+    if not isinstance(report, dict) or not all(k in report for k in ("results", "scores")):
+        parser.error(f"--reuse {path}: not a search_efficiency report (no results and scores)")
+    return report
+
+
 # --- statistics -----------------------------------------------------------------------------
 
 
@@ -533,9 +544,10 @@ def summarise(traces: dict, datasets: dict[str, Dataset], budgets: list[int]) ->
     return rows
 
 
-def verdict(rows: list[dict]) -> list[str]:
-    """The targets of the benchmark, checked: swarm vs the best peer at every budget, and the
-    swarm at budget 100 vs the best peer at budget 200."""
+def verdict(rows: list[dict], ours: str = "swarm") -> list[str]:
+    """The targets of the benchmark, checked for our strategy ``ours`` (``swarm`` or
+    ``swarm:transfer``): against the best peer at every budget, and at budget 100 against the
+    best peer at budget 200."""
     lines = []
     by, hits = defaultdict(dict), {}
     for r in rows:
@@ -546,22 +558,33 @@ def verdict(rows: list[dict]) -> list[str]:
         for b in budgets:
             cell = by[(dataset, b)]
             peers = {k: v for k, v in cell.items() if k.startswith(("kt:", "optuna:"))}
-            if "swarm" not in cell or not peers:
+            if ours not in cell or not peers:
                 continue
             best_peer = min(peers, key=peers.get)
-            ok = cell["swarm"] <= peers[best_peer] + 1e-12
-            outcome = "met" if ok else f"short by {_gap(cell['swarm'], peers[best_peer])}"
-            lines.append(f"{dataset} @ {b}: swarm {cell['swarm']:.4f} vs best peer {best_peer} {peers[best_peer]:.4f} -> {outcome}")
-        if (dataset, 100) in by and (dataset, 200) in by and "swarm" in by[(dataset, 100)]:
+            ok = cell[ours] <= peers[best_peer] + 1e-12
+            outcome = "met" if ok else f"short by {_gap(cell[ours], peers[best_peer])}"
+            lines.append(f"{dataset} @ {b}: {ours} {cell[ours]:.4f} vs best peer {best_peer} {peers[best_peer]:.4f} -> {outcome}")
+        if (dataset, 100) in by and (dataset, 200) in by and ours in by[(dataset, 100)]:
             peers200 = {k: v for k, v in by[(dataset, 200)].items() if k.startswith(("kt:", "optuna:"))}
             if peers200:
                 best_peer = min(peers200, key=peers200.get)
-                s100 = by[(dataset, 100)]["swarm"]
+                s100 = by[(dataset, 100)][ours]
                 ok = s100 <= peers200[best_peer] + 1e-12
                 outcome = "met (2x sample efficiency)" if ok else f"short by {_gap(s100, peers200[best_peer])}"
-                lines.append(f"{dataset}: swarm@100 {s100:.4f} ({hits[(dataset, 100, 'swarm')]} runs within 1%) vs best "
+                lines.append(f"{dataset}: {ours}@100 {s100:.4f} ({hits[(dataset, 100, ours)]} runs within 1%) vs best "
                              f"peer@200 {best_peer} {peers200[best_peer]:.4f} ({hits[(dataset, 200, best_peer)]}) -> {outcome}")
     return lines
+
+
+def aggregate_line(score: dict[str, dict[str, float]], ours: str = "swarm") -> str | None:
+    """The aggregate-score target for ``ours`` against the best peer's, or None without both."""
+    peers = {k: v["aggregate"] for k, v in score.items() if k.startswith(("kt:", "optuna:"))}
+    if ours not in score or not peers:
+        return None
+    best = max(peers, key=peers.get)
+    mine = score[ours]["aggregate"]
+    return (f"aggregate score: {ours} {mine:.3f} vs best peer {best} {peers[best]:.3f} -> "
+            + ("met" if mine >= peers[best] else f"short by {peers[best] - mine:.3f}"))
 
 
 def _gap(ours: float, peer: float) -> str:
@@ -692,31 +715,31 @@ def score_table(score: dict[str, dict[str, float]], cpu: dict[str, dict[str, flo
     return "\n".join(out)
 
 
-def versus_table(rows: list[dict], score: dict[str, dict[str, float]]) -> str:
-    """Per dataset and budget: the swarm's median best/optimum against the best peer's (``kt:``
-    and ``optuna:`` strategies), and per dataset the swarm's and the best peer's score."""
+def versus_table(rows: list[dict], score: dict[str, dict[str, float]], ours: str = "swarm") -> str:
+    """Per dataset and budget: ``ours``'s median best/optimum against the best peer's (``kt:``
+    and ``optuna:`` strategies), and per dataset ``ours``'s and the best peer's score."""
     by: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
     for r in rows:
         by[(r["dataset"], r["budget"])][r["strategy"]] = r["median_ratio"]
     budgets = sorted({b for _, b in by})
-    head = "| dataset | " + " | ".join(f"swarm / best peer @{b}" for b in budgets) + " | score swarm / best peer |"
+    head = "| dataset | " + " | ".join(f"{ours} / best peer @{b}" for b in budgets) + f" | score {ours} / best peer |"
     out = [head, "|---|" + "---:|" * (len(budgets) + 1)]
     for d in sorted({d for d, _ in by}):
         cells = []
         for b in budgets:
             cell = by.get((d, b), {})
             peers = {k: v for k, v in cell.items() if k.startswith(("kt:", "optuna:"))}
-            if "swarm" not in cell or not peers:
+            if ours not in cell or not peers:
                 cells.append("")
                 continue
             best = min(peers, key=peers.get)
-            mark = "" if cell["swarm"] <= peers[best] + 1e-12 else " ✗"
-            cells.append(f"{cell['swarm']:.3f} / {peers[best]:.3f} ({best.split(':', 1)[1]}){mark}")
+            mark = "" if cell[ours] <= peers[best] + 1e-12 else " ✗"
+            cells.append(f"{cell[ours]:.3f} / {peers[best]:.3f} ({best.split(':', 1)[1]}){mark}")
         peer_scores = {k: v[d] for k, v in score.items() if k.startswith(("kt:", "optuna:")) and d in v}
         sc = ""
-        if "swarm" in score and d in score["swarm"] and peer_scores:
+        if ours in score and d in score[ours] and peer_scores:
             best = max(peer_scores, key=peer_scores.get)
-            sc = f"{score['swarm'][d]:.3f} / {peer_scores[best]:.3f} ({best.split(':', 1)[1]})"
+            sc = f"{score[ours][d]:.3f} / {peer_scores[best]:.3f} ({best.split(':', 1)[1]})"
         out.append(f"| {d} | " + " | ".join(cells) + f" | {sc} |")
     return "\n".join(out)
 
@@ -753,6 +776,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traces", type=Path, default=None,
                         help="JSON-lines file of finished runs: runs already in it (same file, strategy, seed, budget) "
                              "are read instead of run again, new ones are appended")
+    parser.add_argument("--reuse", type=Path, default=None,
+                        help="an earlier report's .json: the strategies not run now (the peers, say) are taken from it "
+                             "(same files, seeds and budgets), so that a change of ours is measured without rerunning them")
     args = parser.parse_args(argv)
     seeds = args.seeds if args.seeds is not None else (QUICK_SEEDS if args.quick else DEFAULT_SEEDS)
     budgets = sorted(int(b) for b in (args.budgets or ("50,100,200" if args.quick else "50,100,200,400")).split(","))
@@ -760,9 +786,9 @@ def main(argv: list[str] | None = None) -> int:
     if not caches:
         parser.error("no cache files: pass --cache FILE")
     peers = [*(f"kt:{s}" for s in kt_strategies()), *optuna_strategies()]
-    everything = ["swarm", *(f"agent:{a}" for a in OUR_AGENTS), *peers]
+    everything = [*OUR_MIXES, *(f"agent:{a}" for a in OUR_AGENTS), *peers]
     if args.strategies == "default":
-        strategies = ["swarm", *QUICK_PEERS] if args.quick else ["swarm", *peers]
+        strategies = [*OUR_MIXES, *QUICK_PEERS] if args.quick else [*OUR_MIXES, *peers]
     elif args.strategies == "all":
         strategies = everything
     else:
@@ -773,6 +799,7 @@ def main(argv: list[str] | None = None) -> int:
     left_out = {f"kt:{k}": v for k, v in KT_LEFT_OUT.items() if f"kt:{k}" not in peers}
     if "optuna:cmaes" not in peers:
         left_out["optuna:cmaes"] = "needs the cmaes package, not installed"
+    reused_report = _read_report(args.reuse, parser) if args.reuse else None
 
     started = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="search-eff-"))
@@ -781,7 +808,9 @@ def main(argv: list[str] | None = None) -> int:
     for ds in datasets.values():
         for s in strategies:
             for seed in range(seeds):
-                if s == "swarm" or s.startswith("agent:"):
+                if s == "swarm:transfer":
+                    jobs.append(("ours", ds, s, seed, budgets[-1], args.batch_size, siblings(ds, list(datasets.values()))))
+                elif s == "swarm" or s.startswith("agent:"):
                     jobs.append(("ours", ds, s, seed, budgets[-1], args.batch_size))
                 elif s.startswith("optuna:"):
                     jobs.append(("optuna", ds, s, seed, budgets[-1], 0))
@@ -825,30 +854,39 @@ def main(argv: list[str] | None = None) -> int:
         sink.close()
     rows = summarise(traces, datasets, budgets)
     score = scores(traces, datasets, budgets[-1])
-    lines = verdict(rows)
-    agg_peers = {k: v["aggregate"] for k, v in score.items() if k.startswith(("kt:", "optuna:"))}
-    if "swarm" in score and agg_peers:
-        best = max(agg_peers, key=agg_peers.get)
-        ok = score["swarm"]["aggregate"] >= agg_peers[best]
-        lines.append(f"aggregate score: swarm {score['swarm']['aggregate']:.3f} vs best peer {best} "
-                     f"{agg_peers[best]:.3f} -> {'met' if ok else 'short by %.3f' % (agg_peers[best] - score['swarm']['aggregate'])}")
+    taken_from = ""
+    if reused_report is not None:
+        taken = sorted({r["strategy"] for r in reused_report["results"]} - {s for _, s in traces})
+        rows = sorted([*rows, *(r for r in reused_report["results"] if r["strategy"] in taken
+                                and r["dataset"] in datasets and r["budget"] in budgets)],
+                      key=lambda r: (r["dataset"], r["strategy"], r["budget"]))
+        score.update({k: v for k, v in reused_report["scores"].items() if k in taken})
+        cpu.update({k: v for k, v in reused_report.get("cpu_by_strategy", {}).items() if k in taken})
+        taken_from = (f"Taken from `{args.reuse.name}` ({reused_report.get('host', 'host not recorded')}): "
+                      f"{', '.join(taken)}.\n\n")
+    mixes = [m for m in OUR_MIXES if m in score]
+    lines = [line for m in mixes for line in (*verdict(rows, m), aggregate_line(score, m)) if line]
     html, png = figure(rows, args.out)
     elapsed = time.perf_counter() - started
     command = " ".join(["python -m benchmarks.search_efficiency", *(argv if argv is not None else sys.argv[1:])])
     ran = [s for s in strategies if s.startswith(("kt:", "optuna:"))]
+    host = host_line()
     (args.out / "search_efficiency.md").write_text(
-        f"# Search efficiency\n\nHost: {host_line()}. `{command}`: {seeds} seeds, budgets {budgets}, "
+        f"# Search efficiency\n\nHost: {host}. `{command}`: {seeds} seeds, budgets {budgets}, "
         f"{len(datasets)} recorded files, {elapsed:.0f} s with {args.jobs} workers.\n\n"
-        f"Peers run: {', '.join(ran)}.\n\nLeft out: "
+        f"Peers run: {', '.join(ran) or 'none'}.\n\n{taken_from}Left out: "
         + "; ".join(f"{k} ({v})" for k, v in left_out.items())
-        + f".\n\n## Aggregate score (autotuning methodology, evaluations 1..{budgets[-1]})\n\n"
+        + f".\n\n`swarm` is a first run of the kernel (nothing learned before); `swarm:transfer` runs after "
+        f"{PRIOR_BUDGET}-evaluation runs on the kernel's other files of the same parameters, and starts from their "
+        "evidence (the same as `swarm` where a file has none)."
+        + f"\n\n## Aggregate score (autotuning methodology, evaluations 1..{budgets[-1]})\n\n"
         + score_table(score, cpu)
-        + "\n\n## Swarm against the best peer (median best/optimum; ✗: the swarm is behind)\n\n"
-        + versus_table(rows, score)
+        + "".join(f"\n\n## {m} against the best peer (median best/optimum; ✗: {m} is behind)\n\n"
+                  + versus_table(rows, score, m) for m in mixes)
         + "\n\n## Targets\n\n" + "\n".join(f"- {line}" for line in lines)
         + "\n\n## Every strategy\n\n" + markdown(rows) + "\n"
     )
-    payload = json.dumps({"results": rows, "targets": lines, "scores": score, "seconds": elapsed,
+    payload = json.dumps({"host": host, "command": command, "results": rows, "targets": lines, "scores": score, "seconds": elapsed,
                           "cpu_by_strategy": {k: {**v, "cpu_ms_per_evaluation": 1000 * v["cpu_s"] / max(v["evaluations"], 1)}
                                               for k, v in cpu.items()},
                           "wall_seconds_by_strategy": dict(cost), "left_out": left_out, "failed_runs": failed}, indent=1)
@@ -857,7 +895,8 @@ def main(argv: list[str] | None = None) -> int:
         print(payload)
     else:
         print(score_table(score, cpu))
-        print(versus_table(rows, score))
+        for m in mixes:
+            print(versus_table(rows, score, m))
         print("\n".join(lines))
         if failed:
             print(f"{len(failed)} runs failed:\n" + "\n".join(failed))

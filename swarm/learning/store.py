@@ -161,7 +161,7 @@ def _best_of_other_goals(goal: Goal, space) -> list[list[tuple[dict[str, Any], d
     for goal_id, found in per_goal.items():
         found.sort(key=lambda r: (r[0], r[1]))
         best, seen = [], set()
-        for value, pk, params, target, shape_set in found:
+        for _value, pk, params, target, shape_set in found:
             key = space.point_key(params)
             if key in seen:
                 continue

@@ -18,6 +18,8 @@ from benchmarks.search_efficiency import (
     load_dataset,
     run_kt,
     run_optuna_tpe,
+    run_ours,
+    siblings,
     summarise,
     verdict,
 )
@@ -145,3 +147,75 @@ def test_scores_rank_a_strategy_that_finds_the_optimum_first_above_random_search
     rows = summarise(traces, {"toy": ds}, [2, 4])
     table = versus_table(rows, score)
     assert "1.000 / 19.000 (random_sample)" in table and "✗" not in table
+
+
+def _toy_cache(path: Path, kernel: str, best: int, device: str = "toy") -> Path:
+    """A one-parameter recorded landscape, ``time = |a - best| + 1`` for a in 1..20."""
+    entries = {f"{a}": {"a": a, "time": float(abs(a - best) + 1)} for a in range(1, 21)}
+    path.write_text(json.dumps({"device_name": device, "kernel_name": kernel, "problem_size": [1],
+                                "tune_params_keys": ["a"], "tune_params": {"a": list(range(1, 21))},
+                                "objective": "time", "cache": entries}))
+    return path
+
+
+def test_siblings_are_the_files_of_the_same_kernel_and_parameters(tmp_path):
+    mine = load_dataset(_toy_cache(tmp_path / "mine.json", "k", 5), tmp_path)
+    other = load_dataset(_toy_cache(tmp_path / "other.json", "k", 6, "other device"), tmp_path)
+    stranger = load_dataset(_toy_cache(tmp_path / "stranger.json", "another kernel", 6), tmp_path)
+    assert mine.kernel == "k"
+    assert siblings(mine, [mine, other, stranger]) == (other,)
+    assert siblings(stranger, [mine, other, stranger]) == ()
+
+
+@pytest.mark.django_db
+def test_a_transfer_run_starts_from_what_the_run_on_another_device_found(tmp_path, monkeypatch):
+    import benchmarks.search_efficiency as bench
+
+    monkeypatch.setattr(bench, "_django_ready", True)  # the test database, not the benchmark's own
+    mine = load_dataset(_toy_cache(tmp_path / "mine.json", "k", 5), tmp_path)
+    other = load_dataset(_toy_cache(tmp_path / "other.json", "k", 12, "other device"), tmp_path)
+    cold = run_ours(mine, ("local",), 0, 8, 4)
+    warm = run_ours(mine, ("local",), 0, 8, 4, earlier=(other,))
+    # the other device's optimum (a=12, time 8 here) and its runners-up come first, then the climb
+    assert [t for _, t, _ in warm[:1]] == [8.0]
+    assert sorted(t for _, t, _ in warm[:3]) == [7.0, 8.0, 9.0]
+    assert [t for _, t, _ in cold[:1]] != [8.0]
+
+
+def test_verdict_and_versus_table_for_the_transfer_run():
+    from benchmarks.search_efficiency import aggregate_line, versus_table
+
+    rows = [{"dataset": "d", "strategy": s, "budget": b, "median_ratio": r, "runs_within_1pct": 1, "seeds": 1}
+            for s, b, r in (("swarm", 100, 1.2), ("swarm:transfer", 100, 1.0), ("kt:pso", 100, 1.1),
+                            ("kt:pso", 200, 1.05))]
+    lines = verdict(rows, "swarm:transfer")
+    assert "d @ 100: swarm:transfer 1.0000 vs best peer kt:pso 1.1000 -> met" in lines
+    assert any(line.startswith("d: swarm:transfer@100") and "met (2x" in line for line in lines)
+    assert "short by" in verdict(rows)[0]
+    score = {"swarm:transfer": {"aggregate": 0.9, "d": 0.9}, "kt:pso": {"aggregate": 0.5, "d": 0.5}}
+    assert aggregate_line(score, "swarm:transfer").endswith("-> met")
+    assert aggregate_line(score) is None  # no cold swarm scored
+    assert "swarm:transfer / best peer @100" in versus_table(rows, score, "swarm:transfer")
+
+
+def test_reuse_takes_the_strategies_not_run_from_an_earlier_report(tmp_path):
+    from benchmarks.search_efficiency import main
+
+    _toy_cache(tmp_path / "toy.json", "k", 5)
+    earlier = {"host": "an earlier host", "results": [
+        {"dataset": "toy", "strategy": "swarm", "budget": b, "median_ratio": 1.0, "iqr": 0.0, "evals_to_5pct": 1,
+         "evals_to_1pct": 1, "runs_within_1pct": 1, "seeds": 1} for b in (2, 4)],
+        "scores": {"swarm": {"aggregate": 1.0, "toy": 1.0}}, "cpu_by_strategy": {}}
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--seeds", "1", "--budgets", "2,4",
+                 "--jobs", "1", "--reuse", str(tmp_path / "earlier.json"), "--out", str(out)]) == 0
+    report = json.loads((out / "search_efficiency.json").read_text())
+    assert {r["strategy"] for r in report["results"]} == {"swarm", "kt:pso"}
+    assert "kt:pso" in report["scores"] and any("swarm" in t and "kt:pso" in t for t in report["targets"])
+    assert "Taken from `earlier.json` (an earlier host): swarm." in (out / "search_efficiency.md").read_text()
+    (tmp_path / "bad.json").write_text("[]")
+    with pytest.raises(SystemExit):
+        main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--reuse", str(tmp_path / "bad.json"),
+              "--out", str(out)])

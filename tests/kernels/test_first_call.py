@@ -10,8 +10,7 @@ import time
 import pytest
 
 from kernels import BenchSettings, Outcome, evaluate, load_template
-from kernels.evaluation.first_call import (FLAG_MIN_CPU_EXCESS_MS, FLAG_MIN_EXCESS_MS, FLAG_RATIO, first_call_metrics,
-                                          first_call_note)
+from kernels.evaluation.first_call import FLAG_MIN_CPU_EXCESS_MS, FLAG_MIN_EXCESS_MS, FLAG_RATIO, first_call_metrics, first_call_note
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -52,3 +52,39 @@ def test_a_run_stores_insights_and_the_next_run_warm_starts_from_them():
     run2, first = orchestrator.start_run(other, budget=10, seed=3, batch_size=5)
     assert run2.warm_start["configs"][0] == best.data["params"]
     assert best.data["params"] in [c.params for c in first]
+
+
+@pytest.mark.django_db
+def test_a_new_goal_starts_from_the_best_few_configurations_of_every_other_goal_of_its_workload():
+    from swarm.learning.store import WARM_START_PER_GOAL, warm_start
+    from swarm.models import Candidate
+
+    earlier = [synthetic_goal(name=f"device {i}", target=f"cpu-{i}") for i in range(2)]
+    for i, goal in enumerate(earlier):
+        run, pending = orchestrator.start_run(goal, budget=30, seed=10 + i, batch_size=6)
+        drive(run, pending)
+    Insight.objects.all().delete()  # the evidence alone, not only the best-config insights
+    new = synthetic_goal(name="new device", target="cpu-new")
+    got = warm_start(new)
+
+    def best(goal):
+        ok = Candidate.objects.filter(goal=goal, status="ok").select_related("evidence")
+        return [c.params for c in sorted(ok, key=lambda c: (c.evidence.metrics["latency_ms"], c.pk))][:WARM_START_PER_GOAL]
+
+    a, b = best(earlier[0]), best(earlier[1])
+    assert len(a) == len(b) == WARM_START_PER_GOAL
+    # in turns: each goal's best before any goal's second best (a point both found, once)
+
+    def turns(x, y):
+        out = []
+        for p in (q for pair in zip(x, y) for q in pair):
+            if p not in out:
+                out.append(p)
+        return out
+
+    assert got["configs"] in (turns(a, b), turns(b, a))
+    assert {s["target"] for s in got["from"]} <= {"cpu-0", "cpu-1"} and all("candidate" in s for s in got["from"])
+    # a run of the new goal proposes them first
+    run, first = orchestrator.start_run(new, budget=10, seed=3, batch_size=4)
+    k = min(4, len(got["configs"]))
+    assert [c.params for c in first][:k] == got["configs"][:k]
