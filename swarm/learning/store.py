@@ -107,9 +107,7 @@ def warm_start(goal: Goal) -> dict[str, Any]:
     shape set); then, from the evaluated candidates of every other goal of the workload (the
     same kernel tuned on another device or shape set), each goal's best, second best ... up to
     :data:`WARM_START_PER_GOAL`, taken in turns across goals. A device's optimum is often a few
-    steps from another's, but not always its own best: on the recorded convolution landscapes
-    the RTX 3060's best configuration runs 1.147x the RTX 2080 Ti's optimum and its third best
-    1.009x (``docs/search.md``).
+    steps from another's, but not always its own best (``docs/runs.md``).
 
     Returns:
         ``{"configs": [params, ...], "from": [{"insight"|"candidate": pk, "target",
