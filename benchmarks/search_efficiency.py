@@ -65,6 +65,7 @@ import tempfile
 import time
 import warnings
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -253,14 +254,15 @@ def _setup_django() -> None:
 
 
 def run_ours(ds: Dataset, agents: tuple[str, ...] | list[dict], seed: int, budget: int, batch_size: int,
-             earlier: tuple[Dataset, ...] = ()) -> Trace:
+             earlier: tuple[Dataset, ...] = (), started: Callable[[], None] | None = None) -> Trace:
     """One run of our orchestrator on a fresh replay goal; the trace in evaluation order.
 
     ``agents``: agent kinds (each with default settings), or agent dicts as in ``DEFAULT_MIX``.
     ``earlier``: data sets run first in the same database (:data:`PRIOR_BUDGET` evaluations
     each, seeds ``seed + 1000 * i``), as an engineer's earlier runs of the kernel on other
     devices; the run on ``ds`` starts from their evidence (``swarm.learning.store.warm_start``).
-    Only the run on ``ds`` is in the trace.
+    Only the run on ``ds`` is in the trace; ``started`` is called right before it (so that a
+    caller's clocks leave the earlier runs out).
     """
     _setup_django()
     from swarm.models import Candidate, Goal, Insight, Run
@@ -272,6 +274,8 @@ def run_ours(ds: Dataset, agents: tuple[str, ...] | list[dict], seed: int, budge
     mix = [a if isinstance(a, dict) else {"name": a, "kind": a, "settings": {}} for a in agents]
     for i, other in enumerate(earlier, start=1):
         _run_on(other, mix, seed + 1000 * i, PRIOR_BUDGET, batch_size)
+    if started is not None:
+        started()
     run = _run_on(ds, mix, seed, budget, batch_size)
     rows = run.candidates.order_by("id").values_list("status", "evidence__metrics")
     return [(s == "ok", (m or {}).get("latency_ms"), (m or {}).get("energy_j")) for s, m in rows]
@@ -470,10 +474,15 @@ def _one_thread_per_worker() -> None:
 def _task(kind: str, ds: Dataset, name: str, seed: int, budget: int, batch_size: int,
           earlier: tuple[Dataset, ...] = ()) -> tuple:
     start, cpu = time.perf_counter(), time.process_time()
+
+    def restart() -> None:  # a transfer run's earlier runs are not its cost
+        nonlocal start, cpu
+        start, cpu = time.perf_counter(), time.process_time()
+
     if kind == "ours":
         _setup_django()
         agents = list(DEFAULT_MIX) if name in OUR_MIXES else (name.split(":", 1)[1],)
-        trace = run_ours(ds, agents, seed, budget, batch_size, earlier)
+        trace = run_ours(ds, agents, seed, budget, batch_size, earlier, started=restart)
     elif kind == "kt":
         trace = run_kt(ds, name.split(":", 1)[1], seed, budget)
     else:
@@ -849,7 +858,7 @@ def main(argv: list[str] | None = None) -> int:
             cpu[name]["evaluations"] += len(trace)
             done += 1
             if not args.json and done % 50 == 0:
-                print(f"{done}/{len(jobs)} runs, {time.perf_counter() - started:.0f} s", file=sys.stderr)
+                print(f"{done}/{len(jobs) + len(reused)} runs, {time.perf_counter() - started:.0f} s", file=sys.stderr)
     if sink is not None:
         sink.close()
     rows = summarise(traces, datasets, budgets)
