@@ -3,12 +3,15 @@ Kernel Tuner strategy that takes a budget and Optuna's TPE and CMA-ES, same budg
 
     python -m benchmarks.search_efficiency [--quick] [--cache FILE ...] [--seeds 5] \
         [--budgets 50,100,200,400] [--strategies default|all|swarm,agent:pack,kt:pso,optuna:tpe,...] \
-        [--batch-size 4] [--jobs N] [--traces FILE.jsonl] [--out DIR] [--json]
+        [--batch-size 4] [--jobs N] [--traces FILE.jsonl] [--reuse REPORT.json] [--out DIR] [--json]
 
-Defaults: every file of the shared tuning-cache folder, 5 seeds, the swarm and every peer.
+Defaults: every file of the shared tuning-cache folder, 5 seeds, the swarm (``swarm``: a first
+run; ``swarm:transfer``: after runs on the kernel's other files) and every peer.
 ``--quick``: 3 seeds, budgets up to 200, the swarm against ``QUICK_PEERS``. ``--traces``
 keeps finished runs in a JSON-lines file and reuses them (same file, strategy, seed, budget),
-so an interrupted or split run (peers once, the swarm after a change) is not repeated.
+so an interrupted or split run (peers once, the swarm after a change) is not repeated;
+``--reuse`` takes the strategies not run now from an earlier report of the same files, budgets
+and seeds.
 Each of the ``--jobs`` worker processes (default: one per CPU) runs one strategy run at a
 time with one BLAS/OpenMP thread.
 
@@ -490,15 +493,36 @@ def _task(kind: str, ds: Dataset, name: str, seed: int, budget: int, batch_size:
     return kind, ds.name, name, seed, budget, trace, time.perf_counter() - start, time.process_time() - cpu
 
 
+#: What a row of a report's ``results`` holds (:func:`summarise`).
+ROW_KEYS = frozenset({"dataset", "strategy", "budget", "median_ratio", "iqr", "evals_to_5pct", "evals_to_1pct",
+                      "runs_within_1pct", "seeds"})
+
+
 def _read_report(path: Path, parser: argparse.ArgumentParser) -> dict:
-    """An earlier report's JSON (``--reuse``); a usage error when it cannot be read."""
+    """An earlier report's JSON (``--reuse``); a usage error when it cannot be read or is not a
+    report of this benchmark."""
     try:
         report = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         parser.error(f"--reuse {path}: {exc}")
-    if not isinstance(report, dict) or not all(k in report for k in ("results", "scores")):
-        parser.error(f"--reuse {path}: not a search_efficiency report (no results and scores)")
+    rows = report.get("results") if isinstance(report, dict) else None
+    score = report.get("scores") if isinstance(report, dict) else None
+    if (not isinstance(rows, list) or not rows or not isinstance(score, dict)
+            or not all(isinstance(r, dict) and ROW_KEYS <= r.keys() for r in rows)
+            or not all(isinstance(v, dict) and "aggregate" in v for v in score.values())):
+        parser.error(f"--reuse {path}: not a search_efficiency report (its results rows or scores are malformed)")
     return report
+
+
+def _reuse_mismatch(report: dict, datasets: list[str], budgets: list[int], seeds: int) -> str | None:
+    """Why an earlier report's figures cannot stand beside this run's (other files, budgets or
+    seeds: its scores and medians would not compare), or None."""
+    rows = report["results"]
+    theirs = (sorted({r["dataset"] for r in rows}), sorted({r["budget"] for r in rows}), max(r["seeds"] for r in rows))
+    if theirs != (sorted(datasets), sorted(budgets), seeds):
+        return (f"it covers files {', '.join(theirs[0])}, budgets {theirs[1]} and {theirs[2]} seeds; this run "
+                f"{', '.join(sorted(datasets))}, budgets {sorted(budgets)} and {seeds} seeds")
+    return None
 
 
 # --- statistics -----------------------------------------------------------------------------
@@ -672,16 +696,27 @@ def figure(rows: list[dict], out_dir: Path) -> tuple[Path, Path | None]:
 
 
 def _read_traces(path: Path | None) -> dict[tuple, tuple]:
-    """Finished runs of ``--traces``: ``(dataset, strategy, seed, budget)`` -> the worker's result."""
+    """Finished runs of ``--traces``: :func:`_job_key` -> the worker's result."""
     out: dict[tuple, tuple] = {}
     if path is None or not path.exists():
         return out
     for line in path.read_text().splitlines():
         if line.strip():
-            kind, dataset, name, seed, budget, trace, seconds, cpu_s = json.loads(line)
-            out[(dataset, name, seed, budget)] = (kind, dataset, name, seed, budget,
-                                                  [tuple(e) for e in trace], seconds, cpu_s)
+            kind, dataset, name, seed, budget, trace, seconds, cpu_s, *learned = json.loads(line)
+            out[(dataset, name, seed, budget, tuple(learned[0]) if learned else ())] = (
+                kind, dataset, name, seed, budget, [tuple(e) for e in trace], seconds, cpu_s)
     return out
+
+
+def _learns_from(job: tuple) -> tuple[str, ...]:
+    """The files a job's transfer run learns from first (:func:`siblings`; none for others)."""
+    return tuple(d.name for d in job[6]) if len(job) > 6 else ()
+
+
+def _job_key(job: tuple) -> tuple:
+    """What makes a finished run reusable from ``--traces``: file, strategy, seed, budget and the
+    files a transfer run learned from (another set of files is another run)."""
+    return (job[1].name, job[2], job[3], job[4], _learns_from(job))
 
 
 def random_curves(datasets: dict[str, Dataset], horizon: int) -> dict[str, Any]:
@@ -813,6 +848,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="search-eff-"))
     datasets = {ds.name: ds for ds in (load_dataset(Path(c), workdir) for c in caches)}
+    if reused_report is not None and (why := _reuse_mismatch(reused_report, list(datasets), budgets, seeds)):
+        parser.error(f"--reuse {args.reuse}: {why}")
     jobs = []
     for ds in datasets.values():
         for s in strategies:
@@ -828,14 +865,14 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     jobs.extend(("kt", ds, s, seed, b, 0) for b in budgets)
     # Longest first, so the pool does not end waiting on one slow job.
-    jobs.sort(key=lambda j: (j[0] == "kt" and "bayes" in j[2], j[0] == "ours", j[4]), reverse=True)
+    jobs.sort(key=lambda j: (j[0] == "kt" and "bayes" in j[2], j[0] == "ours", len(_learns_from(j)), j[4]), reverse=True)
     traces: dict[tuple[str, str], dict] = defaultdict(dict)
     cost: dict[str, float] = defaultdict(float)
     cpu: dict[str, dict[str, float]] = defaultdict(lambda: {"cpu_s": 0.0, "evaluations": 0})
     done = 0
     stored = _read_traces(args.traces)
-    reused = [stored[(j[1].name, j[2], j[3], j[4])] for j in jobs if (j[1].name, j[2], j[3], j[4]) in stored]
-    jobs = [j for j in jobs if (j[1].name, j[2], j[3], j[4]) not in stored]
+    reused = [stored[_job_key(j)] for j in jobs if _job_key(j) in stored]
+    jobs = [j for j in jobs if _job_key(j) not in stored]
     sink = args.traces.open("a") if args.traces else None
     with ProcessPoolExecutor(max_workers=args.jobs, initializer=_one_thread_per_worker) as pool:
         futures = [pool.submit(_task, *j) for j in jobs]
@@ -849,7 +886,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             kind, dataset, name, seed, budget, trace, seconds, cpu_s = result
             if sink is not None and j is not None:
-                sink.write(json.dumps(list(result)) + "\n")
+                sink.write(json.dumps([*result, list(_learns_from(j))]) + "\n")
                 sink.flush()
             per_budget = kind == "kt" and name.split(":", 1)[1] not in KT_BUDGET_FREE
             traces[(dataset, name)][(budget if per_budget else None, seed)] = trace
@@ -865,13 +902,13 @@ def main(argv: list[str] | None = None) -> int:
     score = scores(traces, datasets, budgets[-1])
     taken_from = ""
     if reused_report is not None:
-        taken = sorted({r["strategy"] for r in reused_report["results"]} - {s for _, s in traces})
+        taken = sorted({r["strategy"] for r in reused_report["results"]} - set(strategies))
         rows = sorted([*rows, *(r for r in reused_report["results"] if r["strategy"] in taken
                                 and r["dataset"] in datasets and r["budget"] in budgets)],
                       key=lambda r: (r["dataset"], r["strategy"], r["budget"]))
         score.update({k: v for k, v in reused_report["scores"].items() if k in taken})
         cpu.update({k: v for k, v in reused_report.get("cpu_by_strategy", {}).items() if k in taken})
-        taken_from = (f"Taken from `{args.reuse.name}` ({reused_report.get('host', 'host not recorded')}): "
+        taken_from = (f"Taken from `{args.reuse}` ({reused_report.get('host', 'host not recorded')}): "
                       f"{', '.join(taken)}.\n\n")
     mixes = [m for m in OUR_MIXES if m in score]
     lines = [line for m in mixes for line in (*verdict(rows, m), aggregate_line(score, m)) if line]
@@ -903,10 +940,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(payload)
     else:
-        print(score_table(score, cpu))
+        print(f"{taken_from}## Aggregate score\n\n{score_table(score, cpu)}")
         for m in mixes:
-            print(versus_table(rows, score, m))
-        print("\n".join(lines))
+            print(f"\n## {m} against the best peer\n\n{versus_table(rows, score, m)}")
+        print("\n## Targets\n\n" + "\n".join(f"- {line}" for line in lines))
         if failed:
             print(f"{len(failed)} runs failed:\n" + "\n".join(failed))
         print(f"{elapsed:.0f} s; figure: {html}" + (f", {png}" if png else ""))

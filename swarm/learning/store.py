@@ -16,6 +16,7 @@ from swarm.models import PENDING_STATUSES, Candidate, Goal, Insight, Run
 MAX_ROWS = 5000  # newest evaluations used per update: keeps an update in milliseconds
 WARM_START_CONFIGS = 8
 WARM_START_PER_GOAL = 3  # best configurations taken from each other goal of the workload
+WARM_START_GOALS = 20  # other goals of the workload read for a warm start, newest first
 IMPORTANCE_ROWS = 200
 LEARN_GROWTH = 1.5  # learn again once a run has half as many generations again
 _learned_at: dict[str, int] = {}  # run identity -> generation last learned from (per process)
@@ -104,10 +105,12 @@ def warm_start(goal: Goal) -> dict[str, Any]:
     configurations that fit the goal's space (at most :data:`WARM_START_CONFIGS`).
 
     First the best configurations of the insights (this target first, then any other target or
-    shape set); then, from the evaluated candidates of every other goal of the workload (the
-    same kernel tuned on another device or shape set), each goal's best, second best ... up to
-    :data:`WARM_START_PER_GOAL`, taken in turns across goals. A device's optimum is often a few
-    steps from another's, but not always its own best (``docs/runs.md``).
+    shape set; at most half the configurations); then, from the evaluated candidates of the
+    other goals of the workload with the goal's parameter names (the same kernel tuned on another
+    device or shape set; the :data:`WARM_START_GOALS` newest, this target first), each goal's
+    best, second best ... up to :data:`WARM_START_PER_GOAL`, taken in turns across goals. A
+    device's optimum is often a few steps from another's, but not always its own best
+    (``docs/runs.md``). Values are the space's own (a stored ``128.0`` is proposed as ``128``).
 
     Returns:
         ``{"configs": [params, ...], "from": [{"insight"|"candidate": pk, "target",
@@ -118,58 +121,87 @@ def warm_start(goal: Goal) -> dict[str, Any]:
     sources: list[dict[str, Any]] = []
     keys: set[str] = set()
 
-    def take(params: dict[str, Any], source: dict[str, Any]) -> None:
-        if len(configs) >= WARM_START_CONFIGS or not space.contains(params):
+    def take(params: Any, source: dict[str, Any], limit: int = WARM_START_CONFIGS) -> None:
+        point = _point(space, params)
+        if point is None or len(configs) >= limit:
             return
-        key = space.point_key(params)
+        key = space.point_key(point)
         if key not in keys:
             keys.add(key)
-            configs.append(params)
+            configs.append(point)
             sources.append(source)
 
     found = Insight.objects.filter(kind=Insight.Kind.BEST_CONFIG, workload=goal.workload)
     ranked = sorted(found, key=lambda i: (i.target != goal.target, i.shape_set != goal.shape_set, i.data.get("latency_ms", math.inf)))
     for i in ranked:
-        take(i.data.get("params") or {}, {"insight": i.pk, "target": i.target, "shape_set": i.shape_set,
-                                          "shape": i.data.get("shape")})
+        take(i.data.get("params"), {"insight": i.pk, "target": i.target, "shape_set": i.shape_set,
+                                    "shape": i.data.get("shape")}, WARM_START_CONFIGS // 2)
     for turn in zip_longest(*_best_of_other_goals(goal, space)):
         for row in turn:
             if row is not None:
-                take(row[0], row[1])
+                take(*row)
     return {"configs": configs, "from": sources} if configs else {}
 
 
+def _point(space, params: Any) -> dict[str, Any] | None:
+    """``params`` as a point of ``space`` with the space's own values (``128.0`` -> ``128``), or
+    None when it is not one."""
+    if not isinstance(params, dict) or not space.contains(params):
+        return None
+    return {p.name: p.values[list(p.values).index(params[p.name])] for p in space.parameters}
+
+
 def _best_of_other_goals(goal: Goal, space) -> list[list[tuple[dict[str, Any], dict[str, Any]]]]:
-    """Per other goal of ``goal``'s workload (its own target first), its best
+    """Per other goal of ``goal``'s workload with the same parameter names (the
+    :data:`WARM_START_GOALS` newest; this target first, then this shape set), its best
     :data:`WARM_START_PER_GOAL` feasible ``ok`` points of ``space`` by ``goal``'s primary
-    objective, best first, as ``(params, source)``; goals in order of their best's objective."""
+    objective among its :data:`MAX_ROWS` newest evaluations, best first, as ``(params, source)``.
+    Rows whose params, metrics or constraint values are malformed are skipped."""
     metric, direction = goal.primary["metric"], goal.primary["direction"]
     sign = 1.0 if direction == "minimize" else -1.0
-    rows = (Candidate.objects.filter(goal__workload=goal.workload, status="ok").exclude(goal=goal)
-            .order_by("-id").values_list("pk", "goal_id", "goal__target", "goal__shape_set", "params",
-                                         "evidence__metrics")[:MAX_ROWS])
     names = set(space.names)
-    per_goal: dict[int, list[tuple[float, int, dict, str, str]]] = {}
-    for pk, goal_id, target, shape_set, params, metrics in rows:
-        value = (metrics or {}).get(metric)
-        if set(params) != names or not _finite(value) or not goal.is_feasible(metrics) or not space.contains(params):
-            continue
-        per_goal.setdefault(goal_id, []).append((sign * value, pk, params, target, shape_set))
+    others = [g for g in Goal.objects.filter(workload=goal.workload).exclude(pk=goal.pk).order_by("-id")
+              .only("id", "target", "shape_set", "space") if _parameter_names(g.space) == names][:WARM_START_GOALS]
+    others.sort(key=lambda g: (g.target != goal.target, g.shape_set != goal.shape_set))  # stable: newest first
     out = []
-    for goal_id, found in per_goal.items():
-        found.sort(key=lambda r: (r[0], r[1]))
+    for other in others:
+        rows = (Candidate.objects.filter(goal=other, status="ok").order_by("-id")
+                .values_list("pk", "params", "evidence__metrics")[:MAX_ROWS])
+        scored = []
+        for pk, params, metrics in rows:
+            value = metrics.get(metric) if isinstance(metrics, dict) else None
+            if _finite(value) and _point(space, params) is not None and _feasible(goal, metrics):
+                scored.append((sign * value, pk, params))
+        scored.sort(key=lambda r: (r[0], r[1]))
         best, seen = [], set()
-        for _value, pk, params, target, shape_set in found:
-            key = space.point_key(params)
-            if key in seen:
-                continue
-            seen.add(key)
-            best.append((params, {"candidate": pk, "goal": goal_id, "target": target, "shape_set": shape_set}))
+        for _value, pk, params in scored:
+            key = space.point_key(_point(space, params))
+            if key not in seen:
+                seen.add(key)
+                best.append((params, {"candidate": pk, "goal": other.pk, "target": other.target,
+                                      "shape_set": other.shape_set}))
             if len(best) >= WARM_START_PER_GOAL:
                 break
-        out.append(((found[0][3] != goal.target, found[0][0]), best))
-    return [best for _, best in sorted(out, key=lambda o: o[0])]
+        if best:
+            out.append(best)
+    return out
+
+
+def _parameter_names(space: Any) -> set[str] | None:
+    """The parameter names of a stored design space (``DesignSpace.to_dict``), None when malformed."""
+    try:
+        return {p["name"] for p in space["parameters"]}
+    except (TypeError, KeyError):
+        return None
+
+
+def _feasible(goal: Goal, metrics: dict[str, Any]) -> bool:
+    """``goal``'s constraints hold for stored ``metrics``; False where a value is not a number."""
+    try:
+        return goal.is_feasible(metrics)
+    except (TypeError, ValueError):
+        return False
 
 
 def _finite(v: Any) -> bool:
-    return isinstance(v, (int, float)) and math.isfinite(v)
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

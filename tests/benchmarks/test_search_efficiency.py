@@ -214,8 +214,25 @@ def test_reuse_takes_the_strategies_not_run_from_an_earlier_report(tmp_path):
     report = json.loads((out / "search_efficiency.json").read_text())
     assert {r["strategy"] for r in report["results"]} == {"swarm", "kt:pso"}
     assert "kt:pso" in report["scores"] and any("swarm" in t and "kt:pso" in t for t in report["targets"])
-    assert "Taken from `earlier.json` (an earlier host): swarm." in (out / "search_efficiency.md").read_text()
-    (tmp_path / "bad.json").write_text("[]")
-    with pytest.raises(SystemExit):
-        main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--reuse", str(tmp_path / "bad.json"),
-              "--out", str(out)])
+    assert f"Taken from `{tmp_path / 'earlier.json'}` (an earlier host): swarm." in (out / "search_efficiency.md").read_text()
+    malformed = {**earlier, "results": [{"strategy": "swarm"}]}
+    other_budgets = ["--budgets", "2,8"]
+    for report, extra in (([], []), (malformed, []), (earlier, other_budgets), (earlier, ["--seeds", "2"])):
+        (tmp_path / "bad.json").write_text(json.dumps(report))
+        with pytest.raises(SystemExit):  # refused before any run, not after all of them
+            main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--reuse", str(tmp_path / "bad.json"),
+                  "--out", str(out), *extra])
+
+
+def test_a_stored_transfer_run_is_reused_only_for_the_same_files_learned_from(tmp_path):
+    from benchmarks.search_efficiency import _job_key, _read_traces
+
+    mine = load_dataset(_toy_cache(tmp_path / "mine.json", "k", 5), tmp_path)
+    other = load_dataset(_toy_cache(tmp_path / "other.json", "k", 12, "other device"), tmp_path)
+    record = ["ours", mine.name, "swarm:transfer", 0, 4, [[True, 1.0, None]], 1.0, 1.0]
+    (tmp_path / "t.jsonl").write_text(json.dumps([*record, []]) + "\n")  # a run that learned from nothing
+    stored = _read_traces(tmp_path / "t.jsonl")
+    assert _job_key(("ours", mine, "swarm:transfer", 0, 4, 4, ())) in stored
+    assert _job_key(("ours", mine, "swarm:transfer", 0, 4, 4, (other,))) not in stored
+    (tmp_path / "old.jsonl").write_text(json.dumps(record) + "\n")  # traces written before the files were recorded
+    assert list(_read_traces(tmp_path / "old.jsonl")) == [(mine.name, "swarm:transfer", 0, 4, ())]

@@ -88,3 +88,55 @@ def test_a_new_goal_starts_from_the_best_few_configurations_of_every_other_goal_
     run, first = orchestrator.start_run(new, budget=10, seed=3, batch_size=4)
     k = min(4, len(got["configs"]))
     assert [c.params for c in first][:k] == got["configs"][:k]
+
+
+def _evaluated(goal, params, latency_ms):
+    """A candidate of ``goal`` with ``params`` (stored as given) and evidence ``latency_ms``."""
+    from swarm.models import Candidate, Evidence, Run
+
+    run = goal.runs.first() or Run.objects.create(goal=goal, budget=10, seed=1, space=goal.space, constraints=[])
+    c = Candidate.objects.create(goal=goal, run=run, generation=1, agent="test", params=params, source="/* */",
+                                 content_hash=f"h{Candidate.objects.count()}", status="ok")
+    Evidence.objects.create(candidate=c, status="ok", metrics={"latency_ms": latency_ms} if latency_ms is not None else [1])
+    return c
+
+
+@pytest.mark.django_db
+def test_warm_start_reads_each_other_goal_and_skips_what_is_not_a_point_of_the_space(monkeypatch):
+    from swarm.learning import store
+
+    monkeypatch.setattr(store, "MAX_ROWS", 5)  # per goal: a big newer run does not hide an older goal
+    best = {"BX": 128, "BY": 4, "TILE": 2, "UNROLL": 1}
+    old = synthetic_goal(name="old device", target="cpu-old")
+    _evaluated(old, {**best, "BX": 128.0}, 0.5)  # stored as a float: proposed with the space's own value
+    big = synthetic_goal(name="big run", target="cpu-big")
+    for i in range(8):
+        _evaluated(big, {**best, "UNROLL": 0, "BY": [1, 2, 4, 8, 16, 32, 1, 2][i]}, 2.0 + i)
+    stranger = synthetic_goal(name="other space", target="cpu-q", space={"parameters": [{"name": "Q", "values": [1]}],
+                                                                     "restrictions": []})
+    for _ in range(8):
+        _evaluated(stranger, {"Q": 1}, 0.1)
+    broken = synthetic_goal(name="broken rows", target="cpu-broken")
+    for params, latency in (([["BX", 16]], 0.1), (5, 0.1), (best, True), (best, None), ({**best, "BX": 3}, 0.1)):
+        _evaluated(broken, params, latency)
+    new = synthetic_goal(name="new", target="cpu-new")
+    got = store.warm_start(new)
+    # in turns, newest goal first: the big run's best, then the old device's
+    assert got["configs"][1] == best and isinstance(got["configs"][1]["BX"], int)
+    assert {s["target"] for s in got["from"]} == {"cpu-old", "cpu-big"}
+    assert len(got["configs"]) == 1 + store.WARM_START_PER_GOAL
+
+
+@pytest.mark.django_db
+def test_insights_fill_at_most_half_of_the_warm_start():
+    from swarm.learning import store
+
+    space_points = SPACE.sample(np.random.default_rng(4), 12)
+    for i, p in enumerate(space_points[:10]):
+        Insight.objects.create(kind=Insight.Kind.BEST_CONFIG, workload="rmsnorm", target=f"t{i}", shape_set="s",
+                               data={"shape": "a", "params": p, "latency_ms": 1.0 + i})
+    other = synthetic_goal(name="other", target="cpu-other")
+    _evaluated(other, space_points[11], 0.1)
+    got = store.warm_start(synthetic_goal(name="new", target="cpu-new"))
+    assert sum("insight" in s for s in got["from"]) == store.WARM_START_CONFIGS // 2
+    assert space_points[11] in got["configs"]
