@@ -908,6 +908,7 @@ def main(argv: list[str] | None = None) -> int:
                       key=lambda r: (r["dataset"], r["strategy"], r["budget"]))
         score.update({k: v for k, v in reused_report["scores"].items() if k in taken})
         cpu.update({k: v for k, v in reused_report.get("cpu_by_strategy", {}).items() if k in taken})
+        left_out = {k: v for k, v in left_out.items() if k not in taken}
         taken_from = (f"Taken from `{args.reuse}` ({reused_report.get('host', 'host not recorded')}): "
                       f"{', '.join(taken)}.\n\n")
     mixes = [m for m in OUR_MIXES if m in score]
