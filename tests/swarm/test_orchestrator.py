@@ -95,8 +95,8 @@ def test_budget_must_be_positive(small_goal):
 
 
 @pytest.mark.django_db
-def test_an_identical_kernel_in_another_goal_reuses_its_evidence_instead_of_re_benchmarking():
-    from swarm.models import Insight
+def test_an_identical_kernel_in_another_goal_reuses_its_evidence_instead_of_re_benchmarking(monkeypatch):
+    from swarm.learning import store
     from tests.swarm.synthetic import drive, synthetic_evaluate, synthetic_goal
 
     calls = []
@@ -109,7 +109,7 @@ def test_an_identical_kernel_in_another_goal_reuses_its_evidence_instead_of_re_b
     run_a, pending = orchestrator.start_run(a, budget=12, seed=9, batch_size=4)
     drive(run_a, pending, evaluate=counting)
     assert len(calls) == 12
-    Insight.objects.all().delete()  # no warm start: run B proposes exactly what run A did
+    monkeypatch.setattr(store, "warm_start", lambda goal: {})  # run B proposes exactly what run A did
     b = synthetic_goal(name="b")
     run_b, pending = orchestrator.start_run(b, budget=12, seed=9, batch_size=4)
     drive(run_b, pending, evaluate=counting)
