@@ -170,12 +170,12 @@ def _best_of_other_goals(goal: Goal, space) -> list[list[tuple[dict[str, Any], d
         scored = []
         for pk, params, metrics in rows:
             value = metrics.get(metric) if isinstance(metrics, dict) else None
-            if _finite(value) and _point(space, params) is not None and _feasible(goal, metrics):
-                scored.append((sign * value, pk, params))
+            if _finite(value) and _feasible(goal, metrics) and (point := _point(space, params)) is not None:
+                scored.append((sign * value, pk, point))
         scored.sort(key=lambda r: (r[0], r[1]))
         best, seen = [], set()
         for _value, pk, params in scored:
-            key = space.point_key(_point(space, params))
+            key = space.point_key(params)
             if key not in seen:
                 seen.add(key)
                 best.append((params, {"candidate": pk, "goal": other.pk, "target": other.target,
