@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from swarm.agents.base import Agent, Observation, Proposal, RunView
+from swarm.agents.base import Agent, Observation, Proposal, RelatedEvidence, RunView
 from swarm.agents.evolutionary import EvolutionaryAgent
 from swarm.agents.gaussian_process import GaussianProcessAgent
 from swarm.agents.llm import LLMAgent
@@ -26,7 +26,9 @@ AGENTS: dict[str, type[Agent]] = {
 #: parameter's values (``jump_rate`` 1.0: Kernel Tuner's GA mutates to a random Hamming
 #: neighbour too; a lone optimum several adjacent steps from the runner-up is one jump away),
 #: sharing each generation by credit. The GP carries smooth landscapes (a GEMM's tile and vector
-#: widths), the forest and the local agent rough ones (a convolution's block sizes). Chosen on
+#: widths), the forest and the local agent rough ones (a convolution's block sizes). Where the
+#: kernel was tuned on another device, the forests transfer from those evaluations, weighted by
+#: how well they rank this run's (``docs/runs.md``). Chosen on
 #: the recorded landscapes of ``benchmarks.search_efficiency``; the measurements behind the
 #: choice are in ``docs/benchmarks.md``. Random sampling, Optuna, pack and LLM agents are
 #: available as agents too.
@@ -51,4 +53,4 @@ def make_agent(kind: str, seed: int, settings: dict[str, Any] | None = None) -> 
     return cls(seed, **(settings or {}))
 
 
-__all__ = ["AGENTS", "DEFAULT_MIX", "Agent", "Observation", "Proposal", "RunView", "make_agent"]
+__all__ = ["AGENTS", "DEFAULT_MIX", "Agent", "Observation", "Proposal", "RelatedEvidence", "RunView", "make_agent"]

@@ -51,6 +51,23 @@ class Observation:
 
 
 @dataclass(frozen=True)
+class RelatedEvidence:
+    """Evaluations of the same kernel with the same parameters in another goal (another device
+    or shape set), as a transferring model reads them.
+
+    Attributes:
+        source: where they come from, for rationales, e.g. ``"goal 7 (a100, default)"``.
+        points: parameter values, points of the run's space.
+        scores: the run's primary objective at those points as :meth:`RunView.score` gives it
+            (smaller is better; ``ok`` and feasible evaluations only), one per point.
+    """
+
+    source: str
+    points: tuple[dict[str, Any], ...]
+    scores: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class RunView:
     """What an agent may know about a run when it proposes the next generation.
 
@@ -64,6 +81,9 @@ class RunView:
         seen: point keys of every candidate of the goal (evaluated or pending).
         history: evaluated candidates of the goal, oldest first.
         warm_start: parameter sets that were best in earlier runs on this workload (insights).
+        related: evaluations of other goals of the workload with the same parameter names
+            (:class:`RelatedEvidence`), which a model may transfer where they rank this run's
+            evaluations well (:mod:`swarm.agents.transfer`).
         insights: latest insights for (workload, target) as dicts (LLM agents read them).
         contract: workload math and candidate contract, as text (LLM agents read it).
         template: the goal's template source.
@@ -89,6 +109,7 @@ class RunView:
     seen: frozenset[str]
     history: tuple[Observation, ...] = field(default=())
     warm_start: tuple[dict[str, Any], ...] = field(default=())
+    related: tuple[RelatedEvidence, ...] = field(default=())
     insights: tuple[dict[str, Any], ...] = field(default=())
     contract: str = ""
     template: str = ""

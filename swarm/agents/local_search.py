@@ -15,6 +15,8 @@ Once a few evaluations exist, the unseen neighbours of a base are tried in the o
 random-forest surrogate of the evaluations predicts (best predicted first; :class:`~swarm.agents.
 surrogate.ForestAgent`'s model) instead of a random one, so the climb spends its evaluations
 on the neighbours the evidence favours (``docs/benchmarks.md`` gives the measured effect).
+Where other goals' evidence is at hand that forest transfers from it as the forest agent does
+(:mod:`swarm.agents.transfer`).
 """
 
 from __future__ import annotations

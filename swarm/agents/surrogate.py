@@ -11,6 +11,11 @@ models each parameter's density on its own, trees see interactions between param
 parameters are offered to them as features too. The Gaussian-process model is in
 :mod:`swarm.agents.gaussian_process`.
 
+Where other goals of the workload hold evaluations of the same parameters (``RunView.related``:
+the kernel on another device), the forest is one member of a ranking-weighted ensemble with a
+forest of each (:mod:`swarm.agents.transfer`), and it models from the third evaluation
+(:data:`RELATED_STARTUP`) instead of after ``startup`` random ones.
+
 Candidates scored per generation: every unseen point of the space when it has at most
 ``pool`` points, else a random sample of that size, plus every unseen neighbour of the best
 evaluation (one or two parameters changed) and of the next two (one parameter changed), and
@@ -21,14 +26,28 @@ model).
 from __future__ import annotations
 
 import abc
+import hashlib
 import itertools
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from swarm.agents.base import INFEASIBLE, Agent, Observation, Proposal, RunView, at_least, between, fraction
+from swarm.agents import transfer
+from swarm.agents.base import INFEASIBLE, Agent, Observation, Proposal, RelatedEvidence, RunView, at_least, between, fraction
 from swarm.agents.space_index import SpaceIndex, index_of, varying
+
+#: Evaluations before the model is used when other goals' evidence is at hand (``startup``
+#: otherwise): the fewest whose ranking can weigh that evidence.
+RELATED_STARTUP = 3
+#: Fewest evaluations of an other goal that a forest is fitted to.
+MIN_RELATED = 10
+_RELATED_CACHE = 32  # forests of other goals kept per process
+_related_forests: OrderedDict[bytes, list] = OrderedDict()
+_lock = threading.Lock()
 
 
 class SurrogateAgent(Agent):
@@ -49,6 +68,10 @@ class SurrogateAgent(Agent):
 
     #: Named in the rationale of each proposal ("<model> predicts ...").
     model_name = "surrogate"
+    #: Whether the model takes in other goals' evidence (``RunView.related``).
+    transfers = False
+    #: The transfer weights of the latest model (:mod:`swarm.agents.transfer`), for rationales.
+    transfer_note = ""
 
     NUMERIC_SETTINGS = (
         ("startup", 10, int, *at_least(0)), ("pool", 2000, int, *between(1, 100_000)),
@@ -56,7 +79,10 @@ class SurrogateAgent(Agent):
     )
 
     def propose(self, view: RunView, n: int) -> list[Proposal]:
+        # Other goals' evidence stands in for the random start once it can be judged.
         startup = self.setting("startup")
+        if view.related and self.transfers:
+            startup = min(startup, RELATED_STARTUP)
         names = set(view.space.names)
         obs = [o for o in view.history if set(o.params) == names]
         taken: set[str] = set()
@@ -71,6 +97,7 @@ class SurrogateAgent(Agent):
                         out.append(Proposal(params=dict(params), rationale="warm start from insights"))
             return out + self.fill_random(view, n - len(out), taken)
         y = self._targets(view, obs)
+        self.transfer_note = ""
         model = self._model(view, obs, self._features(view, _values(view, [o.params for o in obs])), y)
         best = sorted(feasible, key=view.score)[:3]
         index = index_of(view.space)
@@ -100,7 +127,8 @@ class SurrogateAgent(Agent):
             taken.add(key)
             out.append(Proposal(params=params, rationale=(
                 f"{self.model_name} predicts {metric} {sign * (float(np.exp(mu[i])) - shift):.4g} "
-                f"(spread x{float(np.exp(sigma[i])):.2f} in log units), expected improvement {ei[i]:.3g} in log units")))
+                f"(spread x{float(np.exp(sigma[i])):.2f} in log units), expected improvement {ei[i]:.3g} in log units"
+                + (f"; {self.transfer_note}" if self.transfer_note else ""))))
         return out + self.fill_random(view, n - len(out), taken)
 
     # -- model ---------------------------------------------------------------------------
@@ -203,7 +231,8 @@ class SurrogateAgent(Agent):
 
 
 class ForestAgent(SurrogateAgent):
-    """Expected improvement under a random-forest surrogate of the primary objective.
+    """Expected improvement under a random-forest surrogate of the primary objective, in a
+    ranking-weighted ensemble with forests of other goals' evaluations where the run has them.
 
     Settings (besides :class:`SurrogateAgent`'s):
         trees: trees in the forest (default 16; SMAC uses 10). Fitting dominates the agent's
@@ -215,6 +244,7 @@ class ForestAgent(SurrogateAgent):
 
     kind = "forest"
     model_name = "forest"
+    transfers = True
 
     NUMERIC_SETTINGS = SurrogateAgent.NUMERIC_SETTINGS + (
         ("trees", 16, int, *between(1, 1000)), ("leaf", 3, int, *at_least(1)),
@@ -230,13 +260,77 @@ class ForestAgent(SurrogateAgent):
         pairs = [base[:, i] * base[:, j] for i, j in itertools.combinations(range(base.shape[1]), 2)]
         return np.column_stack([base, *pairs]) if pairs else base
 
-    def _model(self, view: RunView, obs: list[Observation], X: np.ndarray, y: np.ndarray) -> list:
-        return self._fit(X, y)  # every generation: a forest is cheap to fit
+    def _model(self, view: RunView, obs: list[Observation], X: np.ndarray, y: np.ndarray) -> Any:
+        trees, counts = self._fit_counted(X, y)  # every generation: a forest is cheap to fit
+        if not view.related:
+            return trees
+        return self._with_related(view, obs, X, y, trees, counts)
+
+    def _with_related(self, view: RunView, obs: list[Observation], X: np.ndarray, y: np.ndarray,
+                      trees: list, counts: np.ndarray) -> Any:
+        """The run's forest in a ranking-weighted ensemble with a forest of each other goal's
+        evaluations (:mod:`swarm.agents.transfer`), judged on the run's latest feasible
+        evaluations (the own forest by its out-of-bag predictions); ``trees`` alone when fewer
+        than three are feasible."""
+        own = [i for i, o in enumerate(obs) if view.is_feasible(o)][-transfer.MAX_POINTS:]
+        if len(own) < 3:
+            return trees
+        Xo, yo = X[own], y[own]
+        per_tree = np.stack([t.tree_.predict(np.ascontiguousarray(Xo, dtype=np.float32))[:, 0] for t in trees])
+        out_of_bag = counts[:, own] == 0
+        seen_by = out_of_bag.sum(axis=0)
+        oob = np.where(seen_by > 0, (per_tree * out_of_bag).sum(axis=0) / np.maximum(seen_by, 1), per_tree.mean(axis=0))
+        preds, members = [oob], []
+        for related in view.related:
+            forest = self._related_forest(view, related)
+            if forest is None:
+                continue
+            at_own, _ = self._predict(forest, Xo)
+            scaled = transfer.Scaled.matching(at_own, yo)
+            if scaled is not None:
+                preds.append(at_own)
+                members.append((related.source, forest, scaled))
+        if not members:
+            return trees
+        weights = transfer.ranking_weights(np.stack(preds), yo, self.rng)
+        self.transfer_note = f"transfer weights: this run {weights[0]:.2f}, " + ", ".join(
+            f"{source} {w:.2f}" for (source, _, _), w in zip(members, weights[1:]))
+        kept = [(m, float(w)) for m, w in zip(members, weights[1:]) if w > 0]
+        if not kept:
+            return trees
+        return _Ensemble(trees, tuple(m for m, _ in kept), (float(weights[0]), *(w for _, w in kept)))
+
+    def _related_forest(self, view: RunView, related: RelatedEvidence) -> list | None:
+        """A forest of ``related``'s evaluations (log scores), with the settings of this agent;
+        kept per process, since an other goal's evidence is read once per run. None with fewer
+        than :data:`MIN_RELATED` points of the space."""
+        points = [p for p in related.points if view.space.contains(p)]
+        if len(points) < MIN_RELATED:
+            return None
+        scores = np.array([s for p, s in zip(related.points, related.scores) if view.space.contains(p)], dtype=float)
+        X = self._features(view, _values(view, points))
+        key = hashlib.sha256(X.tobytes() + scores.tobytes() + repr(sorted(self.settings.items())).encode()).digest()
+        with _lock:
+            if key in _related_forests:
+                _related_forests.move_to_end(key)
+                return _related_forests[key]
+        seeded = ForestAgent(int.from_bytes(key[:4], "little"), **self.settings)
+        forest = seeded._fit_counted(X, np.log(scores + _log_shift(scores)))[0]
+        with _lock:
+            _related_forests[key] = forest
+            while len(_related_forests) > _RELATED_CACHE:
+                _related_forests.popitem(last=False)
+        return forest
 
     def _fit(self, X: np.ndarray, y: np.ndarray) -> list:
+        """The forest's trees (:meth:`_fit_counted`)."""
+        return self._fit_counted(X, y)[0]
+
+    def _fit_counted(self, X: np.ndarray, y: np.ndarray) -> tuple[list, np.ndarray]:
         """The forest: ``trees`` regression trees, each on a bootstrap sample (as counts in
         ``sample_weight``) with ``max_features`` of the features tried per split, exactly
-        how ``RandomForestRegressor`` builds its trees. Built here rather than through it:
+        how ``RandomForestRegressor`` builds its trees, and the counts, ``float64 [trees, n]``
+        (0: the point is out of the tree's bag). Built here rather than through it:
         the forest's per-fit estimator cloning and input checks cost as much as the trees
         themselves at these sizes (tens of points, 16 trees, every generation)."""
         import sklearn
@@ -250,7 +344,7 @@ class ForestAgent(SurrogateAgent):
                              "a finite failure_quantile)")
         n = len(y64)
         leaf, max_features = self.setting("leaf"), self.setting("max_features")
-        trees = []
+        trees, bags = [], []
         # The settings were checked once (_check_settings); sklearn's per-fit parameter
         # validation is a fifth of a small tree's fit.
         with sklearn.config_context(skip_parameter_validation=True):
@@ -259,15 +353,34 @@ class ForestAgent(SurrogateAgent):
                                              random_state=int(self.rng.integers(2**31)))
                 counts = np.bincount(self.rng.integers(0, n, n), minlength=n).astype(np.float64)
                 trees.append(tree.fit(X32, y64, sample_weight=counts, check_input=False))
-        return trees
+                bags.append(counts)
+        return trees, np.stack(bags)
 
     @staticmethod
-    def _predict(trees: list, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _predict(model: Any, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if isinstance(model, _Ensemble):
+            means, stds = [], []
+            for trees, scaled in ((model.trees, None), *((f, sc) for _, f, sc in model.members)):
+                mu, sd = ForestAgent._predict(trees, X)
+                means.append(mu if scaled is None else scaled.offset + scaled.slope * mu)
+                stds.append(sd if scaled is None else scaled.slope * sd)
+            return transfer.combine(means, stds, np.array(model.weights))
+        trees = model
         # Each tree's own predictions (their spread is the uncertainty), through the fitted
         # ``tree_`` directly: the estimators' input checks cost 4x the prediction itself.
         X32 = np.ascontiguousarray(X, dtype=np.float32)  # the dtype trees are fitted in
         per_tree = np.stack([t.tree_.predict(X32)[:, 0] for t in trees])
         return per_tree.mean(axis=0), per_tree.std(axis=0) + 1e-9
+
+
+@dataclass(frozen=True)
+class _Ensemble:
+    """The run's forest with other goals' forests (``(source, trees, scaled)``) and the
+    weights of all of them, the run's first (:func:`swarm.agents.transfer.ranking_weights`)."""
+
+    trees: list
+    members: tuple[tuple[str, list, transfer.Scaled], ...]
+    weights: tuple[float, ...]
 
 
 def _values(view: RunView, points: list[dict[str, Any]]) -> np.ndarray:

@@ -10,6 +10,8 @@ import math
 from itertools import zip_longest
 from typing import Any
 
+import numpy as np
+
 from swarm.learning import insights
 from swarm.models import PENDING_STATUSES, Candidate, Goal, Insight, Run
 
@@ -17,6 +19,8 @@ MAX_ROWS = 5000  # newest evaluations used per update: keeps an update in millis
 WARM_START_CONFIGS = 8
 WARM_START_PER_GOAL = 3  # best configurations taken from each other goal of the workload
 WARM_START_GOALS = 20  # other goals of the workload read for a warm start, newest first
+TRANSFER_GOALS = 4  # other goals whose evaluations a transferring model reads (related_evidence)
+TRANSFER_ROWS = 300  # points per such goal, spread over its ranking
 IMPORTANCE_ROWS = 200
 LEARN_GROWTH = 1.5  # learn again once a run has half as many generations again
 _learned_at: dict[str, int] = {}  # run identity -> generation last learned from (per process)
@@ -151,12 +155,42 @@ def _point(space, params: Any) -> dict[str, Any] | None:
     return {p.name: p.values[list(p.values).index(params[p.name])] for p in space.parameters}
 
 
-def _best_of_other_goals(goal: Goal, space) -> list[list[tuple[dict[str, Any], dict[str, Any]]]]:
-    """Per other goal of ``goal``'s workload with the same parameter names (the
-    :data:`WARM_START_GOALS` newest; this target first, then this shape set), its best
-    :data:`WARM_START_PER_GOAL` feasible ``ok`` points of ``space`` by ``goal``'s primary
-    objective among its :data:`MAX_ROWS` newest evaluations, best first, as ``(params, source)``.
-    Rows whose params, metrics or constraint values are malformed are skipped."""
+def related_evidence(goal: Goal) -> list[dict[str, Any]]:
+    """What a transferring model learns from (:class:`swarm.agents.RelatedEvidence`): the
+    evaluations of the first :data:`TRANSFER_GOALS` other goals of ``goal``'s workload with the
+    same parameter names (the order of :func:`_scored_other_goals`), each as at most
+    :data:`TRANSFER_ROWS` distinct points spread evenly over its ranking (its best included).
+
+    Returns:
+        ``[{"source": "goal 7 (a100, default)", "points": [params, ...], "scores": [float, ...]}]``,
+        scores as ``goal``'s primary objective is minimised (negated when maximised).
+    """
+    space = goal.design_space()
+    out = []
+    for other, scored in _scored_other_goals(goal, space, TRANSFER_GOALS):
+        unique, keys = [], set()
+        for value, _pk, point in scored:
+            key = space.point_key(point)
+            if key not in keys:
+                keys.add(key)
+                unique.append((value, point))
+        if len(unique) > TRANSFER_ROWS:  # every k-th of the ranking: the best, the worst and between
+            unique = [unique[int(i)] for i in np.linspace(0, len(unique) - 1, TRANSFER_ROWS).round()]
+        if unique:
+            out.append({"source": f"goal {other.pk} ({other.target}, {other.shape_set})",
+                        "points": [p for _, p in unique], "scores": [v for v, _ in unique]})
+    return out
+
+
+def _scored_other_goals(goal: Goal, space, limit: int = WARM_START_GOALS,
+                        ) -> list[tuple[Goal, list[tuple[float, int, dict[str, Any]]]]]:
+    """The other goals of ``goal``'s workload with the same parameter names (the
+    :data:`WARM_START_GOALS` newest; this target first, then this shape set), each with its
+    feasible ``ok`` points of ``space`` among its :data:`MAX_ROWS` newest evaluations as
+    ``(score, candidate pk, params)``, best first by ``goal``'s primary objective (the score is
+    that objective, negated when it is maximised). Rows whose params, metrics or constraint
+    values are malformed are skipped; goals without a point are left out, and the reading stops
+    at ``limit`` goals with points."""
     metric, direction = goal.primary["metric"], goal.primary["direction"]
     sign = 1.0 if direction == "minimize" else -1.0
     names = set(space.names)
@@ -173,6 +207,18 @@ def _best_of_other_goals(goal: Goal, space) -> list[list[tuple[dict[str, Any], d
             if _finite(value) and _feasible(goal, metrics) and (point := _point(space, params)) is not None:
                 scored.append((sign * value, pk, point))
         scored.sort(key=lambda r: (r[0], r[1]))
+        if scored:
+            out.append((other, scored))
+            if len(out) >= limit:
+                break
+    return out
+
+
+def _best_of_other_goals(goal: Goal, space) -> list[list[tuple[dict[str, Any], dict[str, Any]]]]:
+    """Per other goal of :func:`_scored_other_goals`, its best :data:`WARM_START_PER_GOAL`
+    distinct points, best first, as ``(params, source)``."""
+    out = []
+    for other, scored in _scored_other_goals(goal, space):
         best, seen = [], set()
         for _value, pk, params in scored:
             key = space.point_key(params)

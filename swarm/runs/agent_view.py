@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import kernels
 from kernels.space import format_defines
-from swarm.agents import AGENTS, Observation, RunView
+from swarm.agents import AGENTS, Observation, RelatedEvidence, RunView
 from swarm.learning import store as insight_store
 from swarm.models import PENDING_STATUSES, UNJUDGED_STATUSES, Candidate, Evidence, Goal, Run
 from swarm.runs import roofline
@@ -41,6 +41,7 @@ class _Kept(NamedTuple):
 
 
 _kept: OrderedDict[str, _Kept] = OrderedDict()
+_related_kept: OrderedDict[str, tuple[RelatedEvidence, ...]] = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -97,12 +98,14 @@ def observe(run_identity: str, constraints: list[dict], names: Sequence[str], ro
 
 
 def forget(run_identity: str | None = None) -> None:
-    """Drop the kept observations of one run, or of every run."""
+    """Drop the kept observations and related evidence of one run, or of every run."""
     with _lock:
         if run_identity is None:
             _kept.clear()
+            _related_kept.clear()
         else:
             _kept.pop(run_identity, None)
+            _related_kept.pop(run_identity, None)
 
 
 def reads_context(kind: str) -> bool:
@@ -130,6 +133,7 @@ def run_view(run: Run, generation: int | None = None, *, rows: list | None = Non
         constraints=tuple(run.constraints), generation=generation or run.generation + 1,
         seen=seen, history=history,
     )
+    partial = replace(partial, related=_related(run))
     if not context:
         return replace(partial, warm_start=tuple(run.warm_start.get("configs", [])), run=run.identity)
     # Sources and logs only for what an LLM prompt shows: the best few and recent failures.
@@ -162,6 +166,22 @@ def run_view(run: Run, generation: int | None = None, *, rows: list | None = Non
         directions=tuple(_direction_line(d) for d in run.directions.filter(state="applied").order_by("applied_at")[:20]),
         context_tokens=goal.llm_context_tokens,
     )
+
+
+def _related(run: Run) -> tuple[RelatedEvidence, ...]:
+    """The other goals' evidence a transferring model reads (:func:`swarm.learning.store.
+    related_evidence`), read once per run and process: a snapshot at the run's first view."""
+    with _lock:
+        if run.identity in _related_kept:
+            _related_kept.move_to_end(run.identity)
+            return _related_kept[run.identity]
+    related = tuple(RelatedEvidence(r["source"], tuple(r["points"]), tuple(r["scores"]))
+                    for r in insight_store.related_evidence(run.goal))
+    with _lock:
+        _related_kept[run.identity] = related
+        while len(_related_kept) > MAX_RUNS:
+            _related_kept.popitem(last=False)
+    return related
 
 
 def _incumbent(goal: Goal, view: RunView) -> dict[str, Any]:
