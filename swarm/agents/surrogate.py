@@ -81,7 +81,8 @@ class SurrogateAgent(Agent):
     def propose(self, view: RunView, n: int) -> list[Proposal]:
         # Other goals' evidence stands in for the random start once it can be judged.
         startup = self.setting("startup")
-        if view.related and self.transfers:
+        if self.transfers and "startup" not in self.settings and any(
+                len(_usable(view, r)) >= MIN_RELATED for r in view.related):
             startup = min(startup, RELATED_STARTUP)
         names = set(view.space.names)
         obs = [o for o in view.history if set(o.params) == names]
@@ -276,10 +277,18 @@ class ForestAgent(SurrogateAgent):
         if len(own) < 3:
             return trees
         Xo, yo = X[own], y[own]
-        per_tree = np.stack([t.tree_.predict(np.ascontiguousarray(Xo, dtype=np.float32))[:, 0] for t in trees])
-        out_of_bag = counts[:, own] == 0
-        seen_by = out_of_bag.sum(axis=0)
-        oob = np.where(seen_by > 0, (per_tree * out_of_bag).sum(axis=0) / np.maximum(seen_by, 1), per_tree.mean(axis=0))
+        # A tree that could not split (too few points for its leaves) predicts the mean of its
+        # bag, which out of bag ranks the points exactly backwards: it knows nothing, and counts
+        # as such (a constant ranks every pair half right).
+        split = [k for k, t in enumerate(trees) if t.tree_.node_count > 1]
+        if split:
+            per_tree = np.stack([trees[k].tree_.predict(np.ascontiguousarray(Xo, dtype=np.float32))[:, 0] for k in split])
+            out_of_bag = counts[np.ix_(split, own)] == 0
+            seen_by = out_of_bag.sum(axis=0)
+            oob = np.where(seen_by > 0, (per_tree * out_of_bag).sum(axis=0) / np.maximum(seen_by, 1),
+                           per_tree.mean(axis=0))
+        else:
+            oob = np.zeros(len(own))
         preds, members = [oob], []
         for related in view.related:
             forest = self._related_forest(view, related)
@@ -301,21 +310,29 @@ class ForestAgent(SurrogateAgent):
         return _Ensemble(trees, tuple(m for m, _ in kept), (float(weights[0]), *(w for _, w in kept)))
 
     def _related_forest(self, view: RunView, related: RelatedEvidence) -> list | None:
-        """A forest of ``related``'s evaluations (log scores), with the settings of this agent;
-        kept per process, since an other goal's evidence is read once per run. None with fewer
-        than :data:`MIN_RELATED` points of the space."""
-        points = [p for p in related.points if view.space.contains(p)]
-        if len(points) < MIN_RELATED:
+        """A forest of ``related``'s evaluations (log scores, shifted as the run's own targets
+        are) with the settings of this agent; kept per process, since an other goal's evidence
+        is read once per run. None with fewer than :data:`MIN_RELATED` finite points of the
+        space, when every score is the same, or when a score is too far out for its log (a
+        glitched value of 1e16 loses the shift's 1 to rounding)."""
+        rows = _usable(view, related)
+        if len(rows) < MIN_RELATED:
             return None
-        scores = np.array([s for p, s in zip(related.points, related.scores) if view.space.contains(p)], dtype=float)
+        points = [p for p, _ in rows]
+        scores = np.array([s for _, s in rows], dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            targets = np.log(scores + _log_shift(scores))
+        if np.ptp(scores) == 0 or not np.isfinite(targets).all():
+            return None
         X = self._features(view, _values(view, points))
-        key = hashlib.sha256(X.tobytes() + scores.tobytes() + repr(sorted(self.settings.items())).encode()).digest()
+        key = hashlib.sha256(repr(X.shape).encode() + X.tobytes() + targets.tobytes()
+                             + repr(sorted(self.settings.items())).encode()).digest()
         with _lock:
             if key in _related_forests:
                 _related_forests.move_to_end(key)
                 return _related_forests[key]
         seeded = ForestAgent(int.from_bytes(key[:4], "little"), **self.settings)
-        forest = seeded._fit_counted(X, np.log(scores + _log_shift(scores)))[0]
+        forest = seeded._fit_counted(X, targets)[0]
         with _lock:
             _related_forests[key] = forest
             while len(_related_forests) > _RELATED_CACHE:
@@ -371,6 +388,12 @@ class ForestAgent(SurrogateAgent):
         X32 = np.ascontiguousarray(X, dtype=np.float32)  # the dtype trees are fitted in
         per_tree = np.stack([t.tree_.predict(X32)[:, 0] for t in trees])
         return per_tree.mean(axis=0), per_tree.std(axis=0) + 1e-9
+
+
+def _usable(view: RunView, related: RelatedEvidence) -> list[tuple[dict[str, Any], float]]:
+    """``related``'s points of the run's space with finite scores, as ``(params, score)``."""
+    return [(p, float(s)) for p, s in zip(related.points, related.scores)
+            if np.isfinite(s) and view.space.contains(p)]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ out-of-bag predictions, so it is not favoured for having seen the points. A devi
 landscape ranks configurations as this one does steers the proposals from the first evaluations;
 one that ranks them otherwise (a GPU of another vendor) gets no weight, and the run searches as
 it would alone. RGPE's guard against weight dilution holds too: an other goal whose median loss
-is above the 95th percentile of the own model's gets no weight.
+is above the 95th percentile of the own model's gets no weight, and so does one that ranks the
+run's evaluations no better than chance.
 
 Units: predictions are the log objective as minimised (:meth:`SurrogateAgent._targets`); an
 other goal's predictions are mapped onto the run's scale by matching their mean and spread at
@@ -70,8 +71,8 @@ def ranking_weights(preds: np.ndarray, y: np.ndarray, rng: np.random.Generator, 
     Returns:
         ``float64 [m]``, summing to 1: each model's share of the resamples in which it misranks
         the fewest pairs (ties share a resample). Other goals whose median loss is above the
-        95th percentile of the own model's get 0 (their share goes to the own model). With
-        fewer than 3 evaluations the own model gets 1.
+        95th percentile of the own model's, or no better than chance (a constant's), get 0
+        (their share goes to the own model). With fewer than 3 evaluations the own model gets 1.
     """
     m, n = preds.shape
     weights = np.zeros(m)
@@ -79,10 +80,12 @@ def ranking_weights(preds: np.ndarray, y: np.ndarray, rng: np.random.Generator, 
         weights[0] = 1.0
         return weights
     counts = rng.multinomial(n, np.full(n, 1.0 / n), size=samples).astype(np.float64)
-    losses = ranking_losses(preds, y, counts)
+    losses = ranking_losses(np.vstack([preds, np.zeros(n)]), y, counts)
+    chance, losses = losses[:, -1], losses[:, :-1]  # a constant ranks every pair half right
     best = losses == losses.min(axis=1, keepdims=True)
     weights = (best / best.sum(axis=1, keepdims=True)).mean(axis=0)
-    diluting = np.median(losses[:, 1:], axis=0) > np.percentile(losses[:, 0], 95)
+    diluting = ((np.median(losses[:, 1:], axis=0) > np.percentile(losses[:, 0], 95))
+                | (np.median(losses[:, 1:], axis=0) >= np.median(chance)))
     weights[0] += weights[1:][diluting].sum()
     weights[1:][diluting] = 0.0
     return weights
@@ -112,3 +115,4 @@ def combine(means: list[np.ndarray], stds: list[np.ndarray], weights: np.ndarray
     mean = sum(w * mu for w, mu in zip(weights, means))
     std = sum(w * sd for w, sd in zip(weights, stds))
     return np.asarray(mean, dtype=float), np.asarray(std, dtype=float) + 1e-9
+

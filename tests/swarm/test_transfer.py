@@ -127,3 +127,39 @@ def test_with_other_goals_evidence_the_forest_models_from_the_third_evaluation()
     assert not any(p.rationale for p in alone)  # below its startup: random points
     gp = make_agent("gp", 4).propose(replace(view(history, 2), related=(related(),)), 4)
     assert not any(p.rationale for p in gp)  # the GP does not transfer: its startup holds
+
+
+def test_an_inverted_device_gets_no_weight_even_before_the_forest_can_split():
+    from dataclasses import replace
+
+    # 3-5 points: with leaves of 3 a tree cannot split, and its out-of-bag mean would rank the
+    # points backwards; a device that ranks them otherwise must still not win the weight
+    points = [p for p in SPACE.sample(np.random.default_rng(11), 40) if landscape(p)[0] == "ok"]
+    for n in (3, 4, 5):
+        for seed in range(4):
+            v = replace(view(evaluated(points[:n]), 2), related=(related(invert=True),))
+            proposals = make_agent("forest", seed).propose(v, 2)
+            assert "transfer weights: this run 1.00" in proposals[0].rationale, (n, seed, proposals[0].rationale)
+
+
+def test_a_glitched_value_in_an_other_goal_leaves_it_out_instead_of_failing_the_forest():
+    from dataclasses import replace
+
+    glitched = related()
+    glitched = RelatedEvidence(glitched.source, glitched.points, (-1e17, *glitched.scores[1:]))
+    history = evaluated(SPACE.sample(np.random.default_rng(5), 12))
+    proposals = make_agent("forest", 4).propose(replace(view(history, 3), related=(glitched,)), 4)
+    assert len(proposals) == 4 and all(p.rationale.startswith("forest predicts") for p in proposals)
+    assert "transfer" not in proposals[0].rationale
+
+
+def test_the_startup_is_shortened_only_by_usable_evidence_and_never_against_an_explicit_setting():
+    from dataclasses import replace
+
+    from swarm.agents.surrogate import MIN_RELATED
+
+    history = evaluated([p for p in SPACE.sample(np.random.default_rng(7), 20) if landscape(p)[0] == "ok"][:4])
+    few = related(n=MIN_RELATED - 1)
+    assert not any(p.rationale for p in make_agent("forest", 4).propose(replace(view(history, 2), related=(few,)), 4))
+    explicit = make_agent("forest", 4, {"startup": 10}).propose(replace(view(history, 2), related=(related(),)), 4)
+    assert not any(p.rationale for p in explicit)
