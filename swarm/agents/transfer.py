@@ -8,8 +8,8 @@ resample of those evaluations, the model with the fewest misranked pairs gets th
 share it); a model's weight is its share of the samples. The run's own model is judged on
 out-of-bag predictions, so it is not favoured for having seen the points. A device whose
 landscape ranks configurations as this one does steers the proposals from the first evaluations;
-one that ranks them otherwise (a GPU of another vendor) gets no weight, and the run searches as
-it would alone. RGPE's guard against weight dilution holds too: an other goal whose median loss
+one that ranks them otherwise (a GPU of another vendor) loses its weight as the run's own
+evaluations show it (``docs/benchmarks.md`` measures both cases). RGPE's guard against weight dilution holds too: an other goal whose median loss
 is above the 95th percentile of the own model's gets no weight, and so does one that ranks the
 run's evaluations no better than chance.
 
@@ -33,7 +33,8 @@ MAX_POINTS = 200
 
 def discordance(pred: np.ndarray, y: np.ndarray) -> np.ndarray:
     """``float64 [n, n]``: 1 where the pair ``(i, j)`` is ranked one way by ``pred`` and the
-    other way by ``y`` (ties in ``y`` count as no pair), else 0."""
+    other way by ``y``, 0.5 where ``pred`` ties a pair that ``y`` orders (half right, as a
+    guess), else 0 (a pair tied in ``y`` is no pair)."""
     above, above_y = np.greater.outer(pred, pred), np.greater.outer(y, y)
     ordered_y = above_y | above_y.T
     tied = ~(above | above.T) & ordered_y

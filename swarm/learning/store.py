@@ -7,6 +7,7 @@ results and serves them to agents and pages.
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from itertools import zip_longest
 from typing import Any
 
@@ -155,11 +156,13 @@ def _point(space, params: Any) -> dict[str, Any] | None:
     return {p.name: p.values[list(p.values).index(params[p.name])] for p in space.parameters}
 
 
-def related_evidence(goal: Goal) -> list[dict[str, Any]]:
+def related_evidence(goal: Goal, before: datetime | None = None) -> list[dict[str, Any]]:
     """What a transferring model learns from (:class:`swarm.agents.RelatedEvidence`): the
     evaluations of the first :data:`TRANSFER_GOALS` other goals of ``goal``'s workload with the
     same parameter names (the order of :func:`_scored_other_goals`), each as at most
-    :data:`TRANSFER_ROWS` distinct points spread evenly over its ranking (its best included).
+    :data:`TRANSFER_ROWS` distinct points spread evenly over its ranking (its best included);
+    with ``before``, only evaluations finished before then (a run reads what was known when it
+    started, the same in every process).
 
     Returns:
         ``[{"source": "goal 7 (a100, default)", "points": [params, ...], "scores": [float, ...]}]``,
@@ -167,7 +170,7 @@ def related_evidence(goal: Goal) -> list[dict[str, Any]]:
     """
     space = goal.design_space()
     out = []
-    for other, scored in _scored_other_goals(goal, space, TRANSFER_GOALS):
+    for other, scored in _scored_other_goals(goal, space, TRANSFER_GOALS, before):
         unique, keys = [], set()
         for value, _pk, point in scored:
             key = space.point_key(point)
@@ -182,7 +185,7 @@ def related_evidence(goal: Goal) -> list[dict[str, Any]]:
     return out
 
 
-def _scored_other_goals(goal: Goal, space, limit: int = WARM_START_GOALS,
+def _scored_other_goals(goal: Goal, space, limit: int = WARM_START_GOALS, before: datetime | None = None,
                         ) -> list[tuple[Goal, list[tuple[float, int, dict[str, Any]]]]]:
     """The other goals of ``goal``'s workload with the same parameter names (the
     :data:`WARM_START_GOALS` newest; this target first, then this shape set), each with its
@@ -190,7 +193,7 @@ def _scored_other_goals(goal: Goal, space, limit: int = WARM_START_GOALS,
     ``(score, candidate pk, params)``, best first by ``goal``'s primary objective (the score is
     that objective, negated when it is maximised). Rows whose params, metrics or constraint
     values are malformed are skipped; goals without a point are left out, and the reading stops
-    at ``limit`` goals with points."""
+    at ``limit`` goals with points. With ``before``, only evaluations finished before then."""
     metric, direction = goal.primary["metric"], goal.primary["direction"]
     sign = 1.0 if direction == "minimize" else -1.0
     names = set(space.names)
@@ -199,8 +202,10 @@ def _scored_other_goals(goal: Goal, space, limit: int = WARM_START_GOALS,
     others.sort(key=lambda g: (g.target != goal.target, g.shape_set != goal.shape_set))  # stable: newest first
     out = []
     for other in others:
-        rows = (Candidate.objects.filter(goal=other, status="ok").order_by("-id")
-                .values_list("pk", "params", "evidence__metrics")[:MAX_ROWS])
+        found = Candidate.objects.filter(goal=other, status="ok")
+        if before is not None:
+            found = found.filter(evaluated_at__lt=before)
+        rows = found.order_by("-id").values_list("pk", "params", "evidence__metrics")[:MAX_ROWS]
         scored = []
         for pk, params, metrics in rows:
             value = metrics.get(metric) if isinstance(metrics, dict) else None

@@ -131,9 +131,8 @@ def run_view(run: Run, generation: int | None = None, *, rows: list | None = Non
     partial = RunView(
         workload=goal.workload, target=goal.target, space=space, objectives=tuple(goal.objectives),
         constraints=tuple(run.constraints), generation=generation or run.generation + 1,
-        seen=seen, history=history,
+        seen=seen, history=history, related=_related(run),
     )
-    partial = replace(partial, related=_related(run))
     if not context:
         return replace(partial, warm_start=tuple(run.warm_start.get("configs", [])), run=run.identity)
     # Sources and logs only for what an LLM prompt shows: the best few and recent failures.
@@ -170,13 +169,14 @@ def run_view(run: Run, generation: int | None = None, *, rows: list | None = Non
 
 def _related(run: Run) -> tuple[RelatedEvidence, ...]:
     """The other goals' evidence a transferring model reads (:func:`swarm.learning.store.
-    related_evidence`), read once per run and process: a snapshot at the run's first view."""
+    related_evidence`): what they had evaluated when the run started, read once per run and
+    process (the same in every process)."""
     with _lock:
         if run.identity in _related_kept:
             _related_kept.move_to_end(run.identity)
             return _related_kept[run.identity]
     related = tuple(RelatedEvidence(r["source"], tuple(r["points"]), tuple(r["scores"]))
-                    for r in insight_store.related_evidence(run.goal))
+                    for r in insight_store.related_evidence(run.goal, before=run.started_at))
     with _lock:
         _related_kept[run.identity] = related
         while len(_related_kept) > MAX_RUNS:

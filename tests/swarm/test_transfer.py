@@ -113,6 +113,12 @@ def test_a_run_reads_the_other_goals_evidence_spread_over_their_ranking(monkeypa
     v = run_view(run_b)
     assert [r.source for r in v.related] == [got[0]["source"]]
     assert list(v.related[0].scores) == scores and all(SPACE.contains(p) for p in v.related[0].points)
+    # what device a evaluates after run B started is not read: every process sees the same
+    more, pending = orchestrator.start_run(earlier, budget=12, seed=5, batch_size=6)
+    drive(more, pending)
+    assert store.related_evidence(new)[0]["scores"] != scores
+    forget()
+    assert run_view(run_b).related == v.related
 
 
 def test_with_other_goals_evidence_the_forest_models_from_the_third_evaluation():
