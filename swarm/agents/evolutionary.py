@@ -44,7 +44,7 @@ class EvolutionaryAgent(Agent):
                 key = view.space.point_key(params) if view.space.contains(params) else None
                 if key and key not in view.seen and key not in taken:
                     taken.add(key)
-                    out.append(Proposal(params=dict(params), rationale="warm start from insights"))
+                    out.append(Proposal(params=dict(params), rationale="warm start: best of earlier runs"))
             return out + self.fill_random(view, n - len(out), taken)
         pool = ranked[: max(pool_size, elite)]
         tries = 0

@@ -65,7 +65,7 @@ class LocalSearchAgent(Agent):
         if not ranked:  # nothing to climb from yet: earlier runs' best, then random points
             for params in view.warm_start:
                 if len(out) < n and self.take_fresh(view, params, taken):
-                    out.append(Proposal(params=dict(params), rationale="warm start from insights"))
+                    out.append(Proposal(params=dict(params), rationale="warm start: best of earlier runs"))
             return out + self.fill_random(view, n - len(out), taken)
         predict = self._model(view)
         for base in self._bases(view, ranked):

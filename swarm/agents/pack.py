@@ -44,7 +44,7 @@ class PackAgent(Agent):
         if len(ranked) < 3:  # no pack yet: earlier runs' best, then random points
             for params in view.warm_start:
                 if len(out) < n and self.take_fresh(view, params, taken):
-                    out.append(Proposal(params=dict(params), rationale="warm start from insights"))
+                    out.append(Proposal(params=dict(params), rationale="warm start: best of earlier runs"))
             return out + self.fill_random(view, n - len(out), taken)
         leaders = ranked[:3]
         members = ranked[: 3 + self.setting("pack")]

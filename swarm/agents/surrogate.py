@@ -95,7 +95,7 @@ class SurrogateAgent(Agent):
                     key = view.space.point_key(params)
                     if key not in view.seen and key not in taken:
                         taken.add(key)
-                        out.append(Proposal(params=dict(params), rationale="warm start from insights"))
+                        out.append(Proposal(params=dict(params), rationale="warm start: best of earlier runs"))
             return out + self.fill_random(view, n - len(out), taken)
         y = self._targets(view, obs)
         self.transfer_note = ""

@@ -27,13 +27,14 @@ LEARN_GROWTH = 1.5  # learn again once a run has half as many generations again
 _learned_at: dict[str, int] = {}  # run identity -> generation last learned from (per process)
 
 
-def due(run: Run, generation: int) -> bool:
+def due(run: Run, generation: int, final: bool = False) -> bool:
     """Whether to learn after ``generation``: on a geometric schedule (1, 2, 3, 4, 6, 9, 13,
-    ...), so a run of G generations learns O(log G) times. A restarted process learns at
-    its first boundary."""
+    ...), so a run of G generations learns O(log G) times, and always after a ``final`` one
+    (the run has proposed its whole budget), so that what a run found last is learned. A
+    restarted process learns at its first boundary."""
     key = run.identity
     last = _learned_at.get(key)
-    if last is not None and generation < max(last + 1, LEARN_GROWTH * last):
+    if not final and last is not None and generation < max(last + 1, LEARN_GROWTH * last):
         return False
     _learned_at[key] = generation
     return True

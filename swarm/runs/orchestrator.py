@@ -636,12 +636,15 @@ def _close_generation(run: Run, number: int | None = None) -> Generation | None:
 
 
 def _learn(run: Run, gen: Generation) -> None:
-    """Update insights after a generation closed and publish it (outside any transaction).
+    """Update insights after a generation closed, when due (:func:`swarm.learning.store.due`;
+    always once the run has proposed its whole budget), and publish it (outside any transaction).
 
     Learning is best effort: its failure is logged and the run goes on (proposing the next
     generation decides whether the run can)."""
     try:
-        new_insights = insight_store.update_insights(run, gen.number) if insight_store.due(run, gen.number) else []
+        final = Candidate.objects.filter(run=run).count() >= run.budget  # nothing more will be proposed
+        new_insights = (insight_store.update_insights(run, gen.number)
+                        if insight_store.due(run, gen.number, final=final) else [])
     except DatabaseError:
         raise
     except Exception:  # noqa: BLE001 - insights are advice; a run does not end for want of them

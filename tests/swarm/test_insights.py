@@ -55,6 +55,20 @@ def test_a_run_stores_insights_and_the_next_run_warm_starts_from_them():
 
 
 @pytest.mark.django_db
+def test_what_a_run_finds_in_its_last_generation_is_learned():
+    from swarm.models import Candidate
+
+    goal = synthetic_goal()
+    # 7 generations of 4: the schedule learns after 1, 2, 3, 4 and 6, not after 7, the last
+    run, pending = orchestrator.start_run(goal, budget=28, seed=10, batch_size=4)  # best found in generation 7
+    drive(run, pending)
+    ok = Candidate.objects.filter(run=run, status="ok").select_related("evidence")
+    best = min(ok, key=lambda c: (c.evidence.metrics["latency_ms"], c.pk))
+    insight = Insight.objects.get(kind="best_config", workload=goal.workload, target=goal.target)
+    assert insight.data["params"] == best.params and insight.data["latency_ms"] == best.evidence.metrics["latency_ms"]
+
+
+@pytest.mark.django_db
 def test_a_new_goal_starts_from_the_best_few_configurations_of_every_other_goal_of_its_workload():
     from swarm.learning.store import WARM_START_PER_GOAL, warm_start
     from swarm.models import Candidate
