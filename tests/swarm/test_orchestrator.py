@@ -110,7 +110,7 @@ def test_an_identical_kernel_in_another_goal_reuses_its_evidence_instead_of_re_b
     drive(run_a, pending, evaluate=counting)
     assert len(calls) == 12
     monkeypatch.setattr(store, "warm_start", lambda goal: {})  # run B proposes exactly what run A did
-    monkeypatch.setattr(store, "related_evidence", lambda goal: [])  # nor does its model transfer from A
+    monkeypatch.setattr(store, "related_evidence", lambda goal, before=None: [])  # nor does its model transfer from A
     b = synthetic_goal(name="b")
     run_b, pending = orchestrator.start_run(b, budget=12, seed=9, batch_size=4)
     drive(run_b, pending, evaluate=counting)

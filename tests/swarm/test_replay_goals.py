@@ -59,7 +59,7 @@ def test_a_replay_run_is_reproducible_for_a_seed_and_never_repeats_a_configurati
     assert len(params) == len(set(params)) == 80
     # same seed, fresh goal and no warm start from the first run: the same proposals
     monkeypatch.setattr(store, "warm_start", lambda goal: {})
-    monkeypatch.setattr(store, "related_evidence", lambda goal: [])  # nor does its model transfer from it
+    monkeypatch.setattr(store, "related_evidence", lambda goal, before=None: [])  # nor does its model transfer from it
     goal2 = Goal.objects.get(pk=goal)
     goal2.pk = None
     goal2.save()
