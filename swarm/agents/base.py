@@ -236,6 +236,9 @@ class Agent(abc.ABC):
     #: Whether :meth:`propose` reads ``RunView.insights`` and the sources and logs of
     #: observations; the orchestrator fills them only for a mix that has such an agent.
     reads_context: bool = False
+    #: Whether :meth:`propose` reads ``RunView.related`` (other goals' evaluations); the
+    #: orchestrator reads them only for a mix that has such an agent.
+    reads_related: bool = False
     #: Numeric settings checked when the agent is made (so when a run starts):
     #: ``(name, default, int or float, test, what the test requires)``.
     NUMERIC_SETTINGS: tuple[tuple[str, float, type, Callable[[float], bool], str], ...] = ()

@@ -54,6 +54,7 @@ class LocalSearchAgent(Agent):
     """
 
     kind = "local"
+    reads_related = True  # its neighbours are ranked by a forest that transfers
     NUMERIC_SETTINGS = (("bases", 3, int, *at_least(1)), ("kick", 3, int, *at_least(1)),
                         ("model_after", 8, int, *at_least(0)), ("model_trees", 8, int, *between(1, 1000)),
                         ("radius", 1, int, *between(1, 2)), ("spread", 0.5, float, *between(0.0, 1.0)))

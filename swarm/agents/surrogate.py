@@ -68,8 +68,6 @@ class SurrogateAgent(Agent):
 
     #: Named in the rationale of each proposal ("<model> predicts ...").
     model_name = "surrogate"
-    #: Whether the model takes in other goals' evidence (``RunView.related``).
-    transfers = False
     #: The transfer weights of the latest model (:mod:`swarm.agents.transfer`), for rationales.
     transfer_note = ""
 
@@ -81,7 +79,7 @@ class SurrogateAgent(Agent):
     def propose(self, view: RunView, n: int) -> list[Proposal]:
         # Other goals' evidence stands in for the random start once it can be judged.
         startup = self.setting("startup")
-        if self.transfers and "startup" not in self.settings and any(
+        if self.reads_related and "startup" not in self.settings and any(
                 len(_usable(view, r)) >= MIN_RELATED for r in view.related):
             startup = min(startup, RELATED_STARTUP)
         names = set(view.space.names)
@@ -245,7 +243,7 @@ class ForestAgent(SurrogateAgent):
 
     kind = "forest"
     model_name = "forest"
-    transfers = True
+    reads_related = True
 
     NUMERIC_SETTINGS = SurrogateAgent.NUMERIC_SETTINGS + (
         ("trees", 16, int, *between(1, 1000)), ("leaf", 3, int, *at_least(1)),

@@ -113,7 +113,13 @@ def reads_context(kind: str) -> bool:
     return getattr(AGENTS.get(kind), "reads_context", True)
 
 
-def run_view(run: Run, generation: int | None = None, *, rows: list | None = None, context: bool = True) -> RunView:
+def reads_related(kind: str) -> bool:
+    """Whether agents of ``kind`` read other goals' evaluations (an unknown kind: assume so)."""
+    return getattr(AGENTS.get(kind), "reads_related", True)
+
+
+def run_view(run: Run, generation: int | None = None, *, rows: list | None = None, context: bool = True,
+             related: bool = True) -> RunView:
     """Frozen snapshot of what agents may know about ``run`` and its goal's evidence.
 
     Args:
@@ -122,6 +128,8 @@ def run_view(run: Run, generation: int | None = None, *, rows: list | None = Non
         rows: the goal's rows (:func:`swarm.runs.history.goal_rows`) when the caller has them.
         context: fill what only coding agents read (sources and logs of the best and the
             recently failed candidates, insights); parameter agents need none of it.
+        related: fill ``RunView.related`` (other goals' evaluations, read once per run and
+            process); only transferring agents read it.
     """
     goal = run.goal
     space = run.design_space()
@@ -131,7 +139,7 @@ def run_view(run: Run, generation: int | None = None, *, rows: list | None = Non
     partial = RunView(
         workload=goal.workload, target=goal.target, space=space, objectives=tuple(goal.objectives),
         constraints=tuple(run.constraints), generation=generation or run.generation + 1,
-        seen=seen, history=history, related=_related(run),
+        seen=seen, history=history, related=_related(run) if related else (),
     )
     if not context:
         return replace(partial, warm_start=tuple(run.warm_start.get("configs", [])), run=run.identity)

@@ -44,7 +44,7 @@ from swarm.models import (
     Run,
 )
 from swarm.runs import baselines, directions, events, llm_lane, pruning, remaining
-from swarm.runs.agent_view import reads_context, run_view
+from swarm.runs.agent_view import reads_context, reads_related, run_view
 from swarm.runs.claims import claim_many, holder_is_dead, stale_after, worker_identity
 from swarm.runs.history import goal_rows as history_rows
 from swarm.runs.noise_floors import floor_for
@@ -303,7 +303,8 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
         exploration=float(getattr(settings, "SWARM_UCB_EXPLORATION", 0.3)),
     )
     # Agents think outside any transaction: an LLM call or a model fit must not hold a lock.
-    view = run_view(run, number, rows=rows, context=any(reads_context(r.kind) for r in records))
+    view = run_view(run, number, rows=rows, context=any(reads_context(r.kind) for r in records),
+                    related=any(reads_related(r.kind) for r in records))
     fingerprint = backend_fingerprint(goal)
     seen = set(view.seen)
     proposed: list[tuple[AgentRecord, Proposal]] = []
