@@ -185,9 +185,11 @@ static void forge(void) {
 
 
 def test_a_side_that_rewrites_its_reported_times_is_refused(store):
+    # Sixteen times the rows (about 3 ms a call): the forged claim, a whole call shorter, is
+    # then far above what a loaded host's wake-ups add to either side's turns.
     forger = kernel(prelude="forge();", includes=FORGE)
     with pytest.raises(ComparisonFailed) as err:
-        compare_paired("rmsnorm", kernel(), forger, shape_set="llama3-8b", shapes=SHAPE, settings=QUICK,
+        compare_paired("rmsnorm", kernel(), forger, shape_set="llama3-8b", shapes=["rows=512,hidden=4096"], settings=QUICK,
                        noise_floor=0.02, floor_store=store)
     assert err.value.side == "B" and "parent's clock" in err.value.reason, err.value.reason
 
