@@ -1,9 +1,10 @@
 """The paired, interleaved comparison through real sandbox children taking turns.
 
 Kernels here are single-threaded scalar RMSNorm with a tunable amount of extra work (rows
-computed again), timed on one shape where a call takes a fraction of a millisecond (the double-precision sum
+computed again), timed on a shape where a call takes a fraction of a millisecond (the double-precision sum
 of squares is a dependent chain, so time follows work; short calls are rarely preempted): the
-differences the tests plant are differences of work, not of noise.
+differences the tests plant are differences of work, not of noise. Forged reports are caught
+on a longer shape (about 3 ms a call), whose forged difference a loaded host's noise cannot cover.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from kernels.sandbox import spawn, workdirs
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPE = ["rows=32,hidden=4096"]  # llama3-8b: about 0.2 ms a call for the scalar kernel, compute-bound
+LONG_SHAPE = ["rows=512,hidden=4096"]  # llama3-8b: about 3 ms a call
 
 SCALAR = r"""
 #include <math.h>
@@ -185,11 +187,11 @@ static void forge(void) {
 
 
 def test_a_side_that_rewrites_its_reported_times_is_refused(store):
-    # Sixteen times the rows (about 3 ms a call): the forged claim, a whole call shorter, is
-    # then far above what a loaded host's wake-ups add to either side's turns.
+    # Calls of about 3 ms: the forged claim, a whole call shorter, is then far above what a
+    # loaded host's wake-ups add to either side's turns.
     forger = kernel(prelude="forge();", includes=FORGE)
     with pytest.raises(ComparisonFailed) as err:
-        compare_paired("rmsnorm", kernel(), forger, shape_set="llama3-8b", shapes=["rows=512,hidden=4096"], settings=QUICK,
+        compare_paired("rmsnorm", kernel(), forger, shape_set="llama3-8b", shapes=LONG_SHAPE, settings=QUICK,
                        noise_floor=0.02, floor_store=store)
     assert err.value.side == "B" and "parent's clock" in err.value.reason, err.value.reason
 
