@@ -7,7 +7,12 @@ Search" (Handbook of Metaheuristics, 2003): explore the unseen neighbours of the
 second base is the best point of another basin (half the parameters or more away from the
 incumbent), not its runner-up next door: a form of niching (Mahfoud, "Niching Methods for
 Genetic Algorithms", 1995), so once the incumbent's neighbours are known the climb moves to
-another basin instead of going on in the same one. Tuning
+another basin instead of going on in the same one. Once the incumbent has stood for
+``niche_after`` evaluations, the climb also starts from the best point of each switch's other
+value (a parameter with two values, such as ``use_shmem``): a switch often selects another code
+path with its own landscape, whose best point may be several parameters from the best point of
+the other path (restart on stagnation, as iterated local search restarts when the search stalls;
+the niches are the switch's two halves of the space). Tuning
 landscapes are rough but strongly local: the fastest configurations sit next to other fast
 ones, which a model-guided or evolutionary agent samples only by chance.
 
@@ -51,13 +56,19 @@ class LocalSearchAgent(Agent):
             Next to the incumbent sit its runners-up, so once its neighbours are known the
             climb moves to another basin instead of going on in the same one
             (``docs/benchmarks.md``).
+        niche_after: evaluations without a new incumbent after which the climb also starts
+            from the best point of each switch's other value, when it is two parameters or more
+            from the incumbent (default 48; 0: never). On a recorded convolution whose
+            ``use_shmem=0`` half holds the optimum six parameters from the best ``use_shmem=1``
+            point, it takes every run there by 400 evaluations (``docs/benchmarks.md``).
     """
 
     kind = "local"
     reads_related = True  # its neighbours are ranked by a forest that transfers
     NUMERIC_SETTINGS = (("bases", 3, int, *at_least(1)), ("kick", 3, int, *at_least(1)),
                         ("model_after", 8, int, *at_least(0)), ("model_trees", 8, int, *between(1, 1000)),
-                        ("radius", 1, int, *between(1, 2)), ("spread", 0.5, float, *between(0.0, 1.0)))
+                        ("radius", 1, int, *between(1, 2)), ("spread", 0.5, float, *between(0.0, 1.0)),
+                        ("niche_after", 48, int, *at_least(0)))
 
     def propose(self, view: RunView, n: int) -> list[Proposal]:
         ranked = [o for o in view.ranked() if view.score(o) != float("inf")]
@@ -69,7 +80,9 @@ class LocalSearchAgent(Agent):
                     out.append(Proposal(params=dict(params), rationale="warm start: best of earlier runs"))
             return out + self.fill_random(view, n - len(out), taken)
         predict = self._model(view)
-        for base in self._bases(view, ranked):
+        niches = self._niches(view, ranked)
+        notes = {o.candidate: label for o, label in niches}
+        for base in self._bases(view, ranked, [o for o, _ in niches]):
             moves = self._neighbours(view, base.params)
             if predict is not None:
                 moves = self._by_prediction(view, [*moves, *self._second_ring(view, base.params)], taken, predict)
@@ -77,6 +90,8 @@ class LocalSearchAgent(Agent):
                 if len(out) >= n:
                     return out
                 if self.take_fresh(view, params, taken):
+                    if base.candidate in notes:
+                        what = f"{what}; climbing in the niche {notes[base.candidate]}"
                     out.append(Proposal(params=params, parents=(base.candidate,), rationale=what))
         tries = 0
         while len(out) < n and tries < 50 * n:  # every neighbour known: a local optimum
@@ -87,20 +102,41 @@ class LocalSearchAgent(Agent):
                 out.append(Proposal(params=params, parents=(base.candidate,), rationale="perturbation of a local optimum"))
         return out + self.fill_random(view, n - len(out), taken)
 
-    def _bases(self, view: RunView, ranked: list[Observation]) -> list[Observation]:
-        """The points climbed from, in order (at most ``bases``): the incumbent; with
-        ``spread`` > 0, the best point that differs from it in at least that share of the
-        movable parameters (rounded up; another basin), when there is one; then the next best."""
+    def _bases(self, view: RunView, ranked: list[Observation], niches: list[Observation]) -> list[Observation]:
+        """The points climbed from, in order: the incumbent; the ``niches`` (:meth:`_niches`);
+        with ``spread`` > 0, the best point that differs from the incumbent in at least that
+        share of the movable parameters (rounded up; another basin), when there is one; then
+        the next best, ``bases`` points besides the niches."""
         k = self.setting("bases")
         spread = self.setting("spread")
+        best, others = ranked[0], [o for o in ranked[1:] if o not in niches]
         if not spread or k < 2:
-            return ranked[:k]
+            return [best, *niches, *others[:k - 1]]
         movable = [p.name for p in view.space.parameters if len(p.values) > 1]
         need = max(1, int(np.ceil(spread * len(movable))))
+        far = next((o for o in others if sum(o.params.get(m) != best.params.get(m) for m in movable) >= need), None)
+        rest = [o for o in others if o is not far]
+        return [best, *niches, *([far] if far is not None else []), *rest][:k + len(niches)]
+
+    def _niches(self, view: RunView, ranked: list[Observation]) -> list[tuple[Observation, str]]:
+        """Once the incumbent ``ranked[0]`` is ``niche_after`` evaluations old (evaluations of
+        the goal since it was evaluated): per parameter with two values, the best point with
+        the other value, when it differs from the incumbent in two parameters or more (closer,
+        it is one of the incumbent's neighbours), as ``(point, "name=value")``."""
+        after = self.setting("niche_after")
         best = ranked[0]
-        far = next((o for o in ranked[1:] if sum(o.params.get(m) != best.params.get(m) for m in movable) >= need), None)
-        rest = [o for o in ranked[1:] if o is not far]
-        return [best, *([far] if far is not None else []), *rest][:k]
+        order = [o.candidate for o in view.history]
+        if not after or best.candidate not in order or len(order) - 1 - order.index(best.candidate) < after:
+            return []
+        out: list[tuple[Observation, str]] = []
+        for p in view.space.parameters:
+            if len(p.values) != 2:
+                continue
+            other = next((o for o in ranked[1:] if o.params.get(p.name) != best.params.get(p.name)), None)
+            if (other is not None and all(other is not o for o, _ in out)
+                    and sum(other.params.get(k) != best.params.get(k) for k in best.params) >= 2):
+                out.append((other, f"{p.name}={other.params.get(p.name)!r}"))
+        return out
 
     def _model(self, view: RunView):
         """The forest's predictor once ``model_after`` evaluations exist (else None)."""

@@ -181,6 +181,32 @@ class TestLocalSearchAgent(AgentContract):
             proposals = make_agent("local", 4, {"model_after": 0, **settings}).propose(view(history, 2), 2)
             assert [p.parents for p in proposals] == [(parent,)] * 2, settings
 
+    def test_once_the_incumbent_stands_it_also_climbs_in_each_switchs_other_niche(self):
+        """UNROLL is a switch (two values). The incumbent (UNROLL=1) has stood for 48
+        evaluations with its neighbours known; the best UNROLL=0 point, three parameters away,
+        becomes a base before the other basin of the same niche (``far``), and only then."""
+        best = {"BX": 128, "BY": 4, "TILE": 4, "UNROLL": 1}
+        far = {"BX": 32, "BY": 1, "TILE": 4, "UNROLL": 1}  # another basin, same niche
+        niche = {"BX": 16, "BY": 16, "TILE": 4, "UNROLL": 0}  # the other niche's best, worse than far
+
+        def away(p, q):
+            return sum(p[k] != q[k] for k in p)
+
+        points = [best] + [p for p in SPACE.iter_valid() if away(p, best) == 1] + [far, niche]
+        filler = [p for p in SPACE.iter_valid() if p not in points and min(away(p, q) for q in (best, far, niche)) >= 2]
+        # The incumbent's own UNROLL=0 neighbour is slow: the niche's best lies elsewhere.
+        history = [Observation(i, p, "ok", {"latency_ms": 1.0 if i == 0 else 30.0 if p == {**best, "UNROLL": 0}
+                                            else 2.0 + 0.01 * i}, True) for i, p in enumerate(points)]
+        history += [Observation(len(history) + i, p, "ok", {"latency_ms": 50.0 + i}, True) for i, p in enumerate(filler)]
+        assert len(history) - 1 >= 48
+        for settings, parent in (({"niche_after": 0}, history[len(points) - 2]), ({}, history[len(points) - 1])):
+            proposals = make_agent("local", 4, {"model_after": 0, **settings}).propose(view(history, 2), 2)
+            assert [p.parents for p in proposals] == [(parent.candidate,)] * 2, settings
+        assert all(p.rationale.endswith("climbing in the niche UNROLL=0") for p in proposals)
+        # Younger than niche_after, the incumbent is climbed from without niches.
+        proposals = make_agent("local", 4, {"model_after": 0, "niche_after": len(history)}).propose(view(history, 2), 2)
+        assert [p.parents for p in proposals] == [(history[len(points) - 2].candidate,)] * 2
+
     def test_a_constrained_space_is_climbed_through_two_parameter_moves(self):
         from dataclasses import replace
 
