@@ -58,9 +58,8 @@ class LocalSearchAgent(Agent):
             (``docs/benchmarks.md``).
         niche_after: evaluations without a new incumbent after which the climb also starts
             from the best point of each switch's other value, when it is two parameters or more
-            from the incumbent (default 48; 0: never). On a recorded convolution whose
-            ``use_shmem=0`` half holds the optimum six parameters from the best ``use_shmem=1``
-            point, it takes every run there by 400 evaluations (``docs/benchmarks.md``).
+            from the incumbent (default 48; 0: never). It frees runs held in one switch's half
+            of the space and costs the late climb elsewhere (``docs/benchmarks.md``).
     """
 
     kind = "local"
@@ -109,7 +108,8 @@ class LocalSearchAgent(Agent):
         the next best, ``bases`` points besides the niches."""
         k = self.setting("bases")
         spread = self.setting("spread")
-        best, others = ranked[0], [o for o in ranked[1:] if o not in niches]
+        chosen = {o.candidate for o in niches}
+        best, others = ranked[0], [o for o in ranked[1:] if o.candidate not in chosen]
         if not spread or k < 2:
             return [best, *niches, *others[:k - 1]]
         movable = [p.name for p in view.space.parameters if len(p.values) > 1]
