@@ -4,7 +4,7 @@ After Kernel Tuner's ``greedy_ils`` strategy and Lourenço, Martin & Stützle, "
 Search" (Handbook of Metaheuristics, 2003): explore the unseen neighbours of the incumbent
 (one parameter changed), best incumbent first; when every neighbour of the few best is known
 (a local optimum), perturb one of them in several parameters and climb from there. The
-second base is the best point of another basin (half the parameters or more away from the
+first base after the incumbent (and its niches, below) is the best point of another basin (half the parameters or more away from the
 incumbent), not its runner-up next door: a form of niching (Mahfoud, "Niching Methods for
 Genetic Algorithms", 1995), so once the incumbent's neighbours are known the climb moves to
 another basin instead of going on in the same one. Once the incumbent has stood for
@@ -42,8 +42,8 @@ class LocalSearchAgent(Agent):
     """Neighbours of the best evaluated candidates, then perturbations of them.
 
     Settings:
-        bases: how many of the best feasible candidates are climbed from, best first
-            (default 3).
+        bases: how many of the best candidates are climbed from, best first, besides the
+            niches (default 3); points outside the constraints rank after every feasible one.
         kick: parameters changed by a perturbation at a local optimum (default 3).
         model_after: evaluations before neighbours are ordered by the forest's prediction
             (default 8); 0 keeps the shuffled order throughout.
@@ -51,15 +51,17 @@ class LocalSearchAgent(Agent):
         radius: with the model, neighbours differ in up to this many parameters (1 or 2;
             default 1). 2 helps where most single changes are invalid (tile sizes that must
             divide each other) and costs on rough landscapes (``docs/benchmarks.md``).
-        spread: the second base is the best point that differs from the incumbent in at least
-            this share of the movable parameters (default 0.5; 0: the runner-up, as the others).
-            Next to the incumbent sit its runners-up, so once its neighbours are known the
-            climb moves to another basin instead of going on in the same one
-            (``docs/benchmarks.md``).
+        spread: the first base after the incumbent and its niches is the best point that
+            differs from the incumbent in at least this share of the movable parameters
+            (default 0.5; 0: the runner-up, as the others). Next to the incumbent sit its
+            runners-up, so once its neighbours are known the climb moves to another basin
+            instead of going on in the same one (``docs/benchmarks.md``).
         niche_after: evaluations without a new incumbent after which the climb also starts
             from the best point of each switch's other value, when it is two parameters or more
-            from the incumbent (default 48; 0: never). It frees runs held in one switch's half
-            of the space and costs the late climb elsewhere (``docs/benchmarks.md``).
+            from the incumbent (default 48; 0: never). Niche bases are climbed before the
+            ``spread`` base and the runners-up, so they take proposals from them: a run held in
+            one half of a switch gets out, and a run that needed those proposals waits
+            (``docs/benchmarks.md``).
     """
 
     kind = "local"
@@ -121,18 +123,22 @@ class LocalSearchAgent(Agent):
     def _niches(self, view: RunView, ranked: list[Observation]) -> list[tuple[Observation, str]]:
         """Once the incumbent ``ranked[0]`` is ``niche_after`` evaluations old (evaluations of
         the goal since it was evaluated): per parameter with two values, the best point with
-        the other value, when it differs from the incumbent in two parameters or more (closer,
-        it is one of the incumbent's neighbours), as ``(point, "name=value")``."""
+        the other value (a feasible one when the incumbent is feasible), as
+        ``(point, "name=value")``. A switch whose best such point is one of the incumbent's
+        neighbours (one parameter away) gets no niche: the incumbent's own climb covers it. A
+        point that is the best of two switches is listed once, under the first. ``[]`` when
+        ``niche_after`` is 0 or the incumbent is younger."""
         after = self.setting("niche_after")
         best = ranked[0]
         order = [o.candidate for o in view.history]
         if not after or best.candidate not in order or len(order) - 1 - order.index(best.candidate) < after:
             return []
+        pool = [o for o in ranked[1:] if view.is_feasible(o)] if view.is_feasible(best) else ranked[1:]
         out: list[tuple[Observation, str]] = []
         for p in view.space.parameters:
             if len(p.values) != 2:
                 continue
-            other = next((o for o in ranked[1:] if o.params.get(p.name) != best.params.get(p.name)), None)
+            other = next((o for o in pool if o.params.get(p.name) != best.params.get(p.name)), None)
             if (other is not None and all(other is not o for o, _ in out)
                     and sum(other.params.get(k) != best.params.get(k) for k in best.params) >= 2):
                 out.append((other, f"{p.name}={other.params.get(p.name)!r}"))

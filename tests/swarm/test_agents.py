@@ -185,6 +185,8 @@ class TestLocalSearchAgent(AgentContract):
         """UNROLL is a switch (two values). The incumbent (UNROLL=1) has stood for 48
         evaluations with its neighbours known; the best UNROLL=0 point, three parameters away,
         becomes a base before the other basin of the same niche (``far``), and only then."""
+        from dataclasses import replace
+
         best = {"BX": 128, "BY": 4, "TILE": 4, "UNROLL": 1}
         far = {"BX": 32, "BY": 1, "TILE": 4, "UNROLL": 1}  # another basin, same niche
         niche = {"BX": 16, "BY": 16, "TILE": 4, "UNROLL": 0}  # the other niche's best, worse than far
@@ -203,9 +205,19 @@ class TestLocalSearchAgent(AgentContract):
             proposals = make_agent("local", 4, {"model_after": 0, **settings}).propose(view(history, 2), 2)
             assert [p.parents for p in proposals] == [(parent.candidate,)] * 2, settings
         assert all(p.rationale.endswith("climbing in the niche UNROLL=0") for p in proposals)
+        # From exactly niche_after evaluations on (the incumbent is the first of them), and
+        # with one base besides the niches too.
+        age = len(history) - 1
+        for settings in ({"niche_after": age}, {"bases": 1}, {"spread": 0.0}):
+            proposals = make_agent("local", 4, {"model_after": 0, **settings}).propose(view(history, 2), 2)
+            assert [p.parents for p in proposals] == [(history[len(points) - 1].candidate,)] * 2, settings
         # Younger than niche_after, the incumbent is climbed from without niches.
-        proposals = make_agent("local", 4, {"model_after": 0, "niche_after": len(history)}).propose(view(history, 2), 2)
+        proposals = make_agent("local", 4, {"model_after": 0, "niche_after": age + 1}).propose(view(history, 2), 2)
         assert [p.parents for p in proposals] == [(history[len(points) - 2].candidate,)] * 2
+        # Points outside the constraints are no niche of a feasible incumbent.
+        outside = [replace(o, feasible=False) if o.params["UNROLL"] == 0 else o for o in history]
+        proposals = make_agent("local", 4, {"model_after": 0}).propose(view(outside, 2), 2)
+        assert not any("niche" in p.rationale for p in proposals)
 
     def test_a_constrained_space_is_climbed_through_two_parameter_moves(self):
         from dataclasses import replace
