@@ -4,17 +4,17 @@ After Kernel Tuner's ``greedy_ils`` strategy and Lourenço, Martin & Stützle, "
 Search" (Handbook of Metaheuristics, 2003): explore the unseen neighbours of the incumbent
 (one parameter changed), best incumbent first; when every neighbour of the few best is known
 (a local optimum), perturb one of them in several parameters and climb from there. The
-first base after the incumbent (and its niches, below) is the best point of another basin (half the parameters or more away from the
-incumbent), not its runner-up next door: a form of niching (Mahfoud, "Niching Methods for
-Genetic Algorithms", 1995), so once the incumbent's neighbours are known the climb moves to
-another basin instead of going on in the same one. Once the incumbent has stood for
-``niche_after`` evaluations, the climb also starts from the best point of each switch's other
-value (a parameter with two values, such as ``use_shmem``): a switch often selects another code
-path with its own landscape, whose best point may be several parameters from the best point of
-the other path (restart on stagnation, as iterated local search restarts when the search stalls;
-the niches are the switch's two halves of the space). Tuning
-landscapes are rough but strongly local: the fastest configurations sit next to other fast
-ones, which a model-guided or evolutionary agent samples only by chance.
+first base after the incumbent (and its niches, below) is the best point of another basin
+(half the parameters or more away from the incumbent), not its runner-up next door: a form of
+niching (Mahfoud, "Niching Methods for Genetic Algorithms", 1995), so once the incumbent's
+neighbours are known the climb moves to another basin instead of going on in the same one.
+Once the incumbent has stood for ``niche_after`` evaluations, the climb also starts from the
+best point of each switch's other value (a parameter with two values, such as ``use_shmem``):
+a switch often selects another code path with its own landscape, whose best point may be
+several parameters from the best point of the other path (restart on stagnation, as iterated
+local search restarts when the search stalls; the niches are the switch's two halves of the
+space). Tuning landscapes are rough but strongly local: the fastest configurations sit next to
+other fast ones, which a model-guided or evolutionary agent samples only by chance.
 
 Once a few evaluations exist, the unseen neighbours of a base are tried in the order a small
 random-forest surrogate of the evaluations predicts (best predicted first; :class:`~swarm.agents.
@@ -116,7 +116,7 @@ class LocalSearchAgent(Agent):
             return [best, *niches, *others[:k - 1]]
         movable = [p.name for p in view.space.parameters if len(p.values) > 1]
         need = max(1, int(np.ceil(spread * len(movable))))
-        far = next((o for o in others if sum(o.params.get(m) != best.params.get(m) for m in movable) >= need), None)
+        far = next((o for o in others if _changed(o, best, movable) >= need), None)
         rest = [o for o in others if o is not far]
         return [best, *niches, *([far] if far is not None else []), *rest][:k + len(niches)]
 
@@ -130,8 +130,10 @@ class LocalSearchAgent(Agent):
         ``niche_after`` is 0 or the incumbent is younger."""
         after = self.setting("niche_after")
         best = ranked[0]
-        order = [o.candidate for o in view.history]
-        if not after or best.candidate not in order or len(order) - 1 - order.index(best.candidate) < after:
+        if not after:
+            return []
+        found = next(i for i, o in enumerate(view.history) if o.candidate == best.candidate)
+        if len(view.history) - 1 - found < after:
             return []
         pool = [o for o in ranked[1:] if view.is_feasible(o)] if view.is_feasible(best) else ranked[1:]
         out: list[tuple[Observation, str]] = []
@@ -140,7 +142,7 @@ class LocalSearchAgent(Agent):
                 continue
             other = next((o for o in pool if o.params.get(p.name) != best.params.get(p.name)), None)
             if (other is not None and all(other is not o for o, _ in out)
-                    and sum(other.params.get(k) != best.params.get(k) for k in best.params) >= 2):
+                    and _changed(other, best, best.params) >= 2):
                 out.append((other, f"{p.name}={other.params.get(p.name)!r}"))
         return out
 
@@ -215,3 +217,8 @@ class LocalSearchAgent(Agent):
             others = [v for v in p.values if v != out.get(p.name)]
             out[p.name] = others[int(self.rng.integers(len(others)))]
         return out
+
+
+def _changed(a: Observation, b: Observation, names) -> int:
+    """How many of the parameters ``names`` differ between ``a`` and ``b`` (Hamming distance)."""
+    return sum(a.params.get(m) != b.params.get(m) for m in names)
