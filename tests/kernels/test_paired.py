@@ -119,7 +119,11 @@ def test_a_kernel_doing_half_again_the_work_is_found_slower(store):
     r = compare_paired("rmsnorm", kernel(), kernel(EXTRA_PERMILLE=500), shape_set="llama3-8b", shapes=SHAPE,
                        settings=more, floor_store=store)
     assert r.verdict == r.measured_verdict == "a_faster", r.why
-    assert 1.3 < r.ratio < 1.7 and r.ci[0] > 1 + r.noise_floor
+    # Half again the rows: about 1.5x on a quiet host, but wake-ups of other processes on a busy
+    # one shift the point estimate by tens of percent. The interval carries the significance;
+    # the estimate is checked for direction and rough size.
+    assert r.ci[0] > 1 + r.noise_floor, r.why
+    assert 1.1 < r.ratio < 1.7, r.why
     assert not r.identical
     swapped = compare_paired("rmsnorm", kernel(EXTRA_PERMILLE=500), kernel(), shape_set="llama3-8b", shapes=SHAPE,
                              settings=more, floor_store=store)
