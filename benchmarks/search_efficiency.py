@@ -1,7 +1,7 @@
 """Search efficiency on recorded GPU landscapes: the swarm (and our agents alone) against every
 Kernel Tuner strategy that takes a budget and Optuna's TPE and CMA-ES, same budgets and seeds.
 
-    python -m benchmarks.search_efficiency [--quick] [--cache FILE ...] [--seeds 5] \
+    python -m benchmarks.search_efficiency [--quick] [--cache FILE ...] [--seeds 5] [--first-seed 0] \
         [--budgets 50,100,200,400] [--strategies default|all|swarm,agent:pack,kt:pso,optuna:tpe,...] \
         [--batch-size 4] [--jobs N] [--traces FILE.jsonl] [--reuse REPORT.json] [--out DIR] [--json]
 
@@ -11,7 +11,9 @@ run; ``swarm:transfer``: after runs on the kernel's other files) and every peer.
 keeps finished runs in a JSON-lines file and reuses them (same file, strategy, seed, budget),
 so an interrupted or split run (peers once, the swarm after a change) is not repeated;
 ``--reuse`` takes the strategies not run now from an earlier report of the same files, budgets
-and seeds.
+and seeds. ``--first-seed N`` runs seeds ``N .. N + seeds - 1`` instead of ``0 .. seeds - 1``:
+the committed report's bar is the best of many peers' medians over few seeds, which flatters
+the peers, and fresh seeds measure every strategy, that bar's setter included, anew.
 Each of the ``--jobs`` worker processes (default: one per CPU) runs one strategy run at a
 time with one BLAS/OpenMP thread.
 
@@ -514,15 +516,23 @@ def _read_report(path: Path, parser: argparse.ArgumentParser) -> dict:
     return report
 
 
-def _reuse_mismatch(report: dict, datasets: list[str], budgets: list[int], seeds: int) -> str | None:
+def _reuse_mismatch(report: dict, datasets: list[str], budgets: list[int], seeds: int,
+                    first_seed: int = 0) -> str | None:
     """Why an earlier report's figures cannot stand beside this run's (other files, budgets or
-    seeds: its scores and medians would not compare), or None."""
+    seeds: its scores and medians would not compare), or None. A report without
+    ``first_seed`` ran from seed 0."""
     rows = report["results"]
-    theirs = (sorted({r["dataset"] for r in rows}), sorted({r["budget"] for r in rows}), max(r["seeds"] for r in rows))
-    if theirs != (sorted(datasets), sorted(budgets), seeds):
-        return (f"it covers files {', '.join(theirs[0])}, budgets {theirs[1]} and {theirs[2]} seeds; this run "
-                f"{', '.join(sorted(datasets))}, budgets {sorted(budgets)} and {seeds} seeds")
+    theirs = (sorted({r["dataset"] for r in rows}), sorted({r["budget"] for r in rows}), max(r["seeds"] for r in rows),
+              report.get("first_seed", 0))
+    if theirs != (sorted(datasets), sorted(budgets), seeds, first_seed):
+        return (f"it covers files {', '.join(theirs[0])}, budgets {theirs[1]} and {_seed_range(theirs[3], theirs[2])}; "
+                f"this run {', '.join(sorted(datasets))}, budgets {sorted(budgets)} and {_seed_range(first_seed, seeds)}")
     return None
+
+
+def _seed_range(first: int, seeds: int) -> str:
+    """``"5 seeds (10-14)"``: how many seeds from ``first`` on."""
+    return f"{seeds} seeds ({first}-{first + seeds - 1})" if seeds > 1 else f"1 seed ({first})"
 
 
 # --- statistics -----------------------------------------------------------------------------
@@ -807,6 +817,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", action="append", type=Path, help="Kernel Tuner cache file (repeatable)")
     parser.add_argument("--seeds", type=int, default=None, help=f"runs per strategy (default {DEFAULT_SEEDS}; --quick {QUICK_SEEDS})")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="first seed (default 0): runs seeds N .. N + seeds - 1, to measure on seeds the report did not use")
     parser.add_argument("--budgets", default=None, help="default 50,100,200,400 (--quick 50,100,200)")
     parser.add_argument("--strategies", default="default",
                         help="comma-separated subset (e.g. swarm,kt:pso,optuna:tpe); 'default': the swarm and every "
@@ -825,6 +837,8 @@ def main(argv: list[str] | None = None) -> int:
                              "(same files, seeds and budgets), so that a change of ours is measured without rerunning them")
     args = parser.parse_args(argv)
     seeds = args.seeds if args.seeds is not None else (QUICK_SEEDS if args.quick else DEFAULT_SEEDS)
+    if seeds < 1 or args.first_seed < 0:
+        parser.error(f"--seeds must be at least 1 and --first-seed at least 0 (got {seeds} and {args.first_seed})")
     budgets = sorted(int(b) for b in (args.budgets or ("50,100,200" if args.quick else "50,100,200,400")).split(","))
     caches = args.cache or default_caches()
     if not caches:
@@ -848,12 +862,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="search-eff-"))
     datasets = {ds.name: ds for ds in (load_dataset(Path(c), workdir) for c in caches)}
-    if reused_report is not None and (why := _reuse_mismatch(reused_report, list(datasets), budgets, seeds)):
+    if reused_report is not None and (why := _reuse_mismatch(reused_report, list(datasets), budgets, seeds, args.first_seed)):
         parser.error(f"--reuse {args.reuse}: {why}")
     jobs = []
     for ds in datasets.values():
         for s in strategies:
-            for seed in range(seeds):
+            for seed in range(args.first_seed, args.first_seed + seeds):
                 if s == "swarm:transfer":
                     jobs.append(("ours", ds, s, seed, budgets[-1], args.batch_size, siblings(ds, list(datasets.values()))))
                 elif s == "swarm" or s.startswith("agent:"):
@@ -919,7 +933,7 @@ def main(argv: list[str] | None = None) -> int:
     ran = [s for s in strategies if s.startswith(("kt:", "optuna:"))]
     host = host_line()
     (args.out / "search_efficiency.md").write_text(
-        f"# Search efficiency\n\nHost: {host}. `{command}`: {seeds} seeds, budgets {budgets}, "
+        f"# Search efficiency\n\nHost: {host}. `{command}`: {_seed_range(args.first_seed, seeds)}, budgets {budgets}, "
         f"{len(datasets)} recorded files, {elapsed:.0f} s with {args.jobs} workers.\n\n"
         f"Peers run: {', '.join(ran) or 'none'}.\n\n{taken_from}Left out: "
         + "; ".join(f"{k} ({v})" for k, v in left_out.items())
@@ -933,7 +947,7 @@ def main(argv: list[str] | None = None) -> int:
         + "\n\n## Targets\n\n" + "\n".join(f"- {line}" for line in lines)
         + "\n\n## Every strategy\n\n" + markdown(rows) + "\n"
     )
-    payload = json.dumps({"host": host, "command": command, "results": rows, "targets": lines, "scores": score, "seconds": elapsed,
+    payload = json.dumps({"host": host, "command": command, "first_seed": args.first_seed, "results": rows, "targets": lines, "scores": score, "seconds": elapsed,
                           "cpu_by_strategy": {k: {**v, "cpu_ms_per_evaluation": 1000 * v["cpu_s"] / max(v["evaluations"], 1)}
                                               for k, v in cpu.items()},
                           "wall_seconds_by_strategy": dict(cost), "left_out": left_out, "failed_runs": failed}, indent=1)

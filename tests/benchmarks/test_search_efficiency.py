@@ -217,11 +217,30 @@ def test_reuse_takes_the_strategies_not_run_from_an_earlier_report(tmp_path):
     assert f"Taken from `{tmp_path / 'earlier.json'}` (an earlier host): swarm." in (out / "search_efficiency.md").read_text()
     malformed = {**earlier, "results": [{"strategy": "swarm"}]}
     other_budgets = ["--budgets", "2,8"]
-    for report, extra in (([], []), (malformed, []), (earlier, other_budgets), (earlier, ["--seeds", "2"])):
+    for report, extra in (([], []), (malformed, []), (earlier, other_budgets), (earlier, ["--seeds", "2"]),
+                          (earlier, ["--first-seed", "1"]), ({**earlier, "first_seed": 5}, [])):
         (tmp_path / "bad.json").write_text(json.dumps(report))
         with pytest.raises(SystemExit):  # refused before any run, not after all of them
             main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--reuse", str(tmp_path / "bad.json"),
                   "--out", str(out), *extra])
+
+
+def test_first_seed_runs_the_seeds_from_there_and_the_report_says_which(tmp_path):
+    from benchmarks.search_efficiency import main
+
+    _toy_cache(tmp_path / "toy.json", "k", 5)
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:random_sample", "--seeds", "2",
+                 "--first-seed", "7", "--budgets", "2,4", "--jobs", "1", "--traces", str(tmp_path / "t.jsonl"),
+                 "--out", str(out)]) == 0
+    runs = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert sorted(r[3] for r in runs) == [7, 8]  # the seed of each run
+    assert json.loads((out / "search_efficiency.json").read_text())["first_seed"] == 7
+    assert "2 seeds (7-8)" in (out / "search_efficiency.md").read_text()
+    for bad in (["--first-seed", "-1"], ["--seeds", "0"]):
+        with pytest.raises(SystemExit):
+            main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:random_sample", "--out", str(out), *bad])
 
 
 def test_a_stored_transfer_run_is_reused_only_for_the_same_files_learned_from(tmp_path):
