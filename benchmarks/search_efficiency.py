@@ -117,6 +117,8 @@ KT_NOT_REPEATABLE = frozenset({"bayes_opt", "diff_evo", "nsga2", "nsga3"})
 #: The peers of ``--quick``: the strongest of each family on the issue's measurement, and random.
 QUICK_PEERS = ("kt:adaptive_tabu_greywolf", "kt:hybrid_vndx", "kt:random_sample", "optuna:tpe")
 DEFAULT_SEEDS = 5
+#: Largest seed a run may have (``--first-seed`` + ``--seeds``).
+MAX_SEED = 1_000_000
 QUICK_SEEDS = 3
 
 
@@ -837,8 +839,11 @@ def main(argv: list[str] | None = None) -> int:
                              "(same files, seeds and budgets), so that a change of ours is measured without rerunning them")
     args = parser.parse_args(argv)
     seeds = args.seeds if args.seeds is not None else (QUICK_SEEDS if args.quick else DEFAULT_SEEDS)
-    if seeds < 1 or args.first_seed < 0:
-        parser.error(f"--seeds must be at least 1 and --first-seed at least 0 (got {seeds} and {args.first_seed})")
+    # Seeds reach numpy.random.seed (below 2**32) and, plus 1000 per earlier file of a transfer
+    # run, a run's seed field: a bound far below both.
+    if not (1 <= seeds <= MAX_SEED and 0 <= args.first_seed <= MAX_SEED - seeds):
+        parser.error(f"--seeds must be 1 to {MAX_SEED} and --first-seed 0 to {MAX_SEED} - seeds "
+                     f"(got {seeds} and {args.first_seed})")
     budgets = sorted(int(b) for b in (args.budgets or ("50,100,200" if args.quick else "50,100,200,400")).split(","))
     caches = args.cache or default_caches()
     if not caches:

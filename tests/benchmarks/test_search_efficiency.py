@@ -238,7 +238,7 @@ def test_first_seed_runs_the_seeds_from_there_and_the_report_says_which(tmp_path
     assert sorted(r[3] for r in runs) == [7, 8]  # the seed of each run
     assert json.loads((out / "search_efficiency.json").read_text())["first_seed"] == 7
     assert "2 seeds (7-8)" in (out / "search_efficiency.md").read_text()
-    for bad in (["--first-seed", "-1"], ["--seeds", "0"]):
+    for bad in (["--first-seed", "-1"], ["--seeds", "0"], ["--first-seed", str(2**32)]):
         with pytest.raises(SystemExit):
             main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:random_sample", "--out", str(out), *bad])
 
