@@ -512,10 +512,17 @@ def _read_report(path: Path, parser: argparse.ArgumentParser) -> dict:
     rows = report.get("results") if isinstance(report, dict) else None
     score = report.get("scores") if isinstance(report, dict) else None
     if (not isinstance(rows, list) or not rows or not isinstance(score, dict)
-            or not all(isinstance(r, dict) and ROW_KEYS <= r.keys() for r in rows)
+            or not all(isinstance(r, dict) and ROW_KEYS <= r.keys() and _count(r["seeds"], 1) for r in rows)
             or not all(isinstance(v, dict) and "aggregate" in v for v in score.values())):
         parser.error(f"--reuse {path}: not a search_efficiency report (its results rows or scores are malformed)")
+    if not _count(report.get("first_seed", 0), 0):
+        parser.error(f"--reuse {path}: its first_seed {report['first_seed']!r} is not an integer >= 0")
     return report
+
+
+def _count(value: Any, least: int) -> bool:
+    """Whether ``value`` is an int (not a bool) of at least ``least``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def _reuse_mismatch(report: dict, datasets: list[str], budgets: list[int], seeds: int,
@@ -708,15 +715,23 @@ def figure(rows: list[dict], out_dir: Path) -> tuple[Path, Path | None]:
 
 
 def _read_traces(path: Path | None) -> dict[tuple, tuple]:
-    """Finished runs of ``--traces``: :func:`_job_key` -> the worker's result."""
+    """Finished runs of ``--traces``: :func:`_job_key` -> the worker's result.
+
+    Raises:
+        ValueError: a line that is not such a record (a write cut short, say), with its number.
+    """
     out: dict[tuple, tuple] = {}
     if path is None or not path.exists():
         return out
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
         if line.strip():
-            kind, dataset, name, seed, budget, trace, seconds, cpu_s, *learned = json.loads(line)
-            out[(dataset, name, seed, budget, tuple(learned[0]) if learned else ())] = (
-                kind, dataset, name, seed, budget, [tuple(e) for e in trace], seconds, cpu_s)
+            try:
+                kind, dataset, name, seed, budget, trace, seconds, cpu_s, *learned = json.loads(line)
+                out[(dataset, name, seed, budget, tuple(learned[0]) if learned else ())] = (
+                    kind, dataset, name, seed, budget, [tuple(e) for e in trace], seconds, cpu_s)
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"line {number} is not a finished run ({exc}); an interrupted write leaves "
+                                 "such a last line: remove it and its run is done again") from None
     return out
 
 
@@ -844,7 +859,12 @@ def main(argv: list[str] | None = None) -> int:
     if not (1 <= seeds <= MAX_SEED and 0 <= args.first_seed <= MAX_SEED - seeds):
         parser.error(f"--seeds must be 1 to {MAX_SEED} and --first-seed 0 to {MAX_SEED} - seeds "
                      f"(got {seeds} and {args.first_seed})")
-    budgets = sorted(int(b) for b in (args.budgets or ("50,100,200" if args.quick else "50,100,200,400")).split(","))
+    try:
+        budgets = sorted(int(b) for b in (args.budgets or ("50,100,200" if args.quick else "50,100,200,400")).split(","))
+    except ValueError:
+        parser.error(f"--budgets takes comma-separated whole numbers, got {args.budgets!r}")
+    if budgets[0] < 1 or args.jobs < 1:
+        parser.error(f"budgets and --jobs must be at least 1 (got {budgets} and {args.jobs})")
     caches = args.cache or default_caches()
     if not caches:
         parser.error("no cache files: pass --cache FILE")
@@ -889,7 +909,10 @@ def main(argv: list[str] | None = None) -> int:
     cost: dict[str, float] = defaultdict(float)
     cpu: dict[str, dict[str, float]] = defaultdict(lambda: {"cpu_s": 0.0, "evaluations": 0})
     done = 0
-    stored = _read_traces(args.traces)
+    try:
+        stored = _read_traces(args.traces)
+    except ValueError as exc:
+        parser.error(f"--traces {args.traces}: {exc}")
     reused = [stored[_job_key(j)] for j in jobs if _job_key(j) in stored]
     jobs = [j for j in jobs if _job_key(j) not in stored]
     sink = args.traces.open("a") if args.traces else None

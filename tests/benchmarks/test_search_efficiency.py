@@ -218,7 +218,9 @@ def test_reuse_takes_the_strategies_not_run_from_an_earlier_report(tmp_path):
     malformed = {**earlier, "results": [{"strategy": "swarm"}]}
     other_budgets = ["--budgets", "2,8"]
     for report, extra in (([], []), (malformed, []), (earlier, other_budgets), (earlier, ["--seeds", "2"]),
-                          (earlier, ["--first-seed", "1"]), ({**earlier, "first_seed": 5}, [])):
+                          (earlier, ["--first-seed", "1"]), ({**earlier, "first_seed": 5}, []),
+                          *(({**earlier, "first_seed": bad}, []) for bad in ("0", None, True, [0], -1)),
+                          ({**earlier, "results": [{**r, "seeds": "1"} for r in earlier["results"]]}, [])):
         (tmp_path / "bad.json").write_text(json.dumps(report))
         with pytest.raises(SystemExit):  # refused before any run, not after all of them
             main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--reuse", str(tmp_path / "bad.json"),
@@ -238,7 +240,9 @@ def test_first_seed_runs_the_seeds_from_there_and_the_report_says_which(tmp_path
     assert sorted(r[3] for r in runs) == [7, 8]  # the seed of each run
     assert json.loads((out / "search_efficiency.json").read_text())["first_seed"] == 7
     assert "2 seeds (7-8)" in (out / "search_efficiency.md").read_text()
-    for bad in (["--first-seed", "-1"], ["--seeds", "0"], ["--first-seed", str(2**32)]):
+    (tmp_path / "cut.jsonl").write_text((tmp_path / "t.jsonl").read_text()[:-30])  # its last write cut short
+    for bad in (["--first-seed", "-1"], ["--seeds", "0"], ["--first-seed", str(2**32)], ["--budgets", "2,x"],
+                ["--budgets", "0,4"], ["--jobs", "0"], ["--traces", str(tmp_path / "cut.jsonl")]):
         with pytest.raises(SystemExit):
             main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:random_sample", "--out", str(out), *bad])
 
@@ -255,3 +259,6 @@ def test_a_stored_transfer_run_is_reused_only_for_the_same_files_learned_from(tm
     assert _job_key(("ours", mine, "swarm:transfer", 0, 4, 4, (other,))) not in stored
     (tmp_path / "old.jsonl").write_text(json.dumps(record) + "\n")  # traces written before the files were recorded
     assert list(_read_traces(tmp_path / "old.jsonl")) == [(mine.name, "swarm:transfer", 0, 4, ())]
+    (tmp_path / "cut.jsonl").write_text(json.dumps(record) + "\n" + json.dumps(record)[:20])  # a write cut short
+    with pytest.raises(ValueError, match="line 2 is not a finished run"):
+        _read_traces(tmp_path / "cut.jsonl")
