@@ -117,9 +117,9 @@ KT_NOT_REPEATABLE = frozenset({"bayes_opt", "diff_evo", "nsga2", "nsga3"})
 #: The peers of ``--quick``: the strongest of each family on the issue's measurement, and random.
 QUICK_PEERS = ("kt:adaptive_tabu_greywolf", "kt:hybrid_vndx", "kt:random_sample", "optuna:tpe")
 DEFAULT_SEEDS = 5
+QUICK_SEEDS = 3
 #: Largest seed a run may have (``--first-seed`` + ``--seeds``).
 MAX_SEED = 1_000_000
-QUICK_SEEDS = 3
 
 
 def kt_strategies() -> tuple[str, ...]:
@@ -883,6 +883,10 @@ def main(argv: list[str] | None = None) -> int:
     if "optuna:cmaes" not in peers:
         left_out["optuna:cmaes"] = "needs the cmaes package, not installed"
     reused_report = _read_report(args.reuse, parser) if args.reuse else None
+    try:  # before the files are loaded: a bad --traces file is refused at once
+        stored = _read_traces(args.traces)
+    except ValueError as exc:
+        parser.error(f"--traces {args.traces}: {exc}")
 
     started = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="search-eff-"))
@@ -909,10 +913,6 @@ def main(argv: list[str] | None = None) -> int:
     cost: dict[str, float] = defaultdict(float)
     cpu: dict[str, dict[str, float]] = defaultdict(lambda: {"cpu_s": 0.0, "evaluations": 0})
     done = 0
-    try:
-        stored = _read_traces(args.traces)
-    except ValueError as exc:
-        parser.error(f"--traces {args.traces}: {exc}")
     reused = [stored[_job_key(j)] for j in jobs if _job_key(j) in stored]
     jobs = [j for j in jobs if _job_key(j) not in stored]
     sink = args.traces.open("a") if args.traces else None
