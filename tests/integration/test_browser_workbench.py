@@ -112,7 +112,8 @@ def test_the_goal_editor_follows_the_workloads_defaults_until_the_name_is_typed(
     page = w.page
     w.login(*demo_user)
     page.click("text=New goal")
-    page.wait_for_function("document.getElementById('space-size').textContent.includes('valid of')")
+    # ?. : until the click's navigation lands, the old page (no #space-size) is the one polled
+    page.wait_for_function("document.getElementById('space-size')?.textContent.includes('valid of')")
     assert page.input_value("input[name=name]") == "rmsnorm / cpu-x86_64 / llama3-8b: minimise latency"
     assert "void rmsnorm(" in page.inner_text("#preview")
     # switching the workload: the default name, space and template (and so the preview) follow
