@@ -82,19 +82,42 @@ def standardised_score(runs: Sequence[np.ndarray], random_curve: np.ndarray, opt
     """Mean over ``t`` of ``(P(t) - R(t)) / (opt - R(t))``, ``P`` the mean of ``runs``' curves.
 
     Evaluation counts at which random search already expects the optimum are left out (the
-    ratio is undefined there).
+    ratio is undefined there). The score is linear in ``P``, so it is also the mean of
+    :func:`run_scores`.
 
     Raises:
         ValueError: no runs, or curves of another length than ``random_curve``.
     """
-    if not runs:
+    return float(np.mean(run_scores(runs, random_curve, optimum)))
+
+
+def run_scores(runs: Sequence[np.ndarray], random_curve: np.ndarray, optimum: float) -> np.ndarray:
+    """Each run's own standardised score (:func:`standardised_score` of that run alone),
+    ``float64 [len(runs)]``: their spread is what the score of a few runs is uncertain by.
+
+    Raises:
+        ValueError: no runs, or curves of another length than ``random_curve``.
+    """
+    if not len(runs):
         raise ValueError("no runs to score")
     curves = np.asarray(runs, dtype=np.float64)
     if curves.shape[1:] != random_curve.shape:
         raise ValueError(f"curves of shape {curves.shape[1:]} against a random curve of {random_curve.shape}")
-    perf = curves.mean(axis=0)
     gap = optimum - random_curve
     keep = np.abs(gap) > 1e-12 * max(abs(optimum), 1.0)
     if not keep.any():
-        return 1.0
-    return float(np.mean((perf[keep] - random_curve[keep]) / gap[keep]))
+        return np.ones(len(curves))
+    return np.mean((curves[:, keep] - random_curve[keep]) / gap[keep], axis=1)
+
+
+def standard_error(per_file: Sequence[Sequence[float]]) -> float | None:
+    """Standard error of the aggregate score (the mean over files of the mean over each file's
+    runs) from the runs' own scores (:func:`run_scores`), one sequence per file: the files are
+    scored independently, so ``sqrt(sum_f s_f^2 / n_f) / F``, ``s_f`` the sample standard
+    deviation of file ``f``'s ``n_f`` runs. With one file it is that file's own. None where a
+    file has fewer than two runs (no spread to estimate).
+    """
+    if not per_file or any(len(v) < 2 for v in per_file):
+        return None
+    variance = sum(float(np.var(np.asarray(v, dtype=np.float64), ddof=1)) / len(v) for v in per_file)
+    return float(np.sqrt(variance) / len(per_file))

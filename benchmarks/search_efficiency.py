@@ -48,12 +48,13 @@ lone-spike optimum, see ``benchmarks.landscape``, the median flips when that cou
 the hypervolume of the time/energy frontier found, as a fraction of the recorded frontier's.
 Per strategy: the aggregate score of the autotuning methodology over evaluations 1..largest
 budget (:mod:`benchmarks.methodology_score`; 0 is random search, 1 the optimum from the first
-evaluation), per file and averaged over files, and the CPU time of its worker per evaluation
-(the whole run: strategy, Kernel Tuner's or our harness, replay lookups).
+evaluation), per file and averaged over files, with its standard error over runs (the score is
+the mean of the runs' own scores), and the CPU time of its worker per evaluation (the whole run:
+strategy, Kernel Tuner's or our harness, replay lookups).
 
 Output in ``--out`` (default ``benchmarks/results``): ``search_efficiency.md`` (host and date,
 scores, the swarm against the best peer per file and budget, targets, every strategy's
-table), ``.json`` (the object ``--json`` prints: results, targets, scores, CPU per strategy,
+table), ``.json`` (the object ``--json`` prints: results, targets, scores and their standard errors, CPU per strategy,
 left-out strategies, failed runs), ``.html`` and, with Chromium, ``.png`` (the figure).
 """
 
@@ -78,7 +79,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.methodology_score import best_so_far, random_search_curve, standardised_score
+from benchmarks.methodology_score import best_so_far, random_search_curve, run_scores, standard_error
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Every Kernel Tuner 1.5 strategy that accepts ``max_fevals`` and runs on a cache file
@@ -517,6 +518,12 @@ def _read_report(path: Path, parser: argparse.ArgumentParser) -> dict:
         parser.error(f"--reuse {path}: not a search_efficiency report (its results rows or scores are malformed)")
     if not _count(report.get("first_seed", 0), 0):
         parser.error(f"--reuse {path}: its first_seed {report['first_seed']!r} is not an integer >= 0")
+    errors = report.get("score_standard_errors", {})  # reports before standard errors have none
+    if not (isinstance(errors, dict) and all(
+            isinstance(v, dict) and all(e is None or (isinstance(e, (int, float)) and not isinstance(e, bool)
+                                                      and math.isfinite(e) and e >= 0) for e in v.values())
+            for v in errors.values())):
+        parser.error(f"--reuse {path}: its score_standard_errors are not a number >= 0 or null per strategy and file")
     return report
 
 
@@ -628,15 +635,22 @@ def verdict(rows: list[dict], ours: str = "swarm") -> list[str]:
     return lines
 
 
-def aggregate_line(score: dict[str, dict[str, float]], ours: str = "swarm") -> str | None:
-    """The aggregate-score target for ``ours`` against the best peer's, or None without both."""
+def aggregate_line(score: dict[str, dict[str, float]], ours: str = "swarm",
+                   errors: dict[str, dict[str, float | None]] | None = None) -> str | None:
+    """The aggregate-score target for ``ours`` against the best peer's, or None without both;
+    with both standard errors (``errors``, :func:`score_errors_of`), the difference and its
+    standard error (independent runs: the root of the sum of squares)."""
     peers = {k: v["aggregate"] for k, v in score.items() if k.startswith(("kt:", "optuna:"))}
     if ours not in score or not peers:
         return None
     best = max(peers, key=peers.get)
     mine = score[ours]["aggregate"]
-    return (f"aggregate score: {ours} {mine:.3f} vs best peer {best} {peers[best]:.3f} -> "
+    line = (f"aggregate score: {ours} {mine:.3f} vs best peer {best} {peers[best]:.3f} -> "
             + ("met" if mine >= peers[best] else f"short by {peers[best] - mine:.3f}"))
+    se = [(errors or {}).get(k, {}).get("aggregate") for k in (ours, best)]
+    if None not in se:
+        line += f" (difference {mine - peers[best]:+.3f}, standard error {float(np.hypot(*se)):.3f})"
+    return line
 
 
 def _gap(ours: float, peer: float) -> str:
@@ -760,29 +774,57 @@ def random_curves(datasets: dict[str, Dataset], horizon: int) -> dict[str, Any]:
 
 
 def scores(traces: dict, datasets: dict[str, Dataset], horizon: int) -> dict[str, dict[str, float]]:
-    """The methodology's score per strategy: ``{"aggregate": mean over datasets, <dataset>: ...}``.
+    """The methodology's score per strategy: ``{"aggregate": mean over datasets, <dataset>: ...}``
+    (:func:`run_scores_by`, averaged)."""
+    return scores_of(run_scores_by(traces, datasets, horizon))
 
-    A strategy run once per budget is scored on its runs at the largest budget (``horizon``);
-    the aggregate is over the datasets where the strategy has runs."""
+
+def run_scores_by(traces: dict, datasets: dict[str, Dataset], horizon: int) -> dict[str, dict[str, np.ndarray]]:
+    """Per strategy and dataset, each run's own score (:func:`benchmarks.methodology_score.run_scores`),
+    ``float64 [runs]``. A strategy run once per budget is scored on its runs at the largest budget
+    (``horizon``)."""
     baselines = random_curves(datasets, horizon)
-    per: dict[str, dict[str, float]] = defaultdict(dict)
+    per: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
     for (dataset, strategy), runs in sorted(traces.items()):
         chosen = [t for (budget, _seed), t in runs.items() if budget in (None, horizon)]
         if not chosen:
             continue
         curve, worst = baselines[dataset]
         curves = [best_so_far([t if ok else None for ok, t, _ in trace], horizon, worst) for trace in chosen]
-        per[strategy][dataset] = standardised_score(curves, curve, datasets[dataset].optimum)
-    return {s: {"aggregate": float(np.mean(list(d.values()))), **d} for s, d in per.items()}
+        per[strategy][dataset] = run_scores(curves, curve, datasets[dataset].optimum)
+    return dict(per)
 
 
-def score_table(score: dict[str, dict[str, float]], cpu: dict[str, dict[str, float]]) -> str:
-    """Strategies by aggregate score, best first, with CPU-seconds per evaluation."""
-    out = ["| strategy | aggregate score | files | CPU ms / evaluation |", "|---|---:|---:|---:|"]
+def scores_of(per_run: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, float]]:
+    """``{strategy: {"aggregate": mean over datasets, <dataset>: mean over runs}}``; the aggregate
+    is over the datasets where the strategy has runs."""
+    out = {}
+    for strategy, by_file in per_run.items():
+        files = {d: float(np.mean(v)) for d, v in by_file.items()}
+        out[strategy] = {"aggregate": float(np.mean(list(files.values()))), **files}
+    return out
+
+
+def score_errors_of(per_run: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, float | None]]:
+    """Standard errors of :func:`scores_of`'s figures over runs
+    (:func:`benchmarks.methodology_score.standard_error`; None with a single run)."""
+    return {strategy: {"aggregate": standard_error(list(by_file.values())),
+                       **{d: standard_error([v]) for d, v in by_file.items()}}
+            for strategy, by_file in per_run.items()}
+
+
+def score_table(score: dict[str, dict[str, float]], cpu: dict[str, dict[str, float]],
+                errors: dict[str, dict[str, float | None]] | None = None) -> str:
+    """Strategies by aggregate score, best first, with its standard error over runs (blank where
+    unknown: one run per file, or a reused report without them) and CPU-milliseconds per evaluation."""
+    errors = errors or {}
+    out = ["| strategy | aggregate score | standard error | files | CPU ms / evaluation |", "|---|---:|---:|---:|---:|"]
     for s in sorted(score, key=lambda k: -score[k]["aggregate"]):
         c = cpu.get(s, {})
         per_eval = 1000 * c.get("cpu_s", 0.0) / max(c.get("evaluations", 0), 1)
-        out.append(f"| {s} | {score[s]['aggregate']:.3f} | {len(score[s]) - 1} | {per_eval:.1f} |")
+        se = errors.get(s, {}).get("aggregate")
+        out.append(f"| {s} | {score[s]['aggregate']:.3f} | {'' if se is None else f'{se:.3f}'} | {len(score[s]) - 1} "
+                   f"| {per_eval:.1f} |")
     return "\n".join(out)
 
 
@@ -941,7 +983,8 @@ def main(argv: list[str] | None = None) -> int:
     if sink is not None:
         sink.close()
     rows = summarise(traces, datasets, budgets)
-    score = scores(traces, datasets, budgets[-1])
+    per_run = run_scores_by(traces, datasets, budgets[-1])
+    score, errors = scores_of(per_run), score_errors_of(per_run)
     taken_from = ""
     if reused_report is not None:
         taken = sorted({r["strategy"] for r in reused_report["results"]} - set(strategies))
@@ -949,12 +992,13 @@ def main(argv: list[str] | None = None) -> int:
                                 and r["dataset"] in datasets and r["budget"] in budgets)],
                       key=lambda r: (r["dataset"], r["strategy"], r["budget"]))
         score.update({k: v for k, v in reused_report["scores"].items() if k in taken})
+        errors.update({k: v for k, v in reused_report.get("score_standard_errors", {}).items() if k in taken})
         cpu.update({k: v for k, v in reused_report.get("cpu_by_strategy", {}).items() if k in taken})
         left_out = {k: v for k, v in left_out.items() if k not in taken}
         taken_from = (f"Taken from `{args.reuse}` ({reused_report.get('host', 'host not recorded')}): "
                       f"{', '.join(taken)}.\n\n")
     mixes = [m for m in OUR_MIXES if m in score]
-    lines = [line for m in mixes for line in (*verdict(rows, m), aggregate_line(score, m)) if line]
+    lines = [line for m in mixes for line in (*verdict(rows, m), aggregate_line(score, m, errors)) if line]
     html, png = figure(rows, args.out)
     elapsed = time.perf_counter() - started
     command = " ".join(["python -m benchmarks.search_efficiency", *(argv if argv is not None else sys.argv[1:])])
@@ -969,13 +1013,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{PRIOR_BUDGET}-evaluation runs on the kernel's other files of the same parameters, and starts from their "
         "evidence (the same as `swarm` where a file has none)."
         + f"\n\n## Aggregate score (autotuning methodology, evaluations 1..{budgets[-1]})\n\n"
-        + score_table(score, cpu)
+        + "The standard error is over runs (seeds): a difference between two strategies smaller than about "
+        "twice the root of the sum of their squares is not resolved by this many runs.\n\n"
+        + score_table(score, cpu, errors)
         + "".join(f"\n\n## {m} against the best peer (median best/optimum; ✗: {m} is behind)\n\n"
                   + versus_table(rows, score, m) for m in mixes)
         + "\n\n## Targets\n\n" + "\n".join(f"- {line}" for line in lines)
         + "\n\n## Every strategy\n\n" + markdown(rows) + "\n"
     )
-    payload = json.dumps({"host": host, "command": command, "first_seed": args.first_seed, "results": rows, "targets": lines, "scores": score, "seconds": elapsed,
+    payload = json.dumps({"host": host, "command": command, "first_seed": args.first_seed, "results": rows, "targets": lines, "scores": score,
+                          "score_standard_errors": errors, "seconds": elapsed,
                           "cpu_by_strategy": {k: {**v, "cpu_ms_per_evaluation": 1000 * v["cpu_s"] / max(v["evaluations"], 1)}
                                               for k, v in cpu.items()},
                           "wall_seconds_by_strategy": dict(cost), "left_out": left_out, "failed_runs": failed}, indent=1)
@@ -983,7 +1030,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(payload)
     else:
-        print(f"{taken_from}## Aggregate score\n\n{score_table(score, cpu)}")
+        print(f"{taken_from}## Aggregate score\n\n{score_table(score, cpu, errors)}")
         for m in mixes:
             print(f"\n## {m} against the best peer\n\n{versus_table(rows, score, m)}")
         print("\n## Targets\n\n" + "\n".join(f"- {line}" for line in lines))

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from benchmarks.methodology_score import best_so_far, random_search_curve, standardised_score
+from benchmarks.methodology_score import best_so_far, random_search_curve, run_scores, standard_error, standardised_score
 
 
 def test_random_curve_is_the_expected_best_of_draws_without_replacement():
@@ -44,3 +44,18 @@ def test_score_leaves_out_budgets_where_random_search_expects_the_optimum():
     assert standardised_score([np.array([2.0, 1.0])], rand, 1.0) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="shape"):
         standardised_score([np.ones(3)], rand, 1.0)
+
+
+def test_the_runs_own_scores_average_to_the_score_and_give_its_standard_error():
+    rand = np.array([4.0, 3.0, 2.0])
+    runs = [np.ones(3), rand, np.array([2.5, 2.0, 1.5])]  # scores 1, 0 and 0.5
+    assert run_scores(runs, rand, 1.0) == pytest.approx([1.0, 0.0, 0.5])
+    assert standardised_score(runs, rand, 1.0) == pytest.approx(0.5)
+    # one file: the sample deviation over the root of the runs (0.5 / sqrt 3)
+    assert standard_error([[1.0, 0.0, 0.5]]) == pytest.approx(0.5 / np.sqrt(3))
+    # two files scored independently: the aggregate is their mean, its variance a quarter of the sum
+    assert standard_error([[1.0, 0.0, 0.5], [0.2, 0.4]]) == pytest.approx(np.sqrt(0.25 / 3 + 0.02 / 2) / 2)
+    assert standard_error([[1.0, 0.0], [0.3]]) is None  # one run: no spread to estimate
+    assert standard_error([]) is None
+    with pytest.raises(ValueError, match="no runs"):
+        run_scores([], rand, 1.0)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.methodology_score import best_so_far, run_scores
 from benchmarks.search_efficiency import (
     KT_BUDGET_FREE,
     KT_NOT_REPEATABLE,
@@ -16,9 +17,11 @@ from benchmarks.search_efficiency import (
     evals_to,
     hypervolume,
     load_dataset,
+    random_curves,
     run_kt,
     run_optuna_tpe,
     run_ours,
+    scores_of,
     siblings,
     summarise,
     verdict,
@@ -194,6 +197,9 @@ def test_verdict_and_versus_table_for_the_transfer_run():
     assert "short by" in verdict(rows)[0]
     score = {"swarm:transfer": {"aggregate": 0.9, "d": 0.9}, "kt:pso": {"aggregate": 0.5, "d": 0.5}}
     assert aggregate_line(score, "swarm:transfer").endswith("-> met")
+    errors = {"swarm:transfer": {"aggregate": 0.03}, "kt:pso": {"aggregate": 0.04}}
+    assert aggregate_line(score, "swarm:transfer", errors).endswith("-> met (difference +0.400, standard error 0.050)")
+    assert aggregate_line(score, "swarm:transfer", {"kt:pso": {"aggregate": None}}).endswith("-> met")
     assert aggregate_line(score) is None  # no cold swarm scored
     assert "swarm:transfer / best peer @100" in versus_table(rows, score, "swarm:transfer")
 
@@ -220,7 +226,10 @@ def test_reuse_takes_the_strategies_not_run_from_an_earlier_report(tmp_path):
     for report, extra in (([], []), (malformed, []), (earlier, other_budgets), (earlier, ["--seeds", "2"]),
                           (earlier, ["--first-seed", "1"]), ({**earlier, "first_seed": 5}, []),
                           *(({**earlier, "first_seed": bad}, []) for bad in ("0", None, True, [0], -1)),
-                          ({**earlier, "results": [{**r, "seeds": "1"} for r in earlier["results"]]}, [])):
+                          ({**earlier, "results": [{**r, "seeds": "1"} for r in earlier["results"]]}, []),
+                          *(({**earlier, "score_standard_errors": bad}, [])
+                            for bad in ("x", {"swarm": 0.1}, {"swarm": {"toy": -1}}, {"swarm": {"toy": "0.1"}},
+                                        {"swarm": {"toy": True}}, {"swarm": {"toy": float("nan")}}))):
         (tmp_path / "bad.json").write_text(json.dumps(report))
         with pytest.raises(SystemExit):  # refused before any run, not after all of them
             main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--reuse", str(tmp_path / "bad.json"),
@@ -238,8 +247,18 @@ def test_first_seed_runs_the_seeds_from_there_and_the_report_says_which(tmp_path
                  "--out", str(out)]) == 0
     runs = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert sorted(r[3] for r in runs) == [7, 8]  # the seed of each run
-    assert json.loads((out / "search_efficiency.json").read_text())["first_seed"] == 7
+    report = json.loads((out / "search_efficiency.json").read_text())
+    assert report["first_seed"] == 7
     assert "2 seeds (7-8)" in (out / "search_efficiency.md").read_text()
+    # the score is the mean of the two runs' own scores; its standard error their spread over root 2
+    ds = load_dataset(tmp_path / "toy.json", tmp_path)
+    curve, worst = random_curves({"toy": ds}, 4)["toy"]
+    own = run_scores([best_so_far([t if ok else None for ok, t, _ in r[5]], 4, worst)
+                      for r in runs], curve, ds.optimum)
+    assert report["scores"]["kt:random_sample"]["toy"] == pytest.approx(own.mean())
+    assert report["score_standard_errors"]["kt:random_sample"]["aggregate"] == pytest.approx(own.std(ddof=1) / math.sqrt(2))
+    assert scores_of({"s": {"toy": own}})["s"]["aggregate"] == pytest.approx(own.mean())
+    assert "| aggregate score | standard error |" in (out / "search_efficiency.md").read_text()
     (tmp_path / "cut.jsonl").write_text((tmp_path / "t.jsonl").read_text()[:-30])  # its last write cut short
     for bad in (["--first-seed", "-1"], ["--seeds", "0"], ["--first-seed", str(2**32)], ["--budgets", "2,x"],
                 ["--budgets", "0,4"], ["--jobs", "0"], ["--traces", str(tmp_path / "cut.jsonl")]):
