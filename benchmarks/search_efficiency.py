@@ -518,13 +518,24 @@ def _read_report(path: Path, parser: argparse.ArgumentParser) -> dict:
         parser.error(f"--reuse {path}: not a search_efficiency report (its results rows or scores are malformed)")
     if not _count(report.get("first_seed", 0), 0):
         parser.error(f"--reuse {path}: its first_seed {report['first_seed']!r} is not an integer >= 0")
+    if not all(_number(x) for v in score.values() for x in v.values()):
+        parser.error(f"--reuse {path}: its scores are not finite numbers per strategy and file")
     errors = report.get("score_standard_errors", {})  # reports before standard errors have none
-    if not (isinstance(errors, dict) and all(
-            isinstance(v, dict) and all(e is None or (isinstance(e, (int, float)) and not isinstance(e, bool)
-                                                      and math.isfinite(e) and e >= 0) for e in v.values())
-            for v in errors.values())):
+    if not (isinstance(errors, dict) and all(isinstance(v, dict) and all(e is None or (_number(e) and e >= 0)
+                                                                          for e in v.values())
+                                             for v in errors.values())):
         parser.error(f"--reuse {path}: its score_standard_errors are not a number >= 0 or null per strategy and file")
     return report
+
+
+def _number(value: Any) -> bool:
+    """Whether ``value`` is a finite int or float (not a bool; an int too large for a float is not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _count(value: Any, least: int) -> bool:
@@ -1013,8 +1024,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{PRIOR_BUDGET}-evaluation runs on the kernel's other files of the same parameters, and starts from their "
         "evidence (the same as `swarm` where a file has none)."
         + f"\n\n## Aggregate score (autotuning methodology, evaluations 1..{budgets[-1]})\n\n"
-        + "The standard error is over runs (seeds): a difference between two strategies smaller than about "
-        "twice the root of the sum of their squares is not resolved by this many runs.\n\n"
+        + "The standard error is over runs (seeds), the files held fixed: with five or more runs per file, a "
+        "difference between two strategies smaller than about twice the root of the sum of their squares is not "
+        "resolved by this many runs.\n\n"
         + score_table(score, cpu, errors)
         + "".join(f"\n\n## {m} against the best peer (median best/optimum; ✗: {m} is behind)\n\n"
                   + versus_table(rows, score, m) for m in mixes)

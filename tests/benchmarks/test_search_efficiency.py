@@ -229,7 +229,10 @@ def test_reuse_takes_the_strategies_not_run_from_an_earlier_report(tmp_path):
                           ({**earlier, "results": [{**r, "seeds": "1"} for r in earlier["results"]]}, []),
                           *(({**earlier, "score_standard_errors": bad}, [])
                             for bad in ("x", {"swarm": 0.1}, {"swarm": {"toy": -1}}, {"swarm": {"toy": "0.1"}},
-                                        {"swarm": {"toy": True}}, {"swarm": {"toy": float("nan")}}))):
+                                        {"swarm": {"toy": True}}, {"swarm": {"toy": float("nan")}},
+                                        {"swarm": {"toy": 10**400}})),
+                          *(({**earlier, "scores": {"swarm": {"aggregate": bad, "toy": 1.0}}}, [])
+                            for bad in (None, "1.0", float("inf"), 10**400))):
         (tmp_path / "bad.json").write_text(json.dumps(report))
         with pytest.raises(SystemExit):  # refused before any run, not after all of them
             main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--reuse", str(tmp_path / "bad.json"),
