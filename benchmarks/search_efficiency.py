@@ -3,7 +3,7 @@ Kernel Tuner strategy that takes a budget and Optuna's TPE and CMA-ES, same budg
 
     python -m benchmarks.search_efficiency [--quick] [--cache FILE ...] [--seeds 5] [--first-seed 0] \
         [--budgets 50,100,200,400] [--strategies default|all|swarm,agent:pack,kt:pso,optuna:tpe,...] \
-        [--batch-size 4] [--jobs N] [--traces FILE.jsonl] [--reuse REPORT.json] [--out DIR] [--json]
+        [--batch-size 4] [--jobs N] [--run-limit 300] [--traces FILE.jsonl] [--reuse REPORT.json] [--out DIR] [--json]
 
 Defaults: every file of the shared tuning-cache folder, 5 seeds, the swarm (``swarm``: a first
 run; ``swarm:transfer``: after runs on the kernel's other files) and every peer.
@@ -15,7 +15,8 @@ and seeds. ``--first-seed N`` runs seeds ``N .. N + seeds - 1`` instead of ``0 .
 the committed report's bar is the best of many peers' medians over few seeds, which flatters
 the peers, and fresh seeds measure every strategy, that bar's setter included, anew.
 Each of the ``--jobs`` worker processes (default: one per CPU) runs one strategy run at a
-time with one BLAS/OpenMP thread.
+time with one BLAS/OpenMP thread, and stops a run after ``--run-limit`` wall seconds (a hung
+peer is listed among the failed runs, and its cells have that many runs fewer).
 
 Every strategy searches the configurations a Kernel Tuner cache file records (the search
 space Kernel Tuner itself builds from a cache); a configuration the file does not record is
@@ -66,6 +67,7 @@ import json
 import math
 import os
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -121,6 +123,12 @@ DEFAULT_SEEDS = 5
 QUICK_SEEDS = 3
 #: Largest seed a run may have (``--first-seed`` + ``--seeds``).
 MAX_SEED = 1_000_000
+#: Wall seconds one run may take in a worker (``--run-limit``; 0: no limit) before it is stopped
+#: and listed among the failed runs. A run of 400 evaluations takes seconds (the slowest strategy
+#: about 40 ms per evaluation), but a peer can hang: Kernel Tuner's pymoo strategies have looped
+#: in pymoo's repair on a recorded convolution space.
+RUN_LIMIT_S = 300.0
+_run_limit_s = 0.0  # this worker's limit (set by _init_worker)
 
 
 def kt_strategies() -> tuple[str, ...]:
@@ -479,8 +487,45 @@ def _one_thread_per_worker() -> None:
     threadpool_limits(1)
 
 
+def _init_worker(run_limit_s: float) -> None:
+    """Pool initializer: one thread per worker (:func:`_one_thread_per_worker`) and the wall
+    limit of each of its runs (:data:`RUN_LIMIT_S`)."""
+    global _run_limit_s
+    _one_thread_per_worker()
+    _run_limit_s = run_limit_s
+
+
+class _RunStopped(BaseException):
+    """Raised by SIGALRM in a run past its limit; a BaseException, so that a strategy's own
+    ``except Exception`` cannot swallow it and run on."""
+
+
+def _stop_run(signum, frame) -> None:
+    raise _RunStopped
+
+
 def _task(kind: str, ds: Dataset, name: str, seed: int, budget: int, batch_size: int,
           earlier: tuple[Dataset, ...] = ()) -> tuple:
+    """One run in a worker, stopped after the worker's run limit (:func:`_init_worker`).
+
+    Raises:
+        TimeoutError: the run took longer than the limit (it is listed among the failed runs).
+    """
+    if _run_limit_s > 0:
+        signal.signal(signal.SIGALRM, _stop_run)
+        signal.setitimer(signal.ITIMER_REAL, _run_limit_s)
+    try:
+        return _run(kind, ds, name, seed, budget, batch_size, earlier)
+    except _RunStopped:
+        raise TimeoutError(f"stopped after {_run_limit_s:g} s (--run-limit)") from None
+    finally:
+        if _run_limit_s > 0:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _run(kind: str, ds: Dataset, name: str, seed: int, budget: int, batch_size: int,
+         earlier: tuple[Dataset, ...]) -> tuple:
+    """:func:`_task`'s run and its wall and CPU seconds (a transfer run's earlier runs left out)."""
     start, cpu = time.perf_counter(), time.process_time()
 
     def restart() -> None:  # a transfer run's earlier runs are not its cost
@@ -897,6 +942,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"{QUICK_SEEDS} seeds, budgets up to 200, the swarm against {', '.join(QUICK_PEERS)}")
     parser.add_argument("--batch-size", type=int, default=4, help="candidates per generation of our runs")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--run-limit", type=float, default=RUN_LIMIT_S,
+                        help=f"wall seconds one run may take before it is stopped and listed as failed "
+                             f"(default {RUN_LIMIT_S:g}; 0: no limit)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--traces", type=Path, default=None,
@@ -916,6 +964,8 @@ def main(argv: list[str] | None = None) -> int:
         budgets = sorted(int(b) for b in (args.budgets or ("50,100,200" if args.quick else "50,100,200,400")).split(","))
     except ValueError:
         parser.error(f"--budgets takes comma-separated whole numbers, got {args.budgets!r}")
+    if not (math.isfinite(args.run_limit) and args.run_limit >= 0):
+        parser.error(f"--run-limit must be a number of seconds >= 0 (got {args.run_limit})")
     if budgets[0] < 1 or args.jobs < 1:
         parser.error(f"budgets and --jobs must be at least 1 (got {budgets} and {args.jobs})")
     caches = args.cache or default_caches()
@@ -969,7 +1019,7 @@ def main(argv: list[str] | None = None) -> int:
     reused = [stored[_job_key(j)] for j in jobs if _job_key(j) in stored]
     jobs = [j for j in jobs if _job_key(j) not in stored]
     sink = args.traces.open("a") if args.traces else None
-    with ProcessPoolExecutor(max_workers=args.jobs, initializer=_one_thread_per_worker) as pool:
+    with ProcessPoolExecutor(max_workers=args.jobs, initializer=_init_worker, initargs=(args.run_limit,)) as pool:
         futures = [pool.submit(_task, *j) for j in jobs]
         failed = []
         for j, f in [*((None, r) for r in reused), *zip(jobs, futures)]:

@@ -284,3 +284,32 @@ def test_a_stored_transfer_run_is_reused_only_for_the_same_files_learned_from(tm
     (tmp_path / "cut.jsonl").write_text(json.dumps(record) + "\n" + json.dumps(record)[:20])  # a write cut short
     with pytest.raises(ValueError, match="line 2 is not a finished run"):
         _read_traces(tmp_path / "cut.jsonl")
+
+
+def test_a_run_past_the_run_limit_is_stopped_and_listed_as_failed(tmp_path, monkeypatch):
+    import time
+
+    from benchmarks import search_efficiency
+
+    def hang(*args, **kwargs):  # a peer stuck in a loop that swallows its own errors
+        while True:
+            try:
+                time.sleep(0.05)
+            except Exception:  # noqa: BLE001, S110 - what a hung strategy might do
+                pass
+
+    monkeypatch.setattr(search_efficiency, "run_kt", hang)  # the forked workers inherit it
+    _toy_cache(tmp_path / "toy.json", "k", 5)
+    out = tmp_path / "out"
+    out.mkdir()
+    started = time.perf_counter()
+    assert search_efficiency.main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso,optuna:tpe",
+                                   "--seeds", "1", "--budgets", "2,4", "--jobs", "1", "--run-limit", "1",
+                                   "--out", str(out)]) == 0
+    assert time.perf_counter() - started < 60
+    report = json.loads((out / "search_efficiency.json").read_text())
+    assert report["failed_runs"] == ["kt:pso on toy, seed 0, budget 4: TimeoutError: stopped after 1 s (--run-limit)"]
+    assert "optuna:tpe" in report["scores"] and "kt:pso" not in report["scores"]
+    for bad in ("-1", "nan", "inf"):
+        with pytest.raises(SystemExit):
+            search_efficiency.main(["--cache", str(tmp_path / "toy.json"), "--run-limit", bad, "--out", str(out)])
