@@ -125,8 +125,8 @@ QUICK_SEEDS = 3
 MAX_SEED = 1_000_000
 #: Wall seconds one run may take in a worker (``--run-limit``; 0: no limit) before it is stopped
 #: and listed among the failed runs. A run of 400 evaluations takes seconds (the slowest strategy
-#: about 40 ms per evaluation), but a peer can hang: Kernel Tuner's pymoo strategies have looped
-#: in pymoo's repair on a recorded convolution space.
+#: about 40 ms per evaluation), but a peer can hang: Kernel Tuner's pymoo-based strategies can
+#: loop in pymoo's repair.
 RUN_LIMIT_S = 300.0
 _run_limit_s = 0.0  # this worker's limit (set by _init_worker)
 
