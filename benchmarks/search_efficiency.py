@@ -829,12 +829,6 @@ def random_curves(datasets: dict[str, Dataset], horizon: int) -> dict[str, Any]:
     return out
 
 
-def scores(traces: dict, datasets: dict[str, Dataset], horizon: int) -> dict[str, dict[str, float]]:
-    """The methodology's score per strategy: ``{"aggregate": mean over datasets, <dataset>: ...}``
-    (:func:`run_scores_by`, averaged)."""
-    return scores_of(run_scores_by(traces, datasets, horizon))
-
-
 def run_scores_by(traces: dict, datasets: dict[str, Dataset], horizon: int) -> dict[str, dict[str, np.ndarray]]:
     """Per strategy and dataset, each run's own score (:func:`benchmarks.methodology_score.run_scores`),
     ``float64 [runs]``. A strategy run once per budget is scored on its runs at the largest budget

@@ -133,7 +133,7 @@ def test_dual_annealing_depends_on_the_budget_so_it_runs_once_per_budget(tmp_pat
 
 
 def test_scores_rank_a_strategy_that_finds_the_optimum_first_above_random_search(tmp_path):
-    from benchmarks.search_efficiency import score_table, scores, versus_table
+    from benchmarks.search_efficiency import run_scores_by, score_table, versus_table
 
     cache = tmp_path / "toy.json"
     entries = {f"{a}": {"a": a, "time": float(a)} for a in range(1, 21)}
@@ -143,7 +143,7 @@ def test_scores_rank_a_strategy_that_finds_the_optimum_first_above_random_search
     ds = Dataset("toy", cache, cache, ("a",), 1.0, False, None, None)
     traces = {("toy", "swarm"): {(None, 0): [(True, 1.0, None)] + [(True, 5.0, None)] * 3},
               ("toy", "kt:random_sample"): {(None, 0): [(True, 20.0, None), (True, 19.0, None), (True, 3.0, None)]}}
-    score = scores(traces, {"toy": ds}, 4)
+    score = scores_of(run_scores_by(traces, {"toy": ds}, 4))
     assert score["swarm"]["toy"] == pytest.approx(1.0)
     assert score["kt:random_sample"]["aggregate"] < score["swarm"]["aggregate"]
     assert score_table(score, {}).splitlines()[2].startswith("| swarm | 1.000 |")
