@@ -9,6 +9,7 @@ from urllib.parse import urlparse
 import pytest
 
 from tests.integration.conftest import ARTIFACTS
+from tests.integration.screenshots import full_page_png
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
@@ -45,8 +46,7 @@ class Watched:
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
 
     def shot(self, name: str) -> None:
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        self.page.screenshot(path=SHOTS / f"{name}.png", full_page=True, timeout=120_000)
+        full_page_png(self.page, SHOTS / f"{name}.png")
 
     def login(self, user: str, password: str) -> None:
         self.page.goto(self.base + "/")

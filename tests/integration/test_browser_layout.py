@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from tests.integration.screenshots import full_page_png
 from tests.integration.test_browser import SHOTS, Watched, browser  # noqa: F401  (the browser fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
@@ -113,8 +114,7 @@ def test_the_main_pages_hold_at_1024_px(stack, demo_user, browser):  # noqa: F81
         page.goto(stack + path)
         _settle(page)
         m = page.evaluate(MEASURE)
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=SHOTS / f"layout_1024_{name}.png", full_page=True, timeout=120_000)
+        full_page_png(page, SHOTS / f"layout_1024_{name}.png")
         pairs[name] = m["pairs"]
         if m["page"][0] > m["page"][1] or m["panels"] or m["legends"]:
             problems[name] = m
