@@ -561,6 +561,10 @@ def _read_report(path: Path, parser: argparse.ArgumentParser) -> dict:
             or not all(isinstance(r, dict) and ROW_KEYS <= r.keys() and _count(r["seeds"], 1) for r in rows)
             or not all(isinstance(v, dict) and "aggregate" in v for v in score.values())):
         parser.error(f"--reuse {path}: not a search_efficiency report (its results rows or scores are malformed)")
+    if not all((r["median_ratio"] is None or _number(r["median_ratio"])) and (r["iqr"] is None or _number(r["iqr"]))
+               for r in rows):
+        parser.error(f"--reuse {path}: its results rows' median_ratio and iqr are not a finite number or null")
+    report["results"] = [_row_from_json(r) for r in rows]
     if not _count(report.get("first_seed", 0), 0):
         parser.error(f"--reuse {path}: its first_seed {report['first_seed']!r} is not an integer >= 0")
     if not all(_number(x) for v in score.values() for x in v.values()):
@@ -571,6 +575,19 @@ def _read_report(path: Path, parser: argparse.ArgumentParser) -> dict:
                                              for v in errors.values())):
         parser.error(f"--reuse {path}: its score_standard_errors are not a number >= 0 or null per strategy and file")
     return report
+
+
+def _row_to_json(row: dict) -> dict:
+    """A ``results`` row for strict JSON: a median or IQR that is not finite (no run of the
+    strategy found a valid configuration within the budget: ``inf``, and ``inf - inf``) is null."""
+    return {**row, **{k: None for k in ("median_ratio", "iqr") if not math.isfinite(row[k])}}
+
+
+def _row_from_json(row: dict) -> dict:
+    """The inverse of :func:`_row_to_json`: a null median is ``inf`` again (behind every finite
+    one), a null IQR ``nan``."""
+    return {**row, "median_ratio": math.inf if row["median_ratio"] is None else row["median_ratio"],
+            "iqr": math.nan if row["iqr"] is None else row["iqr"]}
 
 
 def _number(value: Any) -> bool:
@@ -641,7 +658,8 @@ def summarise(traces: dict, datasets: dict[str, Dataset], budgets: list[int]) ->
             if not runs:
                 continue
             ratios = [best_ratio(t, b, ds.optimum) for t in runs]
-            q25, q75 = np.percentile(ratios, [25, 75])
+            with np.errstate(invalid="ignore"):  # inf - inf where runs found no valid configuration: nan
+                q25, q75 = np.percentile(ratios, [25, 75])
             row = {
                 "dataset": dataset,
                 "strategy": strategy,
@@ -1077,11 +1095,12 @@ def main(argv: list[str] | None = None) -> int:
         + "\n\n## Targets\n\n" + "\n".join(f"- {line}" for line in lines)
         + "\n\n## Every strategy\n\n" + markdown(rows) + "\n"
     )
-    payload = json.dumps({"host": host, "command": command, "first_seed": args.first_seed, "results": rows, "targets": lines, "scores": score,
+    payload = json.dumps({"host": host, "command": command, "first_seed": args.first_seed, "results": [_row_to_json(r) for r in rows], "targets": lines, "scores": score,
                           "score_standard_errors": errors, "seconds": elapsed,
                           "cpu_by_strategy": {k: {**v, "cpu_ms_per_evaluation": 1000 * v["cpu_s"] / max(v["evaluations"], 1)}
                                               for k, v in cpu.items()},
-                          "wall_seconds_by_strategy": dict(cost), "left_out": left_out, "failed_runs": failed}, indent=1)
+                          "wall_seconds_by_strategy": dict(cost), "left_out": left_out, "failed_runs": failed},
+                         indent=1, allow_nan=False)  # strict JSON: non-finite medians are null (_row_to_json)
     (args.out / "search_efficiency.json").write_text(payload + "\n")
     if args.json:
         print(payload)

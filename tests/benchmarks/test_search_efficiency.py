@@ -313,3 +313,42 @@ def test_a_run_past_the_run_limit_is_stopped_and_listed_as_failed(tmp_path, monk
     for bad in ("-1", "nan", "inf"):
         with pytest.raises(SystemExit):
             search_efficiency.main(["--cache", str(tmp_path / "toy.json"), "--run-limit", bad, "--out", str(out)])
+
+
+def _strict(text: str) -> dict:
+    """JSON that a strict parser reads: no Infinity or NaN."""
+    def refuse(name):
+        raise ValueError(f"not strict JSON: {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_cell_without_a_valid_configuration_is_null_in_strict_json_and_behind_on_reuse(tmp_path):
+    from benchmarks.search_efficiency import _row_from_json, _row_to_json, main
+
+    ds = Dataset("d", None, None, (), 1.0, False, None, None)
+    failed = [(False, None, None)] * 2
+    [row] = summarise({("d", "kt:pso"): {(2, 0): failed, (2, 1): failed}}, {"d": ds}, [2])
+    assert math.isinf(row["median_ratio"]) and not math.isfinite(row["iqr"])
+    written = _strict(json.dumps(_row_to_json(row), allow_nan=False))
+    assert written["median_ratio"] is None and written["iqr"] is None
+    assert math.isinf(_row_from_json(written)["median_ratio"])
+
+    _toy_cache(tmp_path / "toy.json", "k", 5)
+    earlier = {"host": "an earlier host", "results": [
+        {"dataset": "toy", "strategy": "swarm", "budget": b, "median_ratio": None, "iqr": None, "evals_to_5pct": None,
+         "evals_to_1pct": None, "runs_within_1pct": 0, "seeds": 1} for b in (2, 4)],
+        "scores": {"swarm": {"aggregate": 0.0, "toy": 0.0}}, "cpu_by_strategy": {}}
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--seeds", "1", "--budgets", "2,4",
+                 "--jobs", "1", "--reuse", str(tmp_path / "earlier.json"), "--out", str(out)]) == 0
+    report = _strict((out / "search_efficiency.json").read_text())
+    assert [r["median_ratio"] for r in report["results"] if r["strategy"] == "swarm"] == [None, None]
+    assert all("-> short by" in t for t in report["targets"] if t.startswith("toy @"))  # nothing found: behind
+    for bad in ("1.0", True, [1.0]):
+        rows = [{**r, "median_ratio": bad} for r in earlier["results"]]
+        (tmp_path / "bad.json").write_text(json.dumps({**earlier, "results": rows}))
+        with pytest.raises(SystemExit):
+            main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--reuse", str(tmp_path / "bad.json"),
+                  "--out", str(out)])
