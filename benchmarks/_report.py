@@ -1,13 +1,30 @@
 """Where a benchmark's results go: ``<out>/<name>.json`` (the payload), ``<out>/<name>.md``
-(a heading, the command, the table and the verdict), and stdout (the table and verdict, or
+(a heading, the host and date, the command, the table and the verdict), and stdout (the table and verdict, or
 with ``--json`` the payload as one JSON object)."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+
+def host_line() -> str:
+    """CPU model (``lscpu``) and UTC date, for the report's heading."""
+    import platform
+    import subprocess
+
+    model = platform.processor() or platform.machine()
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout.splitlines():
+            if line.startswith("Model name"):
+                model = line.split(":", 1)[1].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return f"{model}, {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d', time.gmtime())}"
 
 
 def emit(out: Path, name: str, heading: str, argv: list[str] | None, note: str, payload: dict[str, Any],
@@ -26,9 +43,9 @@ def emit(out: Path, name: str, heading: str, argv: list[str] | None, note: str, 
     """
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps(payload, indent=1, default=str))
-    command = " ".join(argv or sys.argv[1:])
+    command = " ".join([f"python -m benchmarks.{name}", *(sys.argv[1:] if argv is None else argv)])
     (out / f"{name}.md").write_text(
-        f"# {heading}\n\n`python -m benchmarks.{name} {command}`: {note}\n\n{table}\n\n{verdict}\n")
+        f"# {heading}\n\nHost: {host_line()}.\n\n`{command}`: {note}\n\n{table}\n\n{verdict}\n")
     if as_json:
         print(json.dumps(payload, indent=1, default=str))
     else:

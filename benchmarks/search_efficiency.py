@@ -81,6 +81,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks._report import host_line
 from benchmarks.methodology_score import best_so_far, random_search_curve, run_scores, standard_error
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -925,21 +926,6 @@ def versus_table(rows: list[dict], score: dict[str, dict[str, float]], ours: str
     return "\n".join(out)
 
 
-def host_line() -> str:
-    """CPU model (``lscpu``) and UTC date, for the report's heading."""
-    import platform
-    import subprocess
-
-    model = platform.processor() or platform.machine()
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout.splitlines():
-            if line.startswith("Model name"):
-                model = line.split(":", 1)[1].strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return f"{model}, {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d', time.gmtime())}"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", action="append", type=Path, help="Kernel Tuner cache file (repeatable)")
@@ -951,7 +937,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated subset (e.g. swarm,kt:pso,optuna:tpe); 'default': the swarm and every "
                              "peer; 'all': also our agents alone (agent:<kind>)")
     parser.add_argument("--quick", action="store_true",
-                        help=f"{QUICK_SEEDS} seeds, budgets up to 200, the swarm against {', '.join(QUICK_PEERS)}")
+                        help=f"{QUICK_SEEDS} seeds, budgets up to 200, the swarm and swarm:transfer against {', '.join(QUICK_PEERS)}")
     parser.add_argument("--batch-size", type=int, default=4, help="candidates per generation of our runs")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--run-limit", type=float, default=RUN_LIMIT_S,
