@@ -62,7 +62,7 @@ left-out strategies, failed runs), ``.html`` and, with Chromium, ``.png`` (the f
 from __future__ import annotations
 
 import argparse
-import gzip
+import contextlib
 import json
 import math
 import os
@@ -129,6 +129,11 @@ MAX_SEED = 1_000_000
 #: about 40 ms per evaluation), but a peer can hang: Kernel Tuner's pymoo-based strategies can
 #: loop in pymoo's repair.
 RUN_LIMIT_S = 300.0
+#: Most seconds ``--run-limit`` takes (``setitimer`` overflows far above).
+MAX_RUN_LIMIT_S = 1_000_000
+#: Largest budget (evaluations of one run), and most ``--jobs`` workers: each is a process.
+MAX_BUDGET = 1_000_000
+MAX_JOBS = 256
 _run_limit_s = 0.0  # this worker's limit (set by _init_worker)
 
 
@@ -186,44 +191,61 @@ class Dataset:
 
 
 def load_dataset(path: Path, workdir: Path) -> Dataset:
+    """Read a recorded file and write Kernel Tuner's copy of it to ``workdir``.
+
+    The copy is written from what :func:`kernels.interchange.tuning_cache.load_cache` read, so
+    that Kernel Tuner and our runs see the same landscape: an entry the loader counts as failed
+    (a legacy ``1e20`` time, a negative or missing one) records Kernel Tuner's failure string
+    as its ``time``, the keys are the loader's, and ``cache`` is the last field (Kernel Tuner
+    recognises a closed file by its last characters).
+
+    Raises:
+        OSError: the file cannot be read.
+        kernels.interchange.tuning_cache.TuningCacheError: not a readable cache (the loader's message).
+        ValueError: fewer than two valid configurations record a time, or a recorded time is 0.
+    """
     from kernels.interchange.tuning_cache import load_cache
 
     cache = load_cache(path)
-    raw = gzip.open(path, "rt").read() if path.read_bytes()[:2] == b"\x1f\x8b" else path.read_text()
-    data = _repair(raw)
-    if "problem_size" not in data:  # Kernel Tuner's tune_cache needs one; it is not used in replay
-        data = {"problem_size": [1], **data}  # first, so the file still ends with the cache
+    valid = {k: _num(cache.entries[k].get("time")) for k in cache.entries if cache.status(k)[0] == "ok"}
+    valid = {k: t for k, t in valid.items() if t is not None}
+    if len(valid) < 2:
+        raise ValueError(f"{path}: {len(valid)} valid configuration(s) record a time; a search needs at least two")
+    if min(valid.values()) <= 0:
+        raise ValueError(f"{path}: a valid configuration records a time of {min(valid.values()):g} ms; times must be > 0")
+    entries = {}
+    for key, entry in cache.entries.items():
+        status = cache.status(key)[0]
+        out = {**entry, **cache.params_of(key)}
+        if key not in valid:
+            out["time"] = _KT_FAILURE.get(status, "RuntimeFailedConfig")
+        entries[key] = out
+    data = {"device_name": cache.device_name, "kernel_name": cache.kernel_name,
+            "problem_size": list(cache.problem_size or [1]),  # Kernel Tuner's tune_cache needs one; unused in replay
+            "tune_params_keys": list(cache.tune_params_keys),
+            "tune_params": {k: list(v) for k, v in cache.tune_params.items()}, "objective": "time", "cache": entries}
     json_path = workdir / f"{cache.name}.json"
-    # Kernel Tuner's layout: it recognises a closed file by its last characters "}\n}".
-    json_path.write_text(json.dumps(data, indent=1))
-    _, optimum = cache.optimum("time")
+    json_path.write_text(json.dumps(data, indent=1, allow_nan=False))
+    optimum = min(valid.values())
     energy = "nvml_energy" in cache.objectives_available
     front_hv = reference = None
     if energy:
-        pts = [(float(e["time"]), float(e["nvml_energy"])) for e in cache.entries.values()
-               if _num(e.get("time")) is not None and _num(e.get("nvml_energy")) is not None]
+        pts = [(t, float(cache.entries[k]["nvml_energy"])) for k, t in valid.items()
+               if _num(cache.entries[k].get("nvml_energy")) is not None]
         reference = (max(p[0] for p in pts), max(p[1] for p in pts))
         front_hv = hypervolume(pts, reference)
     return Dataset(cache.name, path, json_path, tuple(cache.tune_params_keys), optimum, energy, front_hv, reference,
                    cache.kernel_name or "")
 
 
+#: Kernel Tuner's failure string for each failed outcome the loader reads (``kernel_tuner/util.py``).
+_KT_FAILURE = {"compile_error": "CompilationFailedConfig", "invalid": "InvalidConfig", "runtime_error": "RuntimeFailedConfig"}
+
+
 def siblings(ds: Dataset, datasets: list[Dataset]) -> tuple[Dataset, ...]:
     """The other files of ``ds``'s kernel with the same tunable parameters (the kernel recorded
     on other devices): what a transfer run (``swarm:transfer``) learns from."""
     return tuple(d for d in datasets if ds.kernel and d.name != ds.name and d.kernel == ds.kernel and d.keys == ds.keys)
-
-
-def _repair(text: str) -> dict:
-    """Parse a Kernel Tuner cache, closing a file whose writer stopped mid-way (see its README)."""
-    for tail in ("", "}\n}", "}"):
-        try:
-            return json.loads(text.rstrip().rstrip(",") + tail)
-        except json.JSONDecodeError:
-            continue
-    cut = text.rstrip().rstrip(",")
-    cut = cut[: cut.rfind("},") + 1]
-    return json.loads(cut + "}\n}")
 
 
 def _num(v: Any) -> float | None:
@@ -512,16 +534,31 @@ def _task(kind: str, ds: Dataset, name: str, seed: int, budget: int, batch_size:
     Raises:
         TimeoutError: the run took longer than the limit (it is listed among the failed runs).
     """
-    if _run_limit_s > 0:
-        signal.signal(signal.SIGALRM, _stop_run)
-        signal.setitimer(signal.ITIMER_REAL, _run_limit_s)
+    _prepare(kind)  # imports and set-up before the alarm: a stop must not leave a module half imported
     try:
-        return _run(kind, ds, name, seed, budget, batch_size, earlier)
-    except _RunStopped:
-        raise TimeoutError(f"stopped after {_run_limit_s:g} s (--run-limit)") from None
-    finally:
         if _run_limit_s > 0:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, _stop_run)
+            signal.setitimer(signal.ITIMER_REAL, _run_limit_s)
+        try:
+            return _run(kind, ds, name, seed, budget, batch_size, earlier)
+        finally:
+            if _run_limit_s > 0:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+    except _RunStopped:  # also when the alarm fires in the finally, before it is cancelled
+        raise TimeoutError(f"stopped after {_run_limit_s:g} s (--run-limit)") from None
+
+
+def _prepare(kind: str) -> None:
+    """What a worker's runs of ``kind`` import and set up once (Django and its in-memory
+    database; Kernel Tuner; Optuna), done outside the run limit."""
+    if kind == "ours":
+        _setup_django()
+    elif kind == "kt":
+        import kernel_tuner  # noqa: F401
+
+        _memoise_kt_cache_reads()
+    else:
+        import optuna  # noqa: F401
 
 
 def _run(kind: str, ds: Dataset, name: str, seed: int, budget: int, batch_size: int,
@@ -549,9 +586,9 @@ ROW_KEYS = frozenset({"dataset", "strategy", "budget", "median_ratio", "iqr", "e
                       "runs_within_1pct", "seeds"})
 
 
-def _read_report(path: Path, parser: argparse.ArgumentParser) -> dict:
+def _read_report(path: Path, parser: argparse.ArgumentParser, known: list[str]) -> dict:
     """An earlier report's JSON (``--reuse``); a usage error when it cannot be read or is not a
-    report of this benchmark."""
+    report of this benchmark (``known``: the strategy names it may hold)."""
     try:
         report = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -562,9 +599,9 @@ def _read_report(path: Path, parser: argparse.ArgumentParser) -> dict:
             or not all(isinstance(r, dict) and ROW_KEYS <= r.keys() and _count(r["seeds"], 1) for r in rows)
             or not all(isinstance(v, dict) and "aggregate" in v for v in score.values())):
         parser.error(f"--reuse {path}: not a search_efficiency report (its results rows or scores are malformed)")
-    if not all((r["median_ratio"] is None or _number(r["median_ratio"])) and (r["iqr"] is None or _number(r["iqr"]))
-               for r in rows):
-        parser.error(f"--reuse {path}: its results rows' median_ratio and iqr are not a finite number or null")
+    if bad := next((r for r in rows if not _row_ok(r)), None):
+        parser.error(f"--reuse {path}: a results row is not a summary of runs (a best/optimum ratio of at least 1 or "
+                     f"null, counts and evaluations that fit its seeds): {bad}")
     report["results"] = [_row_from_json(r) for r in rows]
     if not _count(report.get("first_seed", 0), 0):
         parser.error(f"--reuse {path}: its first_seed {report['first_seed']!r} is not an integer >= 0")
@@ -575,7 +612,32 @@ def _read_report(path: Path, parser: argparse.ArgumentParser) -> dict:
                                                                           for e in v.values())
                                              for v in errors.values())):
         parser.error(f"--reuse {path}: its score_standard_errors are not a number >= 0 or null per strategy and file")
+    names = {r["strategy"] for r in rows}
+    if unknown := sorted((names | set(score)) - set(known)):
+        parser.error(f"--reuse {path}: unknown strategies {unknown}")
+    files = {r["dataset"] for r in rows}
+    if bad := next((k for k, v in score.items() if set(v) != {"aggregate", *files}), None):
+        parser.error(f"--reuse {path}: the scores of {bad} are not one per file of its results and an aggregate")
+    if not all(-1e6 <= x <= 1 + 1e-9 for v in score.values() for x in v.values()):
+        parser.error(f"--reuse {path}: a score is outside the methodology's range (at most 1)")
+    cpu = report.get("cpu_by_strategy", {})
+    if not (isinstance(cpu, dict) and all(isinstance(v, dict) and _number(v.get("cpu_s")) and v["cpu_s"] >= 0
+                                          and _count(v.get("evaluations"), 0) for v in cpu.values())):
+        parser.error(f"--reuse {path}: its cpu_by_strategy is not cpu_s >= 0 and a count of evaluations per strategy")
     return report
+
+
+def _row_ok(row: dict) -> bool:
+    """Whether a reused ``results`` row (:func:`summarise`, as JSON) holds what a summary can."""
+    def number_or_null(v: Any, least: float) -> bool:
+        return v is None or (_number(v) and v >= least)
+
+    return (isinstance(row["dataset"], str) and isinstance(row["strategy"], str) and _count(row["budget"], 1)
+            and number_or_null(row["median_ratio"], 1 - 1e-9) and number_or_null(row["iqr"], 0)
+            and number_or_null(row["evals_to_5pct"], 1) and number_or_null(row["evals_to_1pct"], 1)
+            and _count(row["runs_within_1pct"], 0) and row["runs_within_1pct"] <= row["seeds"]
+            and ("median_hv_fraction" not in row or (_number(row["median_hv_fraction"])
+                                                     and 0 <= row["median_hv_fraction"] <= 1 + 1e-9)))
 
 
 def _row_to_json(row: dict) -> dict:
@@ -816,12 +878,25 @@ def _read_traces(path: Path | None) -> dict[tuple, tuple]:
         if line.strip():
             try:
                 kind, dataset, name, seed, budget, trace, seconds, cpu_s, *learned = json.loads(line)
+                if not (kind in ("ours", "kt", "optuna") and isinstance(dataset, str) and isinstance(name, str)
+                        and _count(seed, 0) and (budget is None or _count(budget, 1)) and isinstance(trace, list)
+                        and all(_evaluation_ok(e) for e in trace) and all(_number(x) and x >= 0 for x in (seconds, cpu_s))
+                        and (not learned or (isinstance(learned[0], list) and all(isinstance(f, str) for f in learned[0])))):
+                    raise ValueError("a field of the wrong type or range")
                 out[(dataset, name, seed, budget, tuple(learned[0]) if learned else ())] = (
                     kind, dataset, name, seed, budget, [tuple(e) for e in trace], seconds, cpu_s)
             except (ValueError, TypeError) as exc:
                 raise ValueError(f"line {number} is not a finished run ({exc}); an interrupted write leaves "
                                  "such a last line: remove it and its run is done again") from None
     return out
+
+
+def _evaluation_ok(e: Any) -> bool:
+    """Whether a stored trace entry is ``[valid, time ms or null, energy J or null]``, a valid
+    one with a time > 0."""
+    return (isinstance(e, list) and len(e) == 3 and isinstance(e[0], bool)
+            and (e[1] is None or (_number(e[1]) and e[1] > 0)) and (e[1] is not None or not e[0])
+            and (e[2] is None or _number(e[2])))
 
 
 def _learns_from(job: tuple) -> tuple[str, ...]:
@@ -842,7 +917,9 @@ def random_curves(datasets: dict[str, Dataset], horizon: int) -> dict[str, Any]:
 
     out = {}
     for name, ds in datasets.items():
-        times = [_num(e.get("time")) for e in load_cache(ds.path).entries.values()]
+        cache = load_cache(ds.path)
+        # The loader's verdict on each entry, as in Kernel Tuner's copy (:func:`load_dataset`).
+        times = [_num(e.get("time")) if cache.status(k)[0] == "ok" else None for k, e in cache.entries.items()]
         worst = max(t for t in times if t is not None)
         out[name] = (random_search_curve(times, horizon), worst)
     return out
@@ -958,14 +1035,20 @@ def main(argv: list[str] | None = None) -> int:
     if not (1 <= seeds <= MAX_SEED and 0 <= args.first_seed <= MAX_SEED - seeds):
         parser.error(f"--seeds must be 1 to {MAX_SEED} and --first-seed 0 to {MAX_SEED} - seeds "
                      f"(got {seeds} and {args.first_seed})")
-    try:
-        budgets = sorted(int(b) for b in (args.budgets or ("50,100,200" if args.quick else "50,100,200,400")).split(","))
-    except ValueError:
-        parser.error(f"--budgets takes comma-separated whole numbers, got {args.budgets!r}")
-    if not (math.isfinite(args.run_limit) and args.run_limit >= 0):
-        parser.error(f"--run-limit must be a number of seconds >= 0 (got {args.run_limit})")
-    if budgets[0] < 1 or args.jobs < 1:
-        parser.error(f"budgets and --jobs must be at least 1 (got {budgets} and {args.jobs})")
+    spec = args.budgets if args.budgets is not None else ("50,100,200" if args.quick else "50,100,200,400")
+    parts = [b.strip() for b in spec.split(",")]
+    if not all(b.isascii() and b.isdigit() for b in parts) or len(set(map(int, parts))) < len(parts):
+        parser.error(f"--budgets takes distinct comma-separated whole numbers, got {args.budgets!r}")
+    budgets = sorted(int(b) for b in parts)
+    if not (math.isfinite(args.run_limit) and (args.run_limit == 0 or 1 <= args.run_limit <= MAX_RUN_LIMIT_S)):
+        parser.error(f"--run-limit must be 0 (no limit) or 1 to {MAX_RUN_LIMIT_S} seconds (got {args.run_limit})")
+    if not (1 <= budgets[0] and budgets[-1] <= MAX_BUDGET and 1 <= args.jobs <= MAX_JOBS and args.batch_size >= 1):
+        parser.error(f"budgets must be 1 to {MAX_BUDGET}, --jobs 1 to {MAX_JOBS} and --batch-size at least 1 "
+                     f"(got {budgets}, {args.jobs} and {args.batch_size})")
+    try:  # now, not after every run
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        parser.error(f"--out {args.out}: {exc}")
     caches = args.cache or default_caches()
     if not caches:
         parser.error("no cache files: pass --cache FILE")
@@ -980,18 +1063,49 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(strategies) - set(everything)
     if unknown:
         parser.error(f"unknown strategies {sorted(unknown)}; known: {', '.join(everything)}")
+    if len(set(strategies)) < len(strategies):
+        parser.error(f"--strategies names a strategy twice: {args.strategies!r}")
     left_out = {f"kt:{k}": v for k, v in KT_LEFT_OUT.items() if f"kt:{k}" not in peers}
     if "optuna:cmaes" not in peers:
         left_out["optuna:cmaes"] = "needs the cmaes package, not installed"
-    reused_report = _read_report(args.reuse, parser) if args.reuse else None
+    # an earlier report may hold peers that cannot run here (a package not installed)
+    known = [*everything, *(f"kt:{k}" for k in (*KT_STRATEGIES, *KT_LEFT_OUT)), "optuna:tpe", "optuna:cmaes"]
+    reused_report = _read_report(args.reuse, parser, known) if args.reuse else None
     try:  # before the files are loaded: a bad --traces file is refused at once
         stored = _read_traces(args.traces)
-    except ValueError as exc:
+        sink = args.traces.open("a") if args.traces else None
+    except (OSError, ValueError) as exc:
         parser.error(f"--traces {args.traces}: {exc}")
 
     started = time.perf_counter()
-    workdir = Path(tempfile.mkdtemp(prefix="search-eff-"))
-    datasets = {ds.name: ds for ds in (load_dataset(Path(c), workdir) for c in caches)}
+    with tempfile.TemporaryDirectory(prefix="search-eff-") as workdir, (sink or contextlib.nullcontext()):
+        return _benchmark(args, argv, parser, caches, Path(workdir), strategies, budgets, seeds, left_out,
+                          reused_report, stored, sink, started)
+
+
+def _load_all(caches: list, workdir: Path, parser: argparse.ArgumentParser) -> dict[str, Dataset]:
+    """Every ``--cache`` file by its data set name; a usage error for a file that cannot be used
+    or two files of the same name (a report and ``--traces`` tell files apart by name)."""
+    from kernels.interchange.tuning_cache import TuningCacheError
+
+    datasets: dict[str, Dataset] = {}
+    for c in caches:
+        try:
+            ds = load_dataset(Path(c), workdir)
+        except (OSError, TuningCacheError, ValueError) as exc:
+            parser.error(f"--cache {c}: {exc}")
+        if ds.name in datasets and datasets[ds.name].path.resolve() != ds.path.resolve():
+            parser.error(f"--cache {c}: another file has the same name, {datasets[ds.name].path}")
+        datasets[ds.name] = ds
+    return datasets
+
+
+def _benchmark(args: argparse.Namespace, argv: list[str] | None, parser: argparse.ArgumentParser, caches: list,
+               workdir: Path, strategies: list[str], budgets: list[int], seeds: int, left_out: dict[str, str],
+               reused_report: dict | None, stored: dict[tuple, tuple], sink: Any, started: float) -> int:
+    """:func:`main` once its options are checked: load the files (Kernel Tuner's copies in
+    ``workdir``), run (``--jobs`` workers; finished runs appended to ``sink``), report."""
+    datasets = _load_all(caches, workdir, parser)
     if reused_report is not None and (why := _reuse_mismatch(reused_report, list(datasets), budgets, seeds, args.first_seed)):
         parser.error(f"--reuse {args.reuse}: {why}")
     jobs = []
@@ -1016,8 +1130,8 @@ def main(argv: list[str] | None = None) -> int:
     done = 0
     reused = [stored[_job_key(j)] for j in jobs if _job_key(j) in stored]
     jobs = [j for j in jobs if _job_key(j) not in stored]
-    sink = args.traces.open("a") if args.traces else None
-    with ProcessPoolExecutor(max_workers=args.jobs, initializer=_init_worker, initargs=(args.run_limit,)) as pool:
+    workers = max(1, min(args.jobs, len(jobs)))
+    with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(args.run_limit,)) as pool:
         futures = [pool.submit(_task, *j) for j in jobs]
         failed = []
         for j, f in [*((None, r) for r in reused), *zip(jobs, futures)]:
@@ -1039,8 +1153,6 @@ def main(argv: list[str] | None = None) -> int:
             done += 1
             if not args.json and done % 50 == 0:
                 print(f"{done}/{len(jobs) + len(reused)} runs, {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    if sink is not None:
-        sink.close()
     rows = summarise(traces, datasets, budgets)
     per_run = run_scores_by(traces, datasets, budgets[-1])
     score, errors = scores_of(per_run), score_errors_of(per_run)
@@ -1058,7 +1170,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{', '.join(taken)}.\n\n")
     mixes = [m for m in OUR_MIXES if m in score]
     lines = [line for m in mixes for line in (*verdict(rows, m), aggregate_line(score, m, errors)) if line]
-    html, png = figure(rows, args.out)
+    html, png = figure(rows, args.out) if rows else (None, None)  # no run finished: nothing to draw
     elapsed = time.perf_counter() - started
     command = " ".join(["python -m benchmarks.search_efficiency", *(argv if argv is not None else sys.argv[1:])])
     ran = [s for s in strategies if s.startswith(("kt:", "optuna:"))]
@@ -1097,7 +1209,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n## Targets\n\n" + "\n".join(f"- {line}" for line in lines))
         if failed:
             print(f"{len(failed)} runs failed:\n" + "\n".join(failed))
-        print(f"{elapsed:.0f} s; figure: {html}" + (f", {png}" if png else ""))
+        print(f"{elapsed:.0f} s; figure: {html or 'none (no run finished)'}" + (f", {png}" if png else ""))
     return 0
 
 

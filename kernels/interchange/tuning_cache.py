@@ -113,6 +113,8 @@ def _legacy_failure(value: Any) -> float | None:
         return None
     try:
         v = float(value)
+    except OverflowError:  # an integer beyond any float: far above the marker
+        return math.inf
     except (TypeError, ValueError):
         return None
     return v if v >= LEGACY_FAILED_TIME else None
@@ -144,8 +146,8 @@ def _classify(record: Mapping[str, Any], objective: str) -> tuple[Outcome, str]:
                                            f"marker (at least {LEGACY_FAILED_TIME:g} ms; which failure is not recorded)")
         return Outcome.runtime_error, f"recorded error: {text}"
     t = record.get("time", record.get(objective))
-    if _legacy_failure(t) is not None:
-        return Outcome.runtime_error, (f"recorded as failed: time = {t:g} ms is the legacy failure marker "
+    if (legacy := _legacy_failure(t)) is not None:
+        return Outcome.runtime_error, (f"recorded as failed: time = {legacy:g} ms is the legacy failure marker "
                                        f"(at least {LEGACY_FAILED_TIME:g} ms; which failure is not recorded)")
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
         return Outcome.runtime_error, f"recorded entry has no usable time ({t!r})"

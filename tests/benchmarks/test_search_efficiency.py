@@ -352,3 +352,115 @@ def test_a_cell_without_a_valid_configuration_is_null_in_strict_json_and_behind_
         with pytest.raises(SystemExit):
             main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--reuse", str(tmp_path / "bad.json"),
                   "--out", str(out)])
+
+
+def _cache_with(path: Path, entries: dict, **extra) -> Path:
+    """A one-parameter cache file ``a`` in 1..len(entries), ``time`` from ``entries`` (a -> time)."""
+    path.write_text(json.dumps({"device_name": "toy", "kernel_name": "k", "problem_size": [1], "tune_params_keys": ["a"],
+                                "tune_params": {"a": sorted(entries)}, "objective": "time",
+                                "cache": {f"{a}": {"a": a, "time": t} for a, t in entries.items()}, **extra}))
+    return path
+
+
+def test_kernel_tuner_and_our_curves_read_failures_as_the_loader_does(tmp_path):
+    # The legacy marker (1e20 ms) and a negative time are failures for everyone: not a time
+    # that makes the worst valid one 1e20, nor one that Kernel Tuner counts as the best.
+    times = {a: float(a) for a in range(1, 21)} | {3: 1e20, 7: 1e20, 9: -5.0}
+    ds = load_dataset(_cache_with(tmp_path / "legacy.json", times), tmp_path)
+    written = json.loads(ds.json_path.read_text())
+    assert list(written)[-1] == "cache"
+    assert {k: e["time"] for k, e in written["cache"].items() if isinstance(e["time"], str)} == {
+        "3": "RuntimeFailedConfig", "7": "RuntimeFailedConfig", "9": "RuntimeFailedConfig"}
+    assert ds.optimum == 1.0 and random_curves({"legacy": ds}, 4)["legacy"][1] == 20.0  # the worst valid time
+    trace = run_kt(ds, "random_sample", 0, 20)
+    assert all(t is None or 1.0 <= t <= 20.0 for _, t, _ in trace) and sum(ok for ok, _, _ in trace) == 17
+
+
+def test_a_file_whose_cache_is_not_its_last_field_still_runs_under_kernel_tuner(tmp_path):
+    path = tmp_path / "sorted.json"
+    _cache_with(path, {a: float(abs(a - 5) + 1) for a in range(1, 21)})
+    path.write_text(json.dumps(json.loads(path.read_text()), sort_keys=True))  # "tune_params..." after "cache"
+    ds = load_dataset(path, tmp_path)
+    assert min(t for ok, t, _ in run_kt(ds, "random_sample", 0, 20) if ok) == 1.0
+
+
+def test_files_and_options_that_cannot_be_benchmarked_are_usage_errors_before_any_run(tmp_path, capsys):
+    from benchmarks.search_efficiency import main
+
+    good = _toy_cache(tmp_path / "toy.json", "k", 5)
+    (tmp_path / "same").mkdir()
+    _toy_cache(tmp_path / "same" / "toy.json", "k", 7)
+    (tmp_path / "a_file").write_text("x")
+    files = {
+        "missing": tmp_path / "missing.json", "directory": tmp_path / "same",
+        "no valid entry": _cache_with(tmp_path / "failed.json", {1: "InvalidConfig", 2: "RuntimeFailedConfig"}),
+        "one valid": _cache_with(tmp_path / "one.json", {1: 2.0, 2: "InvalidConfig"}),
+        "a zero time": _cache_with(tmp_path / "zero.json", {1: 0.0, 2: 1.0}),
+        "an integer beyond a float": _cache_with(tmp_path / "huge.json", {1: 10**400, 2: 1.0}),
+    }
+    for why, path in files.items():
+        with pytest.raises(SystemExit):
+            main(["--cache", str(path), "--strategies", "kt:random_sample", "--out", str(tmp_path / "out")])
+        assert "error: --cache" in capsys.readouterr().err, why
+    base = ["--cache", str(good), "--strategies", "kt:random_sample", "--out", str(tmp_path / "out")]
+    for bad in (["--cache", str(tmp_path / "same" / "toy.json")], ["--batch-size", "0"], ["--jobs", "100000"],
+                ["--run-limit", "0.5"], ["--run-limit", "1e300"], ["--budgets", ""], ["--budgets", "10,10"],
+                ["--budgets", "10_0"], ["--budgets", "99999999999999999999"], ["--strategies", "kt:pso,kt:pso"],
+                ["--out", str(tmp_path / "a_file")], ["--traces", str(tmp_path / "same")],
+                ["--traces", str(tmp_path / "no" / "folder.jsonl")]):
+        with pytest.raises(SystemExit):
+            main([*base, *bad])
+        assert "error:" in capsys.readouterr().err, bad
+
+
+def test_when_every_run_fails_the_report_lists_them_and_the_temporary_copies_are_removed(tmp_path, monkeypatch):
+    import tempfile
+
+    from benchmarks import search_efficiency
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the strategy broke")
+
+    monkeypatch.setattr(search_efficiency, "run_kt", broken)  # the forked workers inherit it
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    _toy_cache(tmp_path / "toy.json", "k", 5)
+    out = tmp_path / "out"
+    assert search_efficiency.main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--seeds", "1",
+                                   "--budgets", "2,4", "--jobs", "1", "--out", str(out)]) == 0
+    report = _strict((out / "search_efficiency.json").read_text())
+    assert report["failed_runs"] == ["kt:pso on toy, seed 0, budget 4: RuntimeError: the strategy broke"]
+    assert report["results"] == [] and not (out / "search_efficiency.html").exists()
+    assert list((tmp_path / "tmp").iterdir()) == []  # Kernel Tuner's copies went with the run
+
+
+def test_reuse_and_traces_refuse_values_no_run_can_have(tmp_path):
+    from benchmarks.search_efficiency import _read_traces, main
+
+    _toy_cache(tmp_path / "toy.json", "k", 5)
+    row = {"dataset": "toy", "strategy": "swarm", "budget": 2, "median_ratio": 1.0, "iqr": 0.0, "evals_to_5pct": 1,
+           "evals_to_1pct": 1, "runs_within_1pct": 1, "seeds": 1}
+    earlier = {"results": [row, {**row, "budget": 4}], "scores": {"swarm": {"aggregate": 1.0, "toy": 1.0}},
+               "cpu_by_strategy": {"swarm": {"cpu_s": 1.0, "evaluations": 4}}}
+    bad_reports = [
+        *({**earlier, "results": [{**row, **change}, {**row, "budget": 4}]} for change in (
+            {"median_ratio": 0.5}, {"iqr": -1.0}, {"runs_within_1pct": 2}, {"evals_to_5pct": "1"}, {"budget": "2"},
+            {"dataset": None}, {"strategy": "kt:evil"}, {"median_hv_fraction": "x"})),
+        {**earlier, "scores": {"swarm": {"aggregate": 0.9, "zzz": 0.9}}},
+        {**earlier, "scores": {"swarm": {"aggregate": 1e308, "toy": 1e308}}},
+        *({**earlier, "cpu_by_strategy": cpu} for cpu in (None, [], {"swarm": {"cpu_s": "1", "evaluations": 4}},
+                                                           {"swarm": {"cpu_s": 1.0}})),
+    ]
+    for report in bad_reports:
+        (tmp_path / "bad.json").write_text(json.dumps(report))
+        with pytest.raises(SystemExit):
+            main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--seeds", "1", "--budgets", "2,4",
+                  "--reuse", str(tmp_path / "bad.json"), "--out", str(tmp_path / "out")])
+    record = ["kt", "toy", "kt:pso", 0, 4, [[True, 1.0, None]], 1.0, 1.0, []]
+    for field, value in ((5, [[True, -1.0, None]]), (5, [[True, None, None]]), (5, [[True]]), (5, "abcd"),
+                         (6, "x"), (7, float("nan")), (0, "other"), (3, -1)):
+        bad = list(record)
+        bad[field] = value
+        (tmp_path / "t.jsonl").write_text(json.dumps(record) + "\n" + json.dumps(bad) + "\n")
+        with pytest.raises(ValueError, match="line 2 is not a finished run"):
+            _read_traces(tmp_path / "t.jsonl")

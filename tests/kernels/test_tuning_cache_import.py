@@ -64,6 +64,7 @@ def test_a_broken_entry_before_the_last_line_is_an_error_naming_the_line(tmp_pat
 @pytest.mark.parametrize("marker, outcome, reason", [
     ({"time": 1e20}, Outcome.runtime_error, "legacy failure marker"),
     ({"time": 1.7976931348623157e308}, Outcome.runtime_error, "legacy failure marker"),
+    ({"time": 10**400}, Outcome.runtime_error, "legacy failure marker"),  # beyond any float
     ({"time": "1e+20"}, Outcome.runtime_error, "legacy failure marker"),
     ({"time": "RuntimeFailedConfig"}, Outcome.runtime_error, "recorded as RuntimeFailedConfig"),
     ({"time": "ErrorConfig"}, Outcome.runtime_error, "recorded as ErrorConfig"),
