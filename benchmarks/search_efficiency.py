@@ -188,6 +188,7 @@ class Dataset:
     front_hv: float | None
     reference: tuple[float, float] | None
     kernel: str = ""  # the file's kernel_name ("" when it records none)
+    sha256: str = ""  # of the file's content (what tells two files of one name apart)
 
 
 def load_dataset(path: Path, workdir: Path) -> Dataset:
@@ -235,7 +236,7 @@ def load_dataset(path: Path, workdir: Path) -> Dataset:
         reference = (max(p[0] for p in pts), max(p[1] for p in pts))
         front_hv = hypervolume(pts, reference)
     return Dataset(cache.name, path, json_path, tuple(cache.tune_params_keys), optimum, energy, front_hv, reference,
-                   cache.kernel_name or "")
+                   cache.kernel_name or "", cache.sha256)
 
 
 #: Kernel Tuner's failure string for each failed outcome the loader reads (``kernel_tuner/util.py``).
@@ -612,6 +613,9 @@ def _read_report(path: Path, parser: argparse.ArgumentParser, known: list[str]) 
                                                                           for e in v.values())
                                              for v in errors.values())):
         parser.error(f"--reuse {path}: its score_standard_errors are not a number >= 0 or null per strategy and file")
+    files = report.get("files", {})
+    if not (isinstance(files, dict) and all(isinstance(v, str) for v in files.values())):
+        parser.error(f"--reuse {path}: its files are not a sha256 per file name")
     names = {r["strategy"] for r in rows}
     if unknown := sorted((names | set(score)) - set(known)):
         parser.error(f"--reuse {path}: unknown strategies {unknown}")
@@ -669,10 +673,14 @@ def _count(value: Any, least: int) -> bool:
 
 
 def _reuse_mismatch(report: dict, datasets: list[str], budgets: list[int], seeds: int,
-                    first_seed: int = 0) -> str | None:
+                    first_seed: int = 0, contents: dict[str, str] | None = None) -> str | None:
     """Why an earlier report's figures cannot stand beside this run's (other files, budgets or
     seeds: its scores and medians would not compare), or None. A report without
-    ``first_seed`` ran from seed 0."""
+    ``first_seed`` ran from seed 0; ``contents`` (file name -> sha256) is checked against the
+    report's ``files`` where it records them."""
+    recorded = report.get("files") or {}
+    if changed := sorted(n for n, digest in (contents or {}).items() if recorded.get(n, digest) != digest):
+        return f"its files {', '.join(changed)} had other contents (sha256 differs)"
     rows = report["results"]
     theirs = (sorted({r["dataset"] for r in rows}), sorted({r["budget"] for r in rows}), max(r["seeds"] for r in rows),
               report.get("first_seed", 0))
@@ -877,13 +885,15 @@ def _read_traces(path: Path | None) -> dict[tuple, tuple]:
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         if line.strip():
             try:
-                kind, dataset, name, seed, budget, trace, seconds, cpu_s, *learned = json.loads(line)
+                kind, dataset, name, seed, budget, trace, seconds, cpu_s, *rest = json.loads(line)
+                learned, identity = (rest + [[], None])[:2]  # older records lack them
                 if not (kind in ("ours", "kt", "optuna") and isinstance(dataset, str) and isinstance(name, str)
                         and _count(seed, 0) and (budget is None or _count(budget, 1)) and isinstance(trace, list)
                         and all(_evaluation_ok(e) for e in trace) and all(_number(x) and x >= 0 for x in (seconds, cpu_s))
-                        and (not learned or (isinstance(learned[0], list) and all(isinstance(f, str) for f in learned[0])))):
+                        and isinstance(learned, list) and all(isinstance(f, str) for f in learned)
+                        and (identity is None or isinstance(identity, str))):
                     raise ValueError("a field of the wrong type or range")
-                out[(dataset, name, seed, budget, tuple(learned[0]) if learned else ())] = (
+                out[(dataset, name, seed, budget, tuple(learned), identity)] = (
                     kind, dataset, name, seed, budget, [tuple(e) for e in trace], seconds, cpu_s)
             except (ValueError, TypeError) as exc:
                 raise ValueError(f"line {number} is not a finished run ({exc}); an interrupted write leaves "
@@ -905,9 +915,18 @@ def _learns_from(job: tuple) -> tuple[str, ...]:
 
 
 def _job_key(job: tuple) -> tuple:
-    """What makes a finished run reusable from ``--traces``: file, strategy, seed, budget and the
-    files a transfer run learned from (another set of files is another run)."""
-    return (job[1].name, job[2], job[3], job[4], _learns_from(job))
+    """What makes a finished run reusable from ``--traces``: file, strategy, seed, budget, the
+    files a transfer run learned from (another set of files is another run) and
+    :func:`_identity` (the files' contents and our generation size)."""
+    return (job[1].name, job[2], job[3], job[4], _learns_from(job), _identity(job))
+
+
+def _identity(job: tuple) -> str:
+    """The sha256 of the job's file and of the files it learns from, and for our runs the
+    candidates per generation: a run stored under the same names but other contents or
+    another ``--batch-size`` is not this run (a record without it never matches)."""
+    files = [job[1], *(job[6] if len(job) > 6 else ())]
+    return ",".join(d.sha256 for d in files) + (f";batch {job[5]}" if job[0] == "ours" else "")
 
 
 def random_curves(datasets: dict[str, Dataset], horizon: int) -> dict[str, Any]:
@@ -1106,7 +1125,8 @@ def _benchmark(args: argparse.Namespace, argv: list[str] | None, parser: argpars
     """:func:`main` once its options are checked: load the files (Kernel Tuner's copies in
     ``workdir``), run (``--jobs`` workers; finished runs appended to ``sink``), report."""
     datasets = _load_all(caches, workdir, parser)
-    if reused_report is not None and (why := _reuse_mismatch(reused_report, list(datasets), budgets, seeds, args.first_seed)):
+    if reused_report is not None and (why := _reuse_mismatch(
+            reused_report, list(datasets), budgets, seeds, args.first_seed, {d.name: d.sha256 for d in datasets.values()})):
         parser.error(f"--reuse {args.reuse}: {why}")
     jobs = []
     for ds in datasets.values():
@@ -1143,7 +1163,7 @@ def _benchmark(args: argparse.Namespace, argv: list[str] | None, parser: argpars
                 continue
             kind, dataset, name, seed, budget, trace, seconds, cpu_s = result
             if sink is not None and j is not None:
-                sink.write(json.dumps([*result, list(_learns_from(j))]) + "\n")
+                sink.write(json.dumps([*result, list(_learns_from(j)), _identity(j)]) + "\n")
                 sink.flush()
             per_budget = kind == "kt" and name.split(":", 1)[1] not in KT_BUDGET_FREE
             traces[(dataset, name)][(budget if per_budget else None, seed)] = trace
@@ -1193,7 +1213,8 @@ def _benchmark(args: argparse.Namespace, argv: list[str] | None, parser: argpars
         + "\n\n## Targets\n\n" + "\n".join(f"- {line}" for line in lines)
         + "\n\n## Every strategy\n\n" + markdown(rows) + "\n"
     )
-    payload = json.dumps({"host": host, "command": command, "first_seed": args.first_seed, "results": [_row_to_json(r) for r in rows], "targets": lines, "scores": score,
+    payload = json.dumps({"host": host, "command": command, "first_seed": args.first_seed,
+                          "files": {d.name: d.sha256 for d in datasets.values()}, "results": [_row_to_json(r) for r in rows], "targets": lines, "scores": score,
                           "score_standard_errors": errors, "seconds": elapsed,
                           "cpu_by_strategy": {k: {**v, "cpu_ms_per_evaluation": 1000 * v["cpu_s"] / max(v["evaluations"], 1)}
                                               for k, v in cpu.items()},

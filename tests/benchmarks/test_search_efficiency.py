@@ -269,18 +269,25 @@ def test_first_seed_runs_the_seeds_from_there_and_the_report_says_which(tmp_path
             main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:random_sample", "--out", str(out), *bad])
 
 
-def test_a_stored_transfer_run_is_reused_only_for_the_same_files_learned_from(tmp_path):
-    from benchmarks.search_efficiency import _job_key, _read_traces
+def test_a_stored_run_is_reused_only_for_the_same_files_contents_and_generation_size(tmp_path):
+    from benchmarks.search_efficiency import _identity, _job_key, _read_traces
 
     mine = load_dataset(_toy_cache(tmp_path / "mine.json", "k", 5), tmp_path)
     other = load_dataset(_toy_cache(tmp_path / "other.json", "k", 12, "other device"), tmp_path)
+    (tmp_path / "changed").mkdir()
+    changed = load_dataset(_toy_cache(tmp_path / "changed" / "mine.json", "k", 6), tmp_path / "changed")
+    assert changed.name == mine.name and changed.sha256 != mine.sha256
+    job = ("ours", mine, "swarm:transfer", 0, 4, 4, ())
     record = ["ours", mine.name, "swarm:transfer", 0, 4, [[True, 1.0, None]], 1.0, 1.0]
-    (tmp_path / "t.jsonl").write_text(json.dumps([*record, []]) + "\n")  # a run that learned from nothing
+    (tmp_path / "t.jsonl").write_text(json.dumps([*record, [], _identity(job)]) + "\n")  # learned from nothing
     stored = _read_traces(tmp_path / "t.jsonl")
-    assert _job_key(("ours", mine, "swarm:transfer", 0, 4, 4, ())) in stored
+    assert _job_key(job) in stored
     assert _job_key(("ours", mine, "swarm:transfer", 0, 4, 4, (other,))) not in stored
-    (tmp_path / "old.jsonl").write_text(json.dumps(record) + "\n")  # traces written before the files were recorded
-    assert list(_read_traces(tmp_path / "old.jsonl")) == [(mine.name, "swarm:transfer", 0, 4, ())]
+    assert _job_key(("ours", changed, "swarm:transfer", 0, 4, 4, ())) not in stored  # same name, other contents
+    assert _job_key(("ours", mine, "swarm:transfer", 0, 4, 16, ())) not in stored  # another --batch-size
+    (tmp_path / "old.jsonl").write_text(json.dumps(record) + "\n")  # written before files and contents were recorded
+    assert list(_read_traces(tmp_path / "old.jsonl")) == [(mine.name, "swarm:transfer", 0, 4, (), None)]
+    assert _job_key(job) not in _read_traces(tmp_path / "old.jsonl")  # run again
     (tmp_path / "cut.jsonl").write_text(json.dumps(record) + "\n" + json.dumps(record)[:20])  # a write cut short
     with pytest.raises(ValueError, match="line 2 is not a finished run"):
         _read_traces(tmp_path / "cut.jsonl")
@@ -448,6 +455,8 @@ def test_reuse_and_traces_refuse_values_no_run_can_have(tmp_path):
             {"dataset": None}, {"strategy": "kt:evil"}, {"median_hv_fraction": "x"})),
         {**earlier, "scores": {"swarm": {"aggregate": 0.9, "zzz": 0.9}}},
         {**earlier, "scores": {"swarm": {"aggregate": 1e308, "toy": 1e308}}},
+        {**earlier, "files": {"toy": "0" * 64}},  # measured on another file of the same name
+        {**earlier, "files": ["toy"]},
         *({**earlier, "cpu_by_strategy": cpu} for cpu in (None, [], {"swarm": {"cpu_s": "1", "evaluations": 4}},
                                                            {"swarm": {"cpu_s": 1.0}})),
     ]
@@ -456,9 +465,14 @@ def test_reuse_and_traces_refuse_values_no_run_can_have(tmp_path):
         with pytest.raises(SystemExit):
             main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--seeds", "1", "--budgets", "2,4",
                   "--reuse", str(tmp_path / "bad.json"), "--out", str(tmp_path / "out")])
-    record = ["kt", "toy", "kt:pso", 0, 4, [[True, 1.0, None]], 1.0, 1.0, []]
+    from kernels.interchange.tuning_cache import load_cache
+
+    (tmp_path / "good.json").write_text(json.dumps({**earlier, "files": {"toy": load_cache(tmp_path / "toy.json").sha256}}))
+    assert main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--seeds", "1", "--budgets", "2,4",
+                 "--jobs", "1", "--reuse", str(tmp_path / "good.json"), "--out", str(tmp_path / "out")]) == 0
+    record = ["kt", "toy", "kt:pso", 0, 4, [[True, 1.0, None]], 1.0, 1.0, [], "ab12"]
     for field, value in ((5, [[True, -1.0, None]]), (5, [[True, None, None]]), (5, [[True]]), (5, "abcd"),
-                         (6, "x"), (7, float("nan")), (0, "other"), (3, -1)):
+                         (6, "x"), (7, float("nan")), (0, "other"), (3, -1), (8, "toy"), (9, 5)):
         bad = list(record)
         bad[field] = value
         (tmp_path / "t.jsonl").write_text(json.dumps(record) + "\n" + json.dumps(bad) + "\n")
