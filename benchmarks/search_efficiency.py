@@ -613,8 +613,8 @@ def _read_report(path: Path, parser: argparse.ArgumentParser, known: list[str]) 
                                                                           for e in v.values())
                                              for v in errors.values())):
         parser.error(f"--reuse {path}: its score_standard_errors are not a number >= 0 or null per strategy and file")
-    files = report.get("files", {})
-    if not (isinstance(files, dict) and all(isinstance(v, str) for v in files.values())):
+    digests = report.get("files", {})
+    if not (isinstance(digests, dict) and all(isinstance(v, str) for v in digests.values())):
         parser.error(f"--reuse {path}: its files are not a sha256 per file name")
     names = {r["strategy"] for r in rows}
     if unknown := sorted((names | set(score)) - set(known)):
