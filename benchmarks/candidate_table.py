@@ -113,7 +113,7 @@ def main() -> int:
                "reps": args.reps, "insert_s": insert_s, "rows": rows, "pass": ok, "seconds": time.perf_counter() - started}
     note = (f"host {host}, {date}; {connection.vendor}, {args.candidates} candidates inserted in {insert_s:.0f} s, "
             f"{args.reps} repetitions.")
-    emit(Path(args.out), "candidate_table", f"Candidate table of a {args.candidates}-candidate run ({host}, {date})",
+    emit(Path(args.out), "candidate_table", f"Candidate table of a {args.candidates}-candidate run",
          None, note, payload, table, verdict, as_json=args.json)
     return 0 if ok else 1
 

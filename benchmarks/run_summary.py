@@ -149,7 +149,7 @@ def main() -> int:
                "same_result": same, "pass": ok, "seconds": time.perf_counter() - started}
     note = (f"host {host}, {date}; {connection.vendor}, {args.candidates} candidates inserted in {insert_s:.0f} s, "
             f"{len(goal.objectives)} objective(s), {args.reps} repetitions.")
-    emit(Path(args.out), "run_summary", f"Run summary of a {args.candidates}-candidate run ({host}, {date})",
+    emit(Path(args.out), "run_summary", f"Run summary of a {args.candidates}-candidate run",
          None, note, payload, table, verdict, as_json=args.json)
     return 0 if ok else 1
 

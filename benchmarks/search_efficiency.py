@@ -8,7 +8,7 @@ Kernel Tuner strategy that takes a budget and Optuna's TPE and CMA-ES, same budg
 Defaults: every file of the shared tuning-cache folder, 5 seeds, the swarm (``swarm``: a first
 run; ``swarm:transfer``: after runs on the kernel's other files) and every peer.
 ``--quick``: 3 seeds, budgets up to 200, the swarm against ``QUICK_PEERS``. ``--traces``
-keeps finished runs in a JSON-lines file and reuses them (same file, strategy, seed, budget),
+keeps finished runs in a JSON-lines file and reuses them (same file and contents, strategy, seed, budget, batch size),
 so an interrupted or split run (peers once, the swarm after a change) is not repeated;
 ``--reuse`` takes the strategies not run now from an earlier report of the same files, budgets
 and seeds. ``--first-seed N`` runs seeds ``N .. N + seeds - 1`` instead of ``0 .. seeds - 1``:
@@ -75,7 +75,7 @@ import warnings
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +129,8 @@ MAX_SEED = 1_000_000
 #: about 40 ms per evaluation), but a peer can hang: Kernel Tuner's pymoo-based strategies can
 #: loop in pymoo's repair.
 RUN_LIMIT_S = 300.0
-#: Most seconds ``--run-limit`` takes (``setitimer`` overflows far above).
+#: Most seconds ``--run-limit`` takes (``setitimer`` overflows far above); the least is 1 s
+#: (besides 0, no limit): below, a run is stopped before a strategy has started.
 MAX_RUN_LIMIT_S = 1_000_000
 #: Largest budget (evaluations of one run), and most ``--jobs`` workers: each is a process.
 MAX_BUDGET = 1_000_000
@@ -195,10 +196,11 @@ def load_dataset(path: Path, workdir: Path) -> Dataset:
     """Read a recorded file and write Kernel Tuner's copy of it to ``workdir``.
 
     The copy is written from what :func:`kernels.interchange.tuning_cache.load_cache` read, so
-    that Kernel Tuner and our runs see the same landscape: an entry the loader counts as failed
-    (a legacy ``1e20`` time, a negative or missing one) records Kernel Tuner's failure string
-    as its ``time``, the keys are the loader's, and ``cache`` is the last field (Kernel Tuner
-    recognises a closed file by its last characters).
+    that Kernel Tuner, the random baseline and our runs give each entry the same verdict: an
+    entry the loader counts as failed (a legacy ``1e20`` time, a negative or missing one)
+    records Kernel Tuner's failure string as its ``time`` (Kernel Tuner leaves such entries out
+    of its space, where our runs may still evaluate them), the keys are the loader's, and
+    ``cache`` is the last field (Kernel Tuner recognises a closed file by its last characters).
 
     Raises:
         OSError: the file cannot be read.
@@ -226,7 +228,7 @@ def load_dataset(path: Path, workdir: Path) -> Dataset:
             "tune_params_keys": list(cache.tune_params_keys),
             "tune_params": {k: list(v) for k, v in cache.tune_params.items()}, "objective": "time", "cache": entries}
     json_path = workdir / f"{cache.name}.json"
-    json_path.write_text(json.dumps(data, indent=1, allow_nan=False))
+    json_path.write_text(json.dumps(data, indent=1))  # NaN as Kernel Tuner writes and reads it
     optimum = min(valid.values())
     energy = "nvml_energy" in cache.objectives_available
     front_hv = reference = None
@@ -250,7 +252,8 @@ def siblings(ds: Dataset, datasets: list[Dataset]) -> tuple[Dataset, ...]:
 
 
 def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+    """``v`` as a float if it is a finite number (not a bool, nor an int beyond any float), else None."""
+    return float(v) if _number(v) else None
 
 
 def hypervolume(points: list[tuple[float, float]], reference: tuple[float, float]) -> float:
@@ -600,6 +603,7 @@ def _read_report(path: Path, parser: argparse.ArgumentParser, known: list[str]) 
             or not all(isinstance(r, dict) and ROW_KEYS <= r.keys() and _count(r["seeds"], 1) for r in rows)
             or not all(isinstance(v, dict) and "aggregate" in v for v in score.values())):
         parser.error(f"--reuse {path}: not a search_efficiency report (its results rows or scores are malformed)")
+    rows = [_nonfinite_as_null(r) for r in rows]  # reports before strict JSON wrote Infinity and NaN
     if bad := next((r for r in rows if not _row_ok(r)), None):
         parser.error(f"--reuse {path}: a results row is not a summary of runs (a best/optimum ratio of at least 1 or "
                      f"null, counts and evaluations that fit its seeds): {bad}")
@@ -620,10 +624,13 @@ def _read_report(path: Path, parser: argparse.ArgumentParser, known: list[str]) 
     if unknown := sorted((names | set(score)) - set(known)):
         parser.error(f"--reuse {path}: unknown strategies {unknown}")
     files = {r["dataset"] for r in rows}
-    if bad := next((k for k, v in score.items() if set(v) != {"aggregate", *files}), None):
-        parser.error(f"--reuse {path}: the scores of {bad} are not one per file of its results and an aggregate")
+    # A strategy whose runs all failed on a file has no score there.
+    if bad := next((k for k, v in score.items() if not set(v) - {"aggregate"} <= files), None):
+        parser.error(f"--reuse {path}: the scores of {bad} name files its results do not hold")
+    # At most 1 (the optimum at once); far below 0 is worse than random search by a factor no
+    # recorded strategy comes near (the worst, Kernel Tuner's minimize, scores about -15).
     if not all(-1e6 <= x <= 1 + 1e-9 for v in score.values() for x in v.values()):
-        parser.error(f"--reuse {path}: a score is outside the methodology's range (at most 1)")
+        parser.error(f"--reuse {path}: a score is outside the methodology's range (-1e6 to 1)")
     cpu = report.get("cpu_by_strategy", {})
     if not (isinstance(cpu, dict) and all(isinstance(v, dict) and _number(v.get("cpu_s")) and v["cpu_s"] >= 0
                                           and _count(v.get("evaluations"), 0) for v in cpu.values())):
@@ -644,6 +651,12 @@ def _row_ok(row: dict) -> bool:
                                                      and 0 <= row["median_hv_fraction"] <= 1 + 1e-9)))
 
 
+def _nonfinite_as_null(row: dict) -> dict:
+    """A row of a report written before strict JSON, where ``Infinity`` and ``NaN`` stood for
+    what is now null (:func:`_row_to_json`)."""
+    return {**row, **{k: None for k in ("median_ratio", "iqr") if isinstance(row[k], float) and not math.isfinite(row[k])}}
+
+
 def _row_to_json(row: dict) -> dict:
     """A ``results`` row for strict JSON: a median or IQR that is not finite (no run of the
     strategy found a valid configuration within the budget: ``inf``, and ``inf - inf``) is null."""
@@ -652,9 +665,9 @@ def _row_to_json(row: dict) -> dict:
 
 def _row_from_json(row: dict) -> dict:
     """The inverse of :func:`_row_to_json`: a null median is ``inf`` again (behind every finite
-    one), a null IQR ``nan``."""
+    one), a null IQR ``inf`` (no bound on the spread; ``inf - inf`` was ``nan``)."""
     return {**row, "median_ratio": math.inf if row["median_ratio"] is None else row["median_ratio"],
-            "iqr": math.nan if row["iqr"] is None else row["iqr"]}
+            "iqr": math.inf if row["iqr"] is None else row["iqr"]}
 
 
 def _number(value: Any) -> bool:
@@ -886,7 +899,8 @@ def _read_traces(path: Path | None) -> dict[tuple, tuple]:
         if line.strip():
             try:
                 kind, dataset, name, seed, budget, trace, seconds, cpu_s, *rest = json.loads(line)
-                learned, identity = (rest + [[], None])[:2]  # older records lack them
+                learned = rest[0] if rest else []  # older records lack the files learned from
+                identity = rest[1] if len(rest) > 1 else None  # and the contents (then never reused)
                 if not (kind in ("ours", "kt", "optuna") and isinstance(dataset, str) and isinstance(name, str)
                         and _count(seed, 0) and (budget is None or _count(budget, 1)) and isinstance(trace, list)
                         and all(_evaluation_ok(e) for e in trace) and all(_number(x) and x >= 0 for x in (seconds, cpu_s))
@@ -902,8 +916,8 @@ def _read_traces(path: Path | None) -> dict[tuple, tuple]:
 
 
 def _evaluation_ok(e: Any) -> bool:
-    """Whether a stored trace entry is ``[valid, time ms or null, energy J or null]``, a valid
-    one with a time > 0."""
+    """Whether a stored trace entry is ``[valid, time ms or null, energy J or null]``: a time,
+    where there is one, > 0, and a valid entry has one."""
     return (isinstance(e, list) and len(e) == 3 and isinstance(e[0], bool)
             and (e[1] is None or (_number(e[1]) and e[1] > 0)) and (e[1] is not None or not e[0])
             and (e[2] is None or _number(e[2])))
@@ -1035,14 +1049,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help=f"{QUICK_SEEDS} seeds, budgets up to 200, the swarm and swarm:transfer against {', '.join(QUICK_PEERS)}")
     parser.add_argument("--batch-size", type=int, default=4, help="candidates per generation of our runs")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--jobs", type=int, default=min(os.cpu_count() or 1, MAX_JOBS))
     parser.add_argument("--run-limit", type=float, default=RUN_LIMIT_S,
                         help=f"wall seconds one run may take before it is stopped and listed as failed "
                              f"(default {RUN_LIMIT_S:g}; 0: no limit)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--traces", type=Path, default=None,
-                        help="JSON-lines file of finished runs: runs already in it (same file, strategy, seed, budget) "
+                        help="JSON-lines file of finished runs: runs already in it (same file and contents, strategy, seed, budget, "
+                             "--batch-size) "
                              "are read instead of run again, new ones are appended")
     parser.add_argument("--reuse", type=Path, default=None,
                         help="an earlier report's .json: the strategies not run now (the peers, say) are taken from it "
@@ -1092,14 +1107,25 @@ def main(argv: list[str] | None = None) -> int:
     reused_report = _read_report(args.reuse, parser, known) if args.reuse else None
     try:  # before the files are loaded: a bad --traces file is refused at once
         stored = _read_traces(args.traces)
-        sink = args.traces.open("a") if args.traces else None
+        if args.traces is not None and not args.traces.parent.is_dir():
+            raise FileNotFoundError(f"no folder {args.traces.parent}")
     except (OSError, ValueError) as exc:
         parser.error(f"--traces {args.traces}: {exc}")
 
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="search-eff-") as workdir, (sink or contextlib.nullcontext()):
-        return _benchmark(args, argv, parser, caches, Path(workdir), strategies, budgets, seeds, left_out,
-                          reused_report, stored, sink, started)
+    with tempfile.TemporaryDirectory(prefix="search-eff-") as workdir:
+        datasets = _load_all(caches, Path(workdir), parser)
+        if reused_report is not None and (why := _reuse_mismatch(
+                reused_report, list(datasets), budgets, seeds, args.first_seed,
+                {d.name: d.sha256 for d in datasets.values()})):
+            parser.error(f"--reuse {args.reuse}: {why}")
+        jobs = _plan(datasets, strategies, budgets, range(args.first_seed, args.first_seed + seeds), args.batch_size)
+        try:
+            done = _run_jobs(jobs, stored, args.traces, args.jobs, args.run_limit, progress=not args.json, started=started)
+        except OSError as exc:  # the traces file cannot be appended to
+            parser.error(f"--traces {args.traces}: {exc}")
+    _report(args, argv, datasets, strategies, budgets, seeds, left_out, reused_report, done, started)
+    return 0
 
 
 def _load_all(caches: list, workdir: Path, parser: argparse.ArgumentParser) -> dict[str, Dataset]:
@@ -1119,60 +1145,85 @@ def _load_all(caches: list, workdir: Path, parser: argparse.ArgumentParser) -> d
     return datasets
 
 
-def _benchmark(args: argparse.Namespace, argv: list[str] | None, parser: argparse.ArgumentParser, caches: list,
-               workdir: Path, strategies: list[str], budgets: list[int], seeds: int, left_out: dict[str, str],
-               reused_report: dict | None, stored: dict[tuple, tuple], sink: Any, started: float) -> int:
-    """:func:`main` once its options are checked: load the files (Kernel Tuner's copies in
-    ``workdir``), run (``--jobs`` workers; finished runs appended to ``sink``), report."""
-    datasets = _load_all(caches, workdir, parser)
-    if reused_report is not None and (why := _reuse_mismatch(
-            reused_report, list(datasets), budgets, seeds, args.first_seed, {d.name: d.sha256 for d in datasets.values()})):
-        parser.error(f"--reuse {args.reuse}: {why}")
+def _plan(datasets: dict[str, Dataset], strategies: list[str], budgets: list[int], seeds: range,
+          batch_size: int) -> list[tuple]:
+    """Every run as a worker's arguments (:func:`_task`), longest first, so that the pool does
+    not end waiting on one slow run. Our runs and the peers that the budget only stops run once
+    at the largest budget (their prefixes give the smaller ones); the others once per budget."""
     jobs = []
     for ds in datasets.values():
         for s in strategies:
-            for seed in range(args.first_seed, args.first_seed + seeds):
+            for seed in seeds:
                 if s == "swarm:transfer":
-                    jobs.append(("ours", ds, s, seed, budgets[-1], args.batch_size, siblings(ds, list(datasets.values()))))
+                    jobs.append(("ours", ds, s, seed, budgets[-1], batch_size, siblings(ds, list(datasets.values()))))
                 elif s == "swarm" or s.startswith("agent:"):
-                    jobs.append(("ours", ds, s, seed, budgets[-1], args.batch_size))
+                    jobs.append(("ours", ds, s, seed, budgets[-1], batch_size))
                 elif s.startswith("optuna:"):
                     jobs.append(("optuna", ds, s, seed, budgets[-1], 0))
                 elif s.split(":", 1)[1] in KT_BUDGET_FREE:
                     jobs.append(("kt", ds, s, seed, budgets[-1], 0))
                 else:
                     jobs.extend(("kt", ds, s, seed, b, 0) for b in budgets)
-    # Longest first, so the pool does not end waiting on one slow job.
     jobs.sort(key=lambda j: (j[0] == "kt" and "bayes" in j[2], j[0] == "ours", len(_learns_from(j)), j[4]), reverse=True)
-    traces: dict[tuple[str, str], dict] = defaultdict(dict)
-    cost: dict[str, float] = defaultdict(float)
-    cpu: dict[str, dict[str, float]] = defaultdict(lambda: {"cpu_s": 0.0, "evaluations": 0})
-    done = 0
+    return jobs
+
+
+@dataclass
+class _Done:
+    """What the runs gave: traces by (file, strategy) and (budget or None, seed); wall and CPU
+    seconds and evaluations by strategy; the failed runs, one line each; the workers used."""
+
+    traces: dict[tuple[str, str], dict] = field(default_factory=lambda: defaultdict(dict))
+    wall_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    cpu: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(lambda: {"cpu_s": 0.0, "evaluations": 0}))
+    failed: list[str] = field(default_factory=list)
+    workers: int = 1
+
+
+def _run_jobs(jobs: list[tuple], stored: dict[tuple, tuple], traces_path: Path | None, max_workers: int,
+              run_limit_s: float, *, progress: bool, started: float) -> _Done:
+    """Run ``jobs`` in up to ``max_workers`` processes (those in ``stored`` are read instead),
+    appending each finished run to ``traces_path``; a run that raises is listed as failed.
+
+    Raises:
+        OSError: ``traces_path`` cannot be opened for appending.
+    """
+    done = _Done()
     reused = [stored[_job_key(j)] for j in jobs if _job_key(j) in stored]
     jobs = [j for j in jobs if _job_key(j) not in stored]
-    workers = max(1, min(args.jobs, len(jobs)))
-    with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(args.run_limit,)) as pool:
+    done.workers = max(1, min(max_workers, len(jobs)))
+    count = 0
+    with (traces_path.open("a") if traces_path else contextlib.nullcontext()) as sink, ProcessPoolExecutor(
+            max_workers=done.workers, initializer=_init_worker, initargs=(run_limit_s,)) as pool:
         futures = [pool.submit(_task, *j) for j in jobs]
-        failed = []
         for j, f in [*((None, r) for r in reused), *zip(jobs, futures)]:
             try:
                 result = f if j is None else f.result()
             except Exception as exc:  # noqa: BLE001 - one broken run must not sink the benchmark
-                failed.append(f"{j[2]} on {j[1].name}, seed {j[3]}, budget {j[4]}: {type(exc).__name__}: {exc}")
-                print(f"run failed: {failed[-1]}", file=sys.stderr)
+                done.failed.append(f"{j[2]} on {j[1].name}, seed {j[3]}, budget {j[4]}: {type(exc).__name__}: {exc}")
+                print(f"run failed: {done.failed[-1]}", file=sys.stderr)
                 continue
             kind, dataset, name, seed, budget, trace, seconds, cpu_s = result
             if sink is not None and j is not None:
                 sink.write(json.dumps([*result, list(_learns_from(j)), _identity(j)]) + "\n")
                 sink.flush()
             per_budget = kind == "kt" and name.split(":", 1)[1] not in KT_BUDGET_FREE
-            traces[(dataset, name)][(budget if per_budget else None, seed)] = trace
-            cost[name] += seconds
-            cpu[name]["cpu_s"] += cpu_s
-            cpu[name]["evaluations"] += len(trace)
-            done += 1
-            if not args.json and done % 50 == 0:
-                print(f"{done}/{len(jobs) + len(reused)} runs, {time.perf_counter() - started:.0f} s", file=sys.stderr)
+            done.traces[(dataset, name)][(budget if per_budget else None, seed)] = trace
+            done.wall_s[name] += seconds
+            done.cpu[name]["cpu_s"] += cpu_s
+            done.cpu[name]["evaluations"] += len(trace)
+            count += 1
+            if progress and count % 50 == 0:
+                print(f"{count}/{len(jobs) + len(reused)} runs, {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return done
+
+
+def _report(args: argparse.Namespace, argv: list[str] | None, datasets: dict[str, Dataset], strategies: list[str],
+            budgets: list[int], seeds: int, left_out: dict[str, str], reused_report: dict | None, done: _Done,
+            started: float) -> None:
+    """Summarise the runs (with an earlier report's strategies not run now), write
+    ``search_efficiency.md``, ``.json`` and the figure to ``--out``, and print them."""
+    traces, cpu, failed = done.traces, done.cpu, done.failed
     rows = summarise(traces, datasets, budgets)
     per_run = run_scores_by(traces, datasets, budgets[-1])
     score, errors = scores_of(per_run), score_errors_of(per_run)
@@ -1197,7 +1248,7 @@ def _benchmark(args: argparse.Namespace, argv: list[str] | None, parser: argpars
     host = host_line()
     (args.out / "search_efficiency.md").write_text(
         f"# Search efficiency\n\nHost: {host}. `{command}`: {_seed_range(args.first_seed, seeds)}, budgets {budgets}, "
-        f"{len(datasets)} recorded files, {elapsed:.0f} s with {args.jobs} workers.\n\n"
+        f"{len(datasets)} recorded files, {elapsed:.0f} s with {done.workers} workers.\n\n"
         f"Peers run: {', '.join(ran) or 'none'}.\n\n{taken_from}Left out: "
         + "; ".join(f"{k} ({v})" for k, v in left_out.items())
         + f".\n\n`swarm` is a first run of the kernel (nothing learned before); `swarm:transfer` runs after "
@@ -1218,7 +1269,7 @@ def _benchmark(args: argparse.Namespace, argv: list[str] | None, parser: argpars
                           "score_standard_errors": errors, "seconds": elapsed,
                           "cpu_by_strategy": {k: {**v, "cpu_ms_per_evaluation": 1000 * v["cpu_s"] / max(v["evaluations"], 1)}
                                               for k, v in cpu.items()},
-                          "wall_seconds_by_strategy": dict(cost), "left_out": left_out, "failed_runs": failed},
+                          "wall_seconds_by_strategy": dict(done.wall_s), "left_out": left_out, "failed_runs": failed},
                          indent=1, allow_nan=False)  # strict JSON: non-finite medians are null (_row_to_json)
     (args.out / "search_efficiency.json").write_text(payload + "\n")
     if args.json:
@@ -1231,7 +1282,6 @@ def _benchmark(args: argparse.Namespace, argv: list[str] | None, parser: argpars
         if failed:
             print(f"{len(failed)} runs failed:\n" + "\n".join(failed))
         print(f"{elapsed:.0f} s; figure: {html or 'none (no run finished)'}" + (f", {png}" if png else ""))
-    return 0
 
 
 if __name__ == "__main__":

@@ -113,8 +113,8 @@ def _legacy_failure(value: Any) -> float | None:
         return None
     try:
         v = float(value)
-    except OverflowError:  # an integer beyond any float: far above the marker
-        return math.inf
+    except OverflowError:  # an integer beyond any float: far above the marker, or far below 0
+        return math.inf if value > 0 else None
     except (TypeError, ValueError):
         return None
     return v if v >= LEGACY_FAILED_TIME else None
@@ -149,15 +149,19 @@ def _classify(record: Mapping[str, Any], objective: str) -> tuple[Outcome, str]:
     if (legacy := _legacy_failure(t)) is not None:
         return Outcome.runtime_error, (f"recorded as failed: time = {legacy:g} ms is the legacy failure marker "
                                        f"(at least {LEGACY_FAILED_TIME:g} ms; which failure is not recorded)")
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-        return Outcome.runtime_error, f"recorded entry has no usable time ({t!r})"
+    if _number(t) is None or t < 0:
+        return Outcome.runtime_error, f"recorded entry has no usable time ({t!r:.40})"
     return Outcome.ok, "recorded measurement"
 
 
 def _number(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    """``v`` as a float if it is a finite number (not a bool, nor an int beyond any float), else None."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
-    return float(v)
+    try:
+        return float(v) if math.isfinite(v) else None
+    except OverflowError:
+        return None
 
 
 _CACHE_OPEN = re.compile(r'"cache"\s*:\s*\{')

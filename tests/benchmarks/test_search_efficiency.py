@@ -285,9 +285,10 @@ def test_a_stored_run_is_reused_only_for_the_same_files_contents_and_generation_
     assert _job_key(("ours", mine, "swarm:transfer", 0, 4, 4, (other,))) not in stored
     assert _job_key(("ours", changed, "swarm:transfer", 0, 4, 4, ())) not in stored  # same name, other contents
     assert _job_key(("ours", mine, "swarm:transfer", 0, 4, 16, ())) not in stored  # another --batch-size
-    (tmp_path / "old.jsonl").write_text(json.dumps(record) + "\n")  # written before files and contents were recorded
-    assert list(_read_traces(tmp_path / "old.jsonl")) == [(mine.name, "swarm:transfer", 0, 4, (), None)]
-    assert _job_key(job) not in _read_traces(tmp_path / "old.jsonl")  # run again
+    for old in (record, [*record, []]):  # written before the files learned from, or the contents, were recorded
+        (tmp_path / "old.jsonl").write_text(json.dumps(old) + "\n")
+        assert list(_read_traces(tmp_path / "old.jsonl")) == [(mine.name, "swarm:transfer", 0, 4, (), None)]
+        assert _job_key(job) not in _read_traces(tmp_path / "old.jsonl")  # run again
     (tmp_path / "cut.jsonl").write_text(json.dumps(record) + "\n" + json.dumps(record)[:20])  # a write cut short
     with pytest.raises(ValueError, match="line 2 is not a finished run"):
         _read_traces(tmp_path / "cut.jsonl")
@@ -353,6 +354,15 @@ def test_a_cell_without_a_valid_configuration_is_null_in_strict_json_and_behind_
     report = _strict((out / "search_efficiency.json").read_text())
     assert [r["median_ratio"] for r in report["results"] if r["strategy"] == "swarm"] == [None, None]
     assert all("-> short by" in t for t in report["targets"] if t.startswith("toy @"))  # nothing found: behind
+    # a report from before strict JSON (Infinity, NaN) and one whose swarm has no score on a
+    # file (every run failed there) are read, not refused
+    older = {**earlier, "results": [{**r, "median_ratio": math.inf, "iqr": math.nan} for r in earlier["results"]],
+             "scores": {"swarm": {"aggregate": 0.0}}}
+    (tmp_path / "older.json").write_text(json.dumps(older))
+    assert main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--seeds", "1", "--budgets", "2,4",
+                 "--jobs", "1", "--reuse", str(tmp_path / "older.json"), "--out", str(out)]) == 0
+    assert [r["median_ratio"] for r in _strict((out / "search_efficiency.json").read_text())["results"]
+            if r["strategy"] == "swarm"] == [None, None]
     for bad in ("1.0", True, [1.0]):
         rows = [{**r, "median_ratio": bad} for r in earlier["results"]]
         (tmp_path / "bad.json").write_text(json.dumps({**earlier, "results": rows}))
@@ -381,6 +391,19 @@ def test_kernel_tuner_and_our_curves_read_failures_as_the_loader_does(tmp_path):
     assert ds.optimum == 1.0 and random_curves({"legacy": ds}, 4)["legacy"][1] == 20.0  # the worst valid time
     trace = run_kt(ds, "random_sample", 0, 20)
     assert all(t is None or 1.0 <= t <= 20.0 for _, t, _ in trace) and sum(ok for ok, _, _ in trace) == 17
+
+
+def test_a_file_with_nan_samples_and_huge_integers_outside_the_time_is_benchmarked(tmp_path):
+    path = _cache_with(tmp_path / "nan.json", {a: float(abs(a - 5) + 1) for a in range(1, 21)})
+    data = json.loads(path.read_text())
+    data["cache"]["3"]["times"] = [float("nan"), 3.0]  # Kernel Tuner writes NaN where a sample failed
+    data["cache"]["4"]["GFLOP/s"] = 10**400
+    data["cache"]["6"]["time"] = -10**400  # far below 0: a failure, not the legacy marker
+    path.write_text(json.dumps(data))
+    ds = load_dataset(path, tmp_path)
+    assert ds.optimum == 1.0
+    assert json.loads(ds.json_path.read_text())["cache"]["6"]["time"] == "RuntimeFailedConfig"
+    assert min(t for ok, t, _ in run_kt(ds, "random_sample", 0, 20) if ok) == 1.0
 
 
 def test_a_file_whose_cache_is_not_its_last_field_still_runs_under_kernel_tuner(tmp_path):

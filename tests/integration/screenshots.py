@@ -19,7 +19,8 @@ FONT_WAIT_MS = 20_000
 
 
 def full_page_png(page: Page, path: Path, timeout_ms: int = FONT_WAIT_MS) -> str:
-    """Write a PNG of the whole page (CSS px, device scale 1) to ``path``.
+    """Write a PNG of the whole page to ``path`` (at the page's device scale through
+    Playwright, at scale 1 through the DevTools protocol).
 
     Returns ``"playwright"`` when Playwright's own screenshot finished within ``timeout_ms``
     (ms), ``"devtools"`` when it timed out and the DevTools protocol took it instead.
