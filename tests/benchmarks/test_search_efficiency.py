@@ -330,6 +330,18 @@ def _strict(text: str) -> dict:
     return json.loads(text, parse_constant=refuse)
 
 
+def _run_with_reuse(tmp_path: Path, earlier: dict) -> dict:
+    """The strict-JSON report of kt:pso on ``toy.json`` (1 seed, budgets 2 and 4) beside an
+    earlier report's strategies."""
+    from benchmarks.search_efficiency import main
+
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    out = tmp_path / "out"
+    assert main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--seeds", "1", "--budgets", "2,4",
+                 "--jobs", "1", "--reuse", str(tmp_path / "earlier.json"), "--out", str(out)]) == 0
+    return _strict((out / "search_efficiency.json").read_text())
+
+
 def test_a_cell_without_a_valid_configuration_is_null_in_strict_json_and_behind_on_reuse(tmp_path):
     from benchmarks.search_efficiency import _row_from_json, _row_to_json, main
 
@@ -346,29 +358,21 @@ def test_a_cell_without_a_valid_configuration_is_null_in_strict_json_and_behind_
         {"dataset": "toy", "strategy": "swarm", "budget": b, "median_ratio": None, "iqr": None, "evals_to_5pct": None,
          "evals_to_1pct": None, "runs_within_1pct": 0, "seeds": 1} for b in (2, 4)],
         "scores": {"swarm": {"aggregate": 0.0, "toy": 0.0}}, "cpu_by_strategy": {}}
-    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
-    out = tmp_path / "out"
-    out.mkdir()
-    assert main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--seeds", "1", "--budgets", "2,4",
-                 "--jobs", "1", "--reuse", str(tmp_path / "earlier.json"), "--out", str(out)]) == 0
-    report = _strict((out / "search_efficiency.json").read_text())
+    report = _run_with_reuse(tmp_path, earlier)
     assert [r["median_ratio"] for r in report["results"] if r["strategy"] == "swarm"] == [None, None]
     assert all("-> short by" in t for t in report["targets"] if t.startswith("toy @"))  # nothing found: behind
     # a report from before strict JSON (Infinity, NaN) and one whose swarm has no score on a
     # file (every run failed there) are read, not refused
     older = {**earlier, "results": [{**r, "median_ratio": math.inf, "iqr": math.nan} for r in earlier["results"]],
              "scores": {"swarm": {"aggregate": 0.0}}}
-    (tmp_path / "older.json").write_text(json.dumps(older))
-    assert main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--seeds", "1", "--budgets", "2,4",
-                 "--jobs", "1", "--reuse", str(tmp_path / "older.json"), "--out", str(out)]) == 0
-    assert [r["median_ratio"] for r in _strict((out / "search_efficiency.json").read_text())["results"]
+    assert [r["median_ratio"] for r in _run_with_reuse(tmp_path, older)["results"]
             if r["strategy"] == "swarm"] == [None, None]
     for bad in ("1.0", True, [1.0]):
         rows = [{**r, "median_ratio": bad} for r in earlier["results"]]
         (tmp_path / "bad.json").write_text(json.dumps({**earlier, "results": rows}))
         with pytest.raises(SystemExit):
             main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--reuse", str(tmp_path / "bad.json"),
-                  "--out", str(out)])
+                  "--out", str(tmp_path / "out")])
 
 
 def _cache_with(path: Path, entries: dict, **extra) -> Path:
@@ -490,9 +494,7 @@ def test_reuse_and_traces_refuse_values_no_run_can_have(tmp_path):
                   "--reuse", str(tmp_path / "bad.json"), "--out", str(tmp_path / "out")])
     from kernels.interchange.tuning_cache import load_cache
 
-    (tmp_path / "good.json").write_text(json.dumps({**earlier, "files": {"toy": load_cache(tmp_path / "toy.json").sha256}}))
-    assert main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--seeds", "1", "--budgets", "2,4",
-                 "--jobs", "1", "--reuse", str(tmp_path / "good.json"), "--out", str(tmp_path / "out")]) == 0
+    assert _run_with_reuse(tmp_path, {**earlier, "files": {"toy": load_cache(tmp_path / "toy.json").sha256}})["files"]
     record = ["kt", "toy", "kt:pso", 0, 4, [[True, 1.0, None]], 1.0, 1.0, [], "ab12"]
     for field, value in ((5, [[True, -1.0, None]]), (5, [[True, None, None]]), (5, [[True]]), (5, "abcd"),
                          (6, "x"), (7, float("nan")), (0, "other"), (3, -1), (8, "toy"), (9, 5)):
