@@ -1124,7 +1124,7 @@ def main(argv: list[str] | None = None) -> int:
             done = _run_jobs(jobs, stored, args.traces, args.jobs, args.run_limit, progress=not args.json, started=started)
         except OSError as exc:  # the traces file cannot be appended to
             parser.error(f"--traces {args.traces}: {exc}")
-    _report(args, argv, datasets, strategies, budgets, seeds, left_out, reused_report, done, started)
+    _write_report(args, argv, datasets, strategies, budgets, seeds, left_out, reused_report, done, started)
     return 0
 
 
@@ -1218,7 +1218,7 @@ def _run_jobs(jobs: list[tuple], stored: dict[tuple, tuple], traces_path: Path |
     return done
 
 
-def _report(args: argparse.Namespace, argv: list[str] | None, datasets: dict[str, Dataset], strategies: list[str],
+def _write_report(args: argparse.Namespace, argv: list[str] | None, datasets: dict[str, Dataset], strategies: list[str],
             budgets: list[int], seeds: int, left_out: dict[str, str], reused_report: dict | None, done: _Done,
             started: float) -> None:
     """Summarise the runs (with an earlier report's strategies not run now), write
