@@ -210,18 +210,16 @@ def load_dataset(path: Path, workdir: Path) -> Dataset:
     from kernels.interchange.tuning_cache import load_cache
 
     cache = load_cache(path)
-    valid = {k: _num(cache.entries[k].get("time")) for k in cache.entries if cache.status(k)[0] == "ok"}
-    valid = {k: t for k, t in valid.items() if t is not None}
+    valid = _valid_times(cache)
     if len(valid) < 2:
         raise ValueError(f"{path}: {len(valid)} valid configuration(s) record a time; a search needs at least two")
     if min(valid.values()) <= 0:
         raise ValueError(f"{path}: a valid configuration records a time of {min(valid.values()):g} ms; times must be > 0")
     entries = {}
     for key, entry in cache.entries.items():
-        status = cache.status(key)[0]
         out = {**entry, **cache.params_of(key)}
         if key not in valid:
-            out["time"] = _KT_FAILURE.get(status, "RuntimeFailedConfig")
+            out["time"] = _KT_FAILURE.get(cache.status(key)[0], "RuntimeFailedConfig")
         entries[key] = out
     data = {"device_name": cache.device_name, "kernel_name": cache.kernel_name,
             "problem_size": list(cache.problem_size or [1]),  # Kernel Tuner's tune_cache needs one; unused in replay
@@ -239,6 +237,13 @@ def load_dataset(path: Path, workdir: Path) -> Dataset:
         front_hv = hypervolume(pts, reference)
     return Dataset(cache.name, path, json_path, tuple(cache.tune_params_keys), optimum, energy, front_hv, reference,
                    cache.kernel_name or "", cache.sha256)
+
+
+def _valid_times(cache: Any) -> dict[str, float]:
+    """Recorded time (ms) of each entry the loader counts as valid, by key: the one verdict that
+    Kernel Tuner's copy (:func:`load_dataset`) and the random baseline (:func:`random_curves`) use."""
+    times = {k: _num(e.get("time")) for k, e in cache.entries.items() if cache.status(k)[0] == "ok"}
+    return {k: t for k, t in times.items() if t is not None}
 
 
 #: Kernel Tuner's failure string for each failed outcome the loader reads (``kernel_tuner/util.py``).
@@ -603,7 +608,7 @@ def _read_report(path: Path, parser: argparse.ArgumentParser, known: list[str]) 
             or not all(isinstance(r, dict) and ROW_KEYS <= r.keys() and _count(r["seeds"], 1) for r in rows)
             or not all(isinstance(v, dict) and "aggregate" in v for v in score.values())):
         parser.error(f"--reuse {path}: not a search_efficiency report (its results rows or scores are malformed)")
-    rows = [_nonfinite_as_null(r) for r in rows]  # reports before strict JSON wrote Infinity and NaN
+    rows = [_row_to_json(r) for r in rows]  # reports before strict JSON wrote Infinity and NaN
     if bad := next((r for r in rows if not _row_ok(r)), None):
         parser.error(f"--reuse {path}: a results row is not a summary of runs (a best/optimum ratio of at least 1 or "
                      f"null, counts and evaluations that fit its seeds): {bad}")
@@ -651,16 +656,11 @@ def _row_ok(row: dict) -> bool:
                                                      and 0 <= row["median_hv_fraction"] <= 1 + 1e-9)))
 
 
-def _nonfinite_as_null(row: dict) -> dict:
-    """A row of a report written before strict JSON, where ``Infinity`` and ``NaN`` stood for
-    what is now null (:func:`_row_to_json`)."""
-    return {**row, **{k: None for k in ("median_ratio", "iqr") if isinstance(row[k], float) and not math.isfinite(row[k])}}
-
-
 def _row_to_json(row: dict) -> dict:
     """A ``results`` row for strict JSON: a median or IQR that is not finite (no run of the
-    strategy found a valid configuration within the budget: ``inf``, and ``inf - inf``) is null."""
-    return {**row, **{k: None for k in ("median_ratio", "iqr") if not math.isfinite(row[k])}}
+    strategy found a valid configuration within the budget: ``inf``, and ``inf - inf``) is null;
+    other values (a reused row's) are left for :func:`_row_ok` to judge."""
+    return {**row, **{k: None for k in ("median_ratio", "iqr") if isinstance(row[k], float) and not math.isfinite(row[k])}}
 
 
 def _row_from_json(row: dict) -> dict:
@@ -951,8 +951,8 @@ def random_curves(datasets: dict[str, Dataset], horizon: int) -> dict[str, Any]:
     out = {}
     for name, ds in datasets.items():
         cache = load_cache(ds.path)
-        # The loader's verdict on each entry, as in Kernel Tuner's copy (:func:`load_dataset`).
-        times = [_num(e.get("time")) if cache.status(k)[0] == "ok" else None for k, e in cache.entries.items()]
+        valid = _valid_times(cache)
+        times = [valid.get(k) for k in cache.entries]
         worst = max(t for t in times if t is not None)
         out[name] = (random_search_curve(times, horizon), worst)
     return out
