@@ -27,8 +27,9 @@ configuration (Kernel Tuner's GA and PSO revisit their cache) are counted once.
 - ``swarm`` (default mix) and ``agent:<kind>`` (one agent alone) run through the real
   orchestrator (``swarm.runs.orchestrator``) on the ``replay`` backend, in a private in-memory
   SQLite database per worker process, with a fresh goal per run (no insights carried over).
-  Their proposals do not depend on the budget, so one run at the largest budget gives the
-  smaller budgets as prefixes.
+  They run once per budget: a run's last evaluations are its endgame
+  (``swarm.learning.credit.endgame_evaluations``), so a smaller budget's run is not a prefix of
+  a larger one's.
 - ``kt:<strategy>`` (:data:`KT_STRATEGIES`; :data:`KT_LEFT_OUT` says which are not run and
   why) runs ``kernel_tuner.tune_cache`` (simulation mode) with ``max_fevals`` = budget,
   seeding ``random`` and ``numpy.random`` (each worker parses a cache file once; see
@@ -1145,25 +1146,29 @@ def _load_all(caches: list, workdir: Path, parser: argparse.ArgumentParser) -> d
     return datasets
 
 
+def per_budget(kind: str, name: str) -> bool:
+    """Whether strategy ``name`` (of run ``kind``: ``ours``, ``kt``, ``optuna``) runs once per
+    budget: our runs (their endgame depends on the budget) and the Kernel Tuner strategies that
+    are not :data:`KT_BUDGET_FREE`; the others run once at the largest budget."""
+    if kind == "ours":
+        return True
+    return kind == "kt" and name.split(":", 1)[1] not in KT_BUDGET_FREE
+
+
 def _plan(datasets: dict[str, Dataset], strategies: list[str], budgets: list[int], seeds: range,
           batch_size: int) -> list[tuple]:
     """Every run as a worker's arguments (:func:`_task`), longest first, so that the pool does
-    not end waiting on one slow run. Our runs and the peers that the budget only stops run once
-    at the largest budget (their prefixes give the smaller ones); the others once per budget."""
+    not end waiting on one slow run. Strategies run once per budget where :func:`per_budget`
+    says so, else once at the largest budget (its prefixes give the smaller ones)."""
     jobs = []
     for ds in datasets.values():
         for s in strategies:
             for seed in seeds:
-                if s == "swarm:transfer":
-                    jobs.append(("ours", ds, s, seed, budgets[-1], batch_size, siblings(ds, list(datasets.values()))))
-                elif s == "swarm" or s.startswith("agent:"):
-                    jobs.append(("ours", ds, s, seed, budgets[-1], batch_size))
-                elif s.startswith("optuna:"):
-                    jobs.append(("optuna", ds, s, seed, budgets[-1], 0))
-                elif s.split(":", 1)[1] in KT_BUDGET_FREE:
-                    jobs.append(("kt", ds, s, seed, budgets[-1], 0))
-                else:
-                    jobs.extend(("kt", ds, s, seed, b, 0) for b in budgets)
+                kind = "ours" if s in OUR_MIXES or s.startswith("agent:") else s.split(":", 1)[0]
+                earlier = (siblings(ds, list(datasets.values())),) if s == "swarm:transfer" else ()
+                size = batch_size if kind == "ours" else 0
+                for b in (budgets if per_budget(kind, s) else budgets[-1:]):
+                    jobs.append((kind, ds, s, seed, b, size, *earlier))
     jobs.sort(key=lambda j: (j[0] == "kt" and "bayes" in j[2], j[0] == "ours", len(_learns_from(j)), j[4]), reverse=True)
     return jobs
 
@@ -1207,8 +1212,7 @@ def _run_jobs(jobs: list[tuple], stored: dict[tuple, tuple], traces_path: Path |
             if sink is not None and j is not None:
                 sink.write(json.dumps([*result, list(_learns_from(j)), _identity(j)]) + "\n")
                 sink.flush()
-            per_budget = kind == "kt" and name.split(":", 1)[1] not in KT_BUDGET_FREE
-            done.traces[(dataset, name)][(budget if per_budget else None, seed)] = trace
+            done.traces[(dataset, name)][(budget if per_budget(kind, name) else None, seed)] = trace
             done.wall_s[name] += seconds
             done.cpu[name]["cpu_s"] += cpu_s
             done.cpu[name]["evaluations"] += len(trace)

@@ -201,6 +201,11 @@ EVAL_TIMEOUT_S = env_float("EVAL_TIMEOUT_S", 60.0)
 PAIRED_COMPARISON: dict = {}
 SWARM_SWEEP_EVERY_S = env_float("SWARM_SWEEP_EVERY_S", 60.0)  # recovery of lost work; 0 disables
 SWARM_UCB_EXPLORATION = env_float("SWARM_UCB_EXPLORATION", 0.3)  # UCB1 exploration weight of the agent bandit
+# Share of a run's budget, its last evaluations, that goes to the agents that climb from the best
+# points (swarm.learning.credit.endgame_evaluations); 0: none.
+SWARM_ENDGAME_SHARE = env_float("SWARM_ENDGAME_SHARE", 0.25)
+if not 0.0 <= SWARM_ENDGAME_SHARE <= 1.0:
+    raise ImproperlyConfigured(f"SWARM_ENDGAME_SHARE={SWARM_ENDGAME_SHARE!r}: expected a share of the budget in [0, 1]")
 # Four eyes: an approver cannot approve a promotion they requested; a request waits
 # ("awaiting") until another approver approves it. On in production mode, off when embedded
 # (the demo user promotes alone).

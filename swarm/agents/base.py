@@ -94,6 +94,9 @@ class RunView:
             "gflops"}, "static": {...}}`` (empty without one).
         directions: the engineer's applied directions of the run, as one line each.
         context_tokens: token budget of the evidence in a coding agent's prompt (the goal's).
+        endgame: the generation is in the run's endgame, its last evaluations
+            (:func:`swarm.learning.credit.endgame_evaluations`), where only the agents that
+            :attr:`Agent.climbs` propose and they exploit only.
 
     ``insights``, ``contract``, ``template``, ``incumbent``, ``directions`` and the
     observations' ``source`` and ``log`` are filled only when an agent of the run's mix has
@@ -117,6 +120,7 @@ class RunView:
     incumbent: dict[str, Any] = field(default_factory=dict)
     directions: tuple[str, ...] = field(default=())
     context_tokens: int = 6000
+    endgame: bool = False
 
     def score(self, obs: Observation) -> float:
         """Scalar to minimise for ``obs``: primary objective, penalised when infeasible or failed.
@@ -239,6 +243,9 @@ class Agent(abc.ABC):
     #: Whether :meth:`propose` reads ``RunView.related`` (other goals' evaluations); the
     #: orchestrator reads them only for a mix that has such an agent.
     reads_related: bool = False
+    #: Whether the agent climbs from the best evaluations: in a run's endgame (``RunView.endgame``)
+    #: the batch goes to such agents only.
+    climbs: bool = False
     #: Numeric settings checked when the agent is made (so when a run starts):
     #: ``(name, default, int or float, test, what the test requires)``.
     NUMERIC_SETTINGS: tuple[tuple[str, float, type, Callable[[float], bool], str], ...] = ()

@@ -22,6 +22,12 @@ surrogate.ForestAgent`'s model) instead of a random one, so the climb spends its
 on the neighbours the evidence favours (``docs/benchmarks.md`` gives the measured effect).
 Where other goals' evidence is at hand that forest transfers from it as the forest agent does
 (:mod:`swarm.agents.transfer`).
+
+In the run's endgame (``RunView.endgame``: its last evaluations, which go to the agents that
+climb) the unseen neighbours of the ``endgame_bases`` best points are ranked together by the
+forest, best predicted first, before the climb goes on as above: no later evaluation will build
+on what a step teaches, so each goes where the model expects the best time, whichever of the
+best points it neighbours (``docs/benchmarks.md`` gives the measured effect).
 """
 
 from __future__ import annotations
@@ -62,14 +68,17 @@ class LocalSearchAgent(Agent):
             ``spread`` base and the runners-up, so they take proposals from them: a run held in
             one half of a switch gets out, and a run that needed those proposals waits
             (``docs/benchmarks.md``).
+        endgame_bases: in the run's endgame, the best points whose one-parameter neighbours
+            are ranked together by the forest (default 5).
     """
 
     kind = "local"
     reads_related = True  # its neighbours are ranked by a forest that transfers
+    climbs = True
     NUMERIC_SETTINGS = (("bases", 3, int, *at_least(1)), ("kick", 3, int, *at_least(1)),
                         ("model_after", 8, int, *at_least(0)), ("model_trees", 8, int, *between(1, 1000)),
                         ("radius", 1, int, *between(1, 2)), ("spread", 0.5, float, *between(0.0, 1.0)),
-                        ("niche_after", 48, int, *at_least(0)))
+                        ("niche_after", 48, int, *at_least(0)), ("endgame_bases", 5, int, *at_least(1)))
 
     def propose(self, view: RunView, n: int) -> list[Proposal]:
         ranked = [o for o in view.ranked() if view.score(o) != float("inf")]
@@ -81,6 +90,10 @@ class LocalSearchAgent(Agent):
                     out.append(Proposal(params=dict(params), rationale="warm start: best of earlier runs"))
             return out + self.fill_random(view, n - len(out), taken)
         predict = self._model(view)
+        if view.endgame and predict is not None:
+            out = self._endgame(view, ranked, n, taken, predict)
+            if len(out) >= n:
+                return out
         niches = self._niches(view, ranked)
         notes = {o.candidate: label for o, label in niches}
         for base in self._bases(view, ranked, [o for o, _ in niches]):
@@ -102,6 +115,25 @@ class LocalSearchAgent(Agent):
             if self.take_fresh(view, params, taken):
                 out.append(Proposal(params=params, parents=(base.candidate,), rationale="perturbation of a local optimum"))
         return out + self.fill_random(view, n - len(out), taken)
+
+    def _endgame(self, view: RunView, ranked: list[Observation], n: int, taken: set[str], predict) -> list[Proposal]:
+        """Up to ``n`` unseen one-parameter neighbours of the ``endgame_bases`` best points,
+        ranked together by the forest's prediction, best first (``taken`` updated)."""
+        moves, parent = [], {}
+        for base in ranked[: self.setting("endgame_bases")]:
+            for params, what in self._neighbours(view, base.params):
+                key = self.fresh_key(view, params, taken)
+                if key is not None and key not in parent:
+                    parent[key] = base.candidate
+                    moves.append((params, what))
+        out: list[Proposal] = []
+        for params, what in self._by_prediction(view, moves, taken, predict):
+            if len(out) >= n:
+                break
+            key = view.space.point_key(params)
+            if self.take_fresh(view, params, taken):
+                out.append(Proposal(params=params, parents=(parent[key],), rationale=f"endgame: {what}"))
+        return out
 
     def _bases(self, view: RunView, ranked: list[Observation], niches: list[Observation]) -> list[Observation]:
         """The points climbed from, in order: the incumbent; the ``niches`` (:meth:`_niches`);

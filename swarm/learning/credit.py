@@ -5,7 +5,8 @@ from UCB1 (Auer, Cesa-Bianchi & Fischer, "Finite-time Analysis of the Multiarmed
 Problem", Machine Learning 47, 2002), allocated slot by slot with each slot counted as a pull,
 so one generation's batch spreads over agents instead of going all to the current leader; an
 agent with fewer than :data:`COLD_START_EVALUATIONS` slots used gets at least one slot when the
-batch has room.
+batch has room. In a run's endgame (its last evaluations) the batch goes to the agents that
+climb from the best evaluations (:func:`endgame_shares`).
 """
 
 from __future__ import annotations
@@ -72,6 +73,35 @@ def allocate(arms: Sequence[Arm], n: int, exploration: float = 0.3) -> tuple[dic
         pulls[best.name] += 1
         total += 1
     return shares, {k: (v if math.isfinite(v) else 1e9) for k, v in scores.items()}
+
+
+def endgame_evaluations(budget: int, share: float) -> int:
+    """How many of a run's last evaluations are its endgame: ``floor(share * budget)``.
+
+    With a budget the run's best at its end is all that counts, and an evaluation spent on
+    exploring pays off only through the evaluations after it; so the last ones go to the climb
+    from the best points, where the next improvement most likely lies (explore-then-commit,
+    Lattimore & Szepesvari, "Bandit Algorithms", Cambridge University Press 2020, ch. 6: with a
+    known horizon, exploration ends before it). ``share`` 0: no endgame.
+
+    Raises:
+        ValueError: ``share`` outside [0, 1].
+    """
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"the endgame share must be in [0, 1], got {share!r}")
+    return math.floor(share * budget)
+
+
+def endgame_shares(arms: Sequence[Arm], n: int, climbing: set[str]) -> dict[str, int] | None:
+    """``n`` endgame slots split evenly among the unpaused ``arms`` named in ``climbing`` (the
+    first ones get the remainder); None when none of them is active (the bandit shares then)."""
+    active = [a for a in arms if not a.paused and a.boost > 0 and a.name in climbing]
+    if not active:
+        return None
+    shares = {a.name: 0 for a in arms}
+    for i, a in enumerate(active):
+        shares[a.name] = n // len(active) + (i < n % len(active))
+    return shares
 
 
 def frontier_improvements(before: Sequence[Sequence[float]], new: Sequence[tuple[str, Sequence[float]]],

@@ -113,6 +113,12 @@ def reads_context(kind: str) -> bool:
     return getattr(AGENTS.get(kind), "reads_context", True)
 
 
+def climbs(kind: str) -> bool:
+    """Whether agents of ``kind`` climb from the best evaluations, and so take a run's endgame
+    (an unknown kind: no)."""
+    return getattr(AGENTS.get(kind), "climbs", False)
+
+
 def reads_related(kind: str) -> bool:
     """Whether agents of ``kind`` read other goals' evaluations (an unknown kind: assume so)."""
     return getattr(AGENTS.get(kind), "reads_related", True)

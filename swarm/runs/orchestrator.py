@@ -29,7 +29,7 @@ import kernels
 from kernels.backends import get_backend
 from swarm.agents import DEFAULT_MIX, Proposal, RunView, make_agent
 from swarm.learning import store as insight_store
-from swarm.learning.credit import Arm, allocate, frontier_improvements
+from swarm.learning.credit import Arm, allocate, endgame_evaluations, endgame_shares, frontier_improvements
 from swarm.models import (
     PENDING_STATUSES,
     UNJUDGED_STATUSES,
@@ -44,7 +44,7 @@ from swarm.models import (
     Run,
 )
 from swarm.runs import baselines, directions, events, llm_lane, pruning, remaining
-from swarm.runs.agent_view import reads_context, reads_related, run_view
+from swarm.runs.agent_view import climbs, reads_context, reads_related, run_view
 from swarm.runs.claims import claim_many, holder_is_dead, stale_after, worker_identity
 from swarm.runs.history import goal_rows as history_rows
 from swarm.runs.noise_floors import floor_for
@@ -260,8 +260,11 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
     of another goal reuses that evidence.
 
     The generation has as many candidates as the run has free slots: ``batch_size`` minus
-    its candidates in flight (queued or running). Pending directions are applied first, at
-    every call, even when no slot is free.
+    its candidates in flight (queued or running). In the run's endgame (its last
+    ``SWARM_ENDGAME_SHARE`` of the budget, :func:`swarm.learning.credit.endgame_evaluations`)
+    the slots go to the agents that climb (:attr:`swarm.agents.Agent.climbs`), and their view
+    says so (``RunView.endgame``). Pending directions are applied first, at every call, even
+    when no slot is free.
 
     Returns:
         The new candidates of generation ``after + 1``; [] when no slot is free, or when the
@@ -298,13 +301,16 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
     if n <= 0:
         return []  # every slot is in flight
     records = list(run.agents.all())
-    shares, scores = allocate(
-        [Arm(r.name, r.evaluations, r.improvements, r.boost, r.paused, r.failed_proposals) for r in records], n,
-        exploration=float(getattr(settings, "SWARM_UCB_EXPLORATION", 0.3)),
-    )
+    arms = [Arm(r.name, r.evaluations, r.improvements, r.boost, r.paused, r.failed_proposals) for r in records]
+    shares, scores = allocate(arms, n, exploration=float(getattr(settings, "SWARM_UCB_EXPLORATION", 0.3)))
+    endgame = None
+    if run.budget - spent <= endgame_evaluations(run.budget, float(getattr(settings, "SWARM_ENDGAME_SHARE", 0.25))):
+        endgame = endgame_shares(arms, n, {r.name for r in records if climbs(r.kind)})
+    shares = endgame or shares
     # Agents think outside any transaction: an LLM call or a model fit must not hold a lock.
     view = run_view(run, number, rows=rows, context=any(reads_context(r.kind) for r in records),
                     related=any(reads_related(r.kind) for r in records))
+    view = replace(view, endgame=endgame is not None)
     fingerprint = backend_fingerprint(goal)
     seen = set(view.seen)
     proposed: list[tuple[AgentRecord, Proposal]] = []

@@ -185,6 +185,26 @@ def test_a_transfer_run_starts_from_what_the_run_on_another_device_found(tmp_pat
     assert [t for _, t, _ in cold[:1]] != [8.0]
 
 
+@pytest.mark.skipif(not ENERGY_FILE.exists(), reason="needs ../shared/datasets/tuning-cache")
+@pytest.mark.django_db
+def test_our_runs_end_in_an_endgame_so_they_run_once_per_budget(tmp_path, monkeypatch):
+    """A run's last quarter goes to the local agent's climb (``SWARM_ENDGAME_SHARE``), so a
+    40-evaluation run leaves a 120-evaluation one after its first 30."""
+    import benchmarks.search_efficiency as bench
+    from swarm.agents import DEFAULT_MIX
+
+    monkeypatch.setattr(bench, "_django_ready", True)  # the test database, not the benchmark's own
+    ds = load_dataset(ENERGY_FILE, tmp_path)
+    short, long = run_ours(ds, list(DEFAULT_MIX), 0, 40, 4), run_ours(ds, list(DEFAULT_MIX), 0, 120, 4)
+    assert len(short) == 40 and short[:30] == long[:30] and short != long[:40]
+    assert bench.per_budget("ours", "swarm") and bench.per_budget("ours", "swarm:transfer")
+    jobs = bench._plan({ds.name: ds}, ["swarm", "kt:genetic_algorithm", "kt:simulated_annealing", "optuna:tpe"],
+                       [50, 100], range(1), 4)
+    assert sorted((j[2], j[4], j[5]) for j in jobs) == [
+        ("kt:genetic_algorithm", 100, 0), ("kt:simulated_annealing", 50, 0), ("kt:simulated_annealing", 100, 0),
+        ("optuna:tpe", 100, 0), ("swarm", 50, 4), ("swarm", 100, 4)]
+
+
 def test_verdict_and_versus_table_for_the_transfer_run():
     from benchmarks.search_efficiency import aggregate_line, versus_table
 

@@ -167,6 +167,37 @@ class TestLocalSearchAgent(AgentContract):
         expected = [fresh[int(i)][0] for i in np.argsort(mean, kind="stable")[:3]]
         assert [p.params for p in proposals] == expected
 
+    def test_in_the_endgame_the_best_points_neighbours_are_ranked_together_by_the_forest(self):
+        """In the run's endgame the proposals are the unseen one-parameter neighbours of the five
+        best points, in the order the forest predicts, each with its base as parent; outside
+        it, or with ``endgame_bases`` 1, the incumbent's neighbours come first."""
+        from dataclasses import replace
+
+        import numpy as np
+
+        history = search("random", {}, 24, 24, seed=3)
+        v = view(history, 2)
+        end = replace(v, endgame=True)
+        ranked = [o for o in v.ranked() if v.score(o) != float("inf")]
+        proposals = make_agent("local", 4).propose(end, 6)
+        again = make_agent("local", 4)
+        predict = again._model(end)
+        moves, parent = [], {}
+        for base in ranked[:5]:
+            for p, _ in again._neighbours(end, base.params):
+                if SPACE.contains(p) and SPACE.point_key(p) not in v.seen and SPACE.point_key(p) not in parent:
+                    parent[SPACE.point_key(p)] = base.candidate
+                    moves.append(p)
+        mean, _ = predict(moves)
+        expected = [moves[int(i)] for i in np.argsort(mean, kind="stable")[:6]]
+        assert [p.params for p in proposals] == expected
+        assert [p.parents for p in proposals] == [(parent[SPACE.point_key(p.params)],) for p in proposals]
+        assert all(p.rationale.startswith("endgame: ") for p in proposals)
+        assert len({p.parents for p in proposals}) > 1  # not only the incumbent's neighbours
+        best = ranked[0].candidate
+        for agent, seen_view in ((make_agent("local", 4), v), (make_agent("local", 4, {"endgame_bases": 1}), end)):
+            assert {p.parents for p in agent.propose(seen_view, 3)} == {(best,)}
+
     def test_once_the_incumbents_neighbours_are_known_it_climbs_in_another_basin(self):
         """The incumbent's one-parameter neighbours are all evaluated (and worse); the next
         base is the best point at least half the parameters away, not the runner-up next door."""
