@@ -938,10 +938,13 @@ def _job_key(job: tuple) -> tuple:
 
 def _identity(job: tuple) -> str:
     """The sha256 of the job's file and of the files it learns from, and for our runs the
-    candidates per generation: a run stored under the same names but other contents or
-    another ``--batch-size`` is not this run (a record without it never matches)."""
+    candidates per generation and the endgame's share (``SWARM_ENDGAME_SHARE`` as the
+    environment gives it, "default" when unset): a run stored under the same names but other
+    contents, another ``--batch-size`` or another endgame is not this run (a record without
+    them never matches)."""
     files = [job[1], *(job[6] if len(job) > 6 else ())]
-    return ",".join(d.sha256 for d in files) + (f";batch {job[5]}" if job[0] == "ours" else "")
+    ours = f";batch {job[5]};endgame {os.environ.get('SWARM_ENDGAME_SHARE') or 'default'}"
+    return ",".join(d.sha256 for d in files) + (ours if job[0] == "ours" else "")
 
 
 def random_curves(datasets: dict[str, Dataset], horizon: int) -> dict[str, Any]:

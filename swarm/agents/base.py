@@ -95,8 +95,8 @@ class RunView:
         directions: the engineer's applied directions of the run, as one line each.
         context_tokens: token budget of the evidence in a coding agent's prompt (the goal's).
         endgame: the generation is in the run's endgame, its last evaluations
-            (:func:`swarm.learning.credit.endgame_evaluations`), where only the agents that
-            :attr:`Agent.climbs` propose and they exploit only.
+            (:func:`swarm.learning.credit.endgame_evaluations`), whose slots go to the agents
+            that :attr:`Agent.climbs` (the others fill what they cannot).
 
     ``insights``, ``contract``, ``template``, ``incumbent``, ``directions`` and the
     observations' ``source`` and ``log`` are filled only when an agent of the run's mix has
@@ -244,7 +244,7 @@ class Agent(abc.ABC):
     #: orchestrator reads them only for a mix that has such an agent.
     reads_related: bool = False
     #: Whether the agent climbs from the best evaluations: in a run's endgame (``RunView.endgame``)
-    #: the batch goes to such agents only.
+    #: the batch goes to such agents (the others fill the slots they cannot).
     climbs: bool = False
     #: Numeric settings checked when the agent is made (so when a run starts):
     #: ``(name, default, int or float, test, what the test requires)``.

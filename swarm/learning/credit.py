@@ -76,7 +76,9 @@ def allocate(arms: Sequence[Arm], n: int, exploration: float = 0.3) -> tuple[dic
 
 
 def endgame_evaluations(budget: int, share: float) -> int:
-    """How many of a run's last evaluations are its endgame: ``floor(share * budget)``.
+    """How many of a run's last evaluations may be its endgame: ``floor(share * budget)``. The
+    endgame is the generations that start with at most that many evaluations left, so a
+    generation that straddles the mark is not in it.
 
     With a budget the run's best at its end is all that counts, and an evaluation spent on
     exploring pays off only through the evaluations after it; so the last ones go to the climb
@@ -89,18 +91,20 @@ def endgame_evaluations(budget: int, share: float) -> int:
     """
     if not 0.0 <= share <= 1.0:
         raise ValueError(f"the endgame share must be in [0, 1], got {share!r}")
-    return math.floor(share * budget)
+    return math.floor(share * budget + 1e-9)  # 0.29 * 100 is 28.999999999999996 in binary
 
 
-def endgame_shares(arms: Sequence[Arm], n: int, climbing: set[str]) -> dict[str, int] | None:
-    """``n`` endgame slots split evenly among the unpaused ``arms`` named in ``climbing`` (the
-    first ones get the remainder); None when none of them is active (the bandit shares then)."""
+def endgame_shares(arms: Sequence[Arm], n: int, climbing: set[str], turn: int = 0) -> dict[str, int] | None:
+    """``n`` endgame slots split evenly among the unpaused ``arms`` named in ``climbing`` whose
+    boost is above 0 (its size does not weigh here); the remainder goes to them in turn from the
+    ``turn``-th (the generation's number, so that with one slot a generation each climber gets
+    its share). None when none of them is active (the bandit shares then)."""
     active = [a for a in arms if not a.paused and a.boost > 0 and a.name in climbing]
     if not active:
         return None
     shares = {a.name: 0 for a in arms}
     for i, a in enumerate(active):
-        shares[a.name] = n // len(active) + (i < n % len(active))
+        shares[a.name] = n // len(active) + ((i - turn) % len(active) < n % len(active))
     return shares
 
 

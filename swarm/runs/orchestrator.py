@@ -260,10 +260,11 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
     of another goal reuses that evidence.
 
     The generation has as many candidates as the run has free slots: ``batch_size`` minus
-    its candidates in flight (queued or running). In the run's endgame (its last
-    ``SWARM_ENDGAME_SHARE`` of the budget, :func:`swarm.learning.credit.endgame_evaluations`)
-    the slots go to the agents that climb (:attr:`swarm.agents.Agent.climbs`), and their view
-    says so (``RunView.endgame``). Pending directions are applied first, at every call, even
+    its candidates in flight (queued or running). In the endgame of a run with one objective
+    (the generations that start with at most ``SWARM_ENDGAME_SHARE`` of the budget left,
+    :func:`swarm.learning.credit.endgame_evaluations`) the slots go to the agents that climb
+    (:attr:`swarm.agents.Agent.climbs`), and their view says so (``RunView.endgame``); slots
+    they cannot fill go to the others, as in any generation. Pending directions are applied first, at every call, even
     when no slot is free.
 
     Returns:
@@ -304,8 +305,10 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
     arms = [Arm(r.name, r.evaluations, r.improvements, r.boost, r.paused, r.failed_proposals) for r in records]
     shares, scores = allocate(arms, n, exploration=float(getattr(settings, "SWARM_UCB_EXPLORATION", 0.3)))
     endgame = None
-    if run.budget - spent <= endgame_evaluations(run.budget, float(getattr(settings, "SWARM_ENDGAME_SHARE", 0.25))):
-        endgame = endgame_shares(arms, n, {r.name for r in records if climbs(r.kind)})
+    # One objective only: a climb ranks by the primary one, and a Pareto front is not its best point.
+    share = float(getattr(settings, "SWARM_ENDGAME_SHARE", 0.25))
+    if len(goal.objectives) == 1 and run.budget - spent <= endgame_evaluations(run.budget, share):
+        endgame = endgame_shares(arms, n, {r.name for r in records if climbs(r.kind)}, turn=number)
     shares = endgame or shares
     # Agents think outside any transaction: an LLM call or a model fit must not hold a lock.
     view = run_view(run, number, rows=rows, context=any(reads_context(r.kind) for r in records),

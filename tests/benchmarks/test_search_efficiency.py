@@ -28,6 +28,7 @@ from benchmarks.search_efficiency import (
 )
 
 ENERGY_FILE = Path(__file__).resolve().parents[2].parent / "shared/datasets/tuning-cache/gemm-xgemm-energy_A100-PCIE-40GB_partial.json.gz"
+PNPOLY_FILE = ENERGY_FILE.with_name("pnpoly_RTX-2080-Ti.json.gz")
 
 
 def test_hypervolume_of_a_staircase():
@@ -185,18 +186,19 @@ def test_a_transfer_run_starts_from_what_the_run_on_another_device_found(tmp_pat
     assert [t for _, t, _ in cold[:1]] != [8.0]
 
 
-@pytest.mark.skipif(not ENERGY_FILE.exists(), reason="needs ../shared/datasets/tuning-cache")
+@pytest.mark.skipif(not PNPOLY_FILE.exists(), reason="needs ../shared/datasets/tuning-cache")
 @pytest.mark.django_db
 def test_our_runs_end_in_an_endgame_so_they_run_once_per_budget(tmp_path, monkeypatch):
-    """A run's last quarter goes to the local agent's climb (``SWARM_ENDGAME_SHARE``), so a
-    40-evaluation run leaves a 120-evaluation one after its first 30."""
+    """A run's last quarter goes to the local agent's climb (``SWARM_ENDGAME_SHARE``): the
+    generations that start with at most 10 of 40 evaluations left, so a 40-evaluation run
+    leaves a 120-evaluation one after its first 32."""
     import benchmarks.search_efficiency as bench
     from swarm.agents import DEFAULT_MIX
 
     monkeypatch.setattr(bench, "_django_ready", True)  # the test database, not the benchmark's own
-    ds = load_dataset(ENERGY_FILE, tmp_path)
+    ds = load_dataset(PNPOLY_FILE, tmp_path)
     short, long = run_ours(ds, list(DEFAULT_MIX), 0, 40, 4), run_ours(ds, list(DEFAULT_MIX), 0, 120, 4)
-    assert len(short) == 40 and short[:30] == long[:30] and short != long[:40]
+    assert len(short) == 40 and short[:32] == long[:32] and short[32:] != long[32:40]
     assert bench.per_budget("ours", "swarm") and bench.per_budget("ours", "swarm:transfer")
     jobs = bench._plan({ds.name: ds}, ["swarm", "kt:genetic_algorithm", "kt:simulated_annealing", "optuna:tpe"],
                        [50, 100], range(1), 4)
@@ -289,7 +291,7 @@ def test_first_seed_runs_the_seeds_from_there_and_the_report_says_which(tmp_path
             main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:random_sample", "--out", str(out), *bad])
 
 
-def test_a_stored_run_is_reused_only_for_the_same_files_contents_and_generation_size(tmp_path):
+def test_a_stored_run_is_reused_only_for_the_same_files_contents_generation_size_and_endgame(tmp_path, monkeypatch):
     from benchmarks.search_efficiency import _identity, _job_key, _read_traces
 
     mine = load_dataset(_toy_cache(tmp_path / "mine.json", "k", 5), tmp_path)
@@ -305,6 +307,11 @@ def test_a_stored_run_is_reused_only_for_the_same_files_contents_and_generation_
     assert _job_key(("ours", mine, "swarm:transfer", 0, 4, 4, (other,))) not in stored
     assert _job_key(("ours", changed, "swarm:transfer", 0, 4, 4, ())) not in stored  # same name, other contents
     assert _job_key(("ours", mine, "swarm:transfer", 0, 4, 16, ())) not in stored  # another --batch-size
+    monkeypatch.setenv("SWARM_ENDGAME_SHARE", "0.1")
+    assert _job_key(job) not in stored  # another endgame
+    monkeypatch.setenv("SWARM_ENDGAME_SHARE", "")
+    assert _job_key(job) in stored  # empty is unset: the default
+    monkeypatch.delenv("SWARM_ENDGAME_SHARE")
     for old in (record, [*record, []]):  # written before the files learned from, or the contents, were recorded
         (tmp_path / "old.jsonl").write_text(json.dumps(old) + "\n")
         assert list(_read_traces(tmp_path / "old.jsonl")) == [(mine.name, "swarm:transfer", 0, 4, (), None)]
