@@ -84,6 +84,7 @@ import numpy as np
 
 from benchmarks._report import host_line
 from benchmarks.methodology_score import best_so_far, random_search_curve, run_scores, standard_error
+from swarm.learning.credit import endgame_share
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Every Kernel Tuner 1.5 strategy that accepts ``max_fevals`` and runs on a cache file
@@ -938,12 +939,11 @@ def _job_key(job: tuple) -> tuple:
 
 def _identity(job: tuple) -> str:
     """The sha256 of the job's file and of the files it learns from, and for our runs the
-    candidates per generation and the endgame's share (``SWARM_ENDGAME_SHARE`` as the
-    environment gives it, "default" when unset): a run stored under the same names but other
-    contents, another ``--batch-size`` or another endgame is not this run (a record without
-    them never matches)."""
+    candidates per generation and the endgame's share (``SWARM_ENDGAME_SHARE``, its value as
+    the runs read it): a run stored under the same names but other contents, another
+    ``--batch-size`` or another endgame is not this run (a record without them never matches)."""
     files = [job[1], *(job[6] if len(job) > 6 else ())]
-    ours = f";batch {job[5]};endgame {os.environ.get('SWARM_ENDGAME_SHARE') or 'default'}"
+    ours = f";batch {job[5]};endgame {endgame_share(os.environ.get('SWARM_ENDGAME_SHARE')):g}"
     return ",".join(d.sha256 for d in files) + (ours if job[0] == "ours" else "")
 
 
@@ -1083,6 +1083,10 @@ def main(argv: list[str] | None = None) -> int:
     if not (1 <= budgets[0] and budgets[-1] <= MAX_BUDGET and 1 <= args.jobs <= MAX_JOBS and args.batch_size >= 1):
         parser.error(f"budgets must be 1 to {MAX_BUDGET}, --jobs 1 to {MAX_JOBS} and --batch-size at least 1 "
                      f"(got {budgets}, {args.jobs} and {args.batch_size})")
+    try:  # our runs' workers read it; a bad value is an error now, not a failure of each of them
+        endgame_share(os.environ.get("SWARM_ENDGAME_SHARE"))
+    except ValueError as exc:
+        parser.error(str(exc))
     try:  # now, not after every run
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -17,6 +17,8 @@ import dj_database_url
 import plotly
 from django.core.exceptions import ImproperlyConfigured
 
+from swarm.learning.credit import endgame_share
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("INT21_VAR_DIR", BASE_DIR / "var"))
 # var/ holds the embedded database and collected static files; WhiteNoise warns if it is missing.
@@ -203,9 +205,10 @@ SWARM_SWEEP_EVERY_S = env_float("SWARM_SWEEP_EVERY_S", 60.0)  # recovery of lost
 SWARM_UCB_EXPLORATION = env_float("SWARM_UCB_EXPLORATION", 0.3)  # UCB1 exploration weight of the agent bandit
 # Share of a run's budget, its last evaluations, that goes to the agents that climb from the best
 # points (swarm.learning.credit.endgame_evaluations); 0: none.
-SWARM_ENDGAME_SHARE = env_float("SWARM_ENDGAME_SHARE", 0.25)
-if not 0.0 <= SWARM_ENDGAME_SHARE <= 1.0:
-    raise ImproperlyConfigured(f"SWARM_ENDGAME_SHARE={SWARM_ENDGAME_SHARE!r}: expected a share of the budget in [0, 1]")
+try:
+    SWARM_ENDGAME_SHARE = endgame_share(os.environ.get("SWARM_ENDGAME_SHARE"))
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 # Four eyes: an approver cannot approve a promotion they requested; a request waits
 # ("awaiting") until another approver approves it. On in production mode, off when embedded
 # (the demo user promotes alone).

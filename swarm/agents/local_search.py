@@ -27,7 +27,9 @@ In the run's endgame (``RunView.endgame``: its last evaluations, which go to the
 climb) the unseen neighbours of the ``endgame_bases`` best points are ranked together by the
 forest, best predicted first, before the climb goes on as above: no later evaluation will build
 on what a step teaches, so each goes where the model expects the best time, whichever of the
-best points it neighbours (``docs/benchmarks.md`` gives the measured effect).
+best points it neighbours (``docs/benchmarks.md`` gives the measured effect). With no neighbour
+left to climb it proposes fewer than asked, not perturbations or random points, so that the
+other agents fill those slots.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ class LocalSearchAgent(Agent):
             for params in view.warm_start:
                 if len(out) < n and self.take_fresh(view, params, taken):
                     out.append(Proposal(params=dict(params), rationale="warm start: best of earlier runs"))
-            return out + self.fill_random(view, n - len(out), taken)
+            return out if view.endgame else out + self.fill_random(view, n - len(out), taken)
         predict = self._model(view)
         if view.endgame and predict is not None:
             out = self._endgame(view, ranked, n, taken, predict)
@@ -107,6 +109,8 @@ class LocalSearchAgent(Agent):
                     if base.candidate in notes:
                         what = f"{what}; climbing in the niche {notes[base.candidate]}"
                     out.append(Proposal(params=params, parents=(base.candidate,), rationale=what))
+        if view.endgame:  # no climb left: the slots go to the other agents, not to kicks or random points
+            return out
         tries = 0
         while len(out) < n and tries < 50 * n:  # every neighbour known: a local optimum
             tries += 1
@@ -117,10 +121,11 @@ class LocalSearchAgent(Agent):
         return out + self.fill_random(view, n - len(out), taken)
 
     def _endgame(self, view: RunView, ranked: list[Observation], n: int, taken: set[str], predict) -> list[Proposal]:
-        """Up to ``n`` unseen one-parameter neighbours of the ``endgame_bases`` best points,
-        ranked together by the forest's prediction, best first (``taken`` updated)."""
+        """Up to ``n`` unseen one-parameter neighbours of the ``endgame_bases`` best points of
+        the run's space (a direction may have narrowed it since), ranked together by the
+        forest's prediction, best first (``taken`` updated)."""
         moves, parent = [], {}
-        for base in ranked[: self.setting("endgame_bases")]:
+        for base in [o for o in ranked if view.space.contains(o.params)][: self.setting("endgame_bases")]:
             for params, what in self._neighbours(view, base.params):
                 key = self.fresh_key(view, params, taken)
                 if key is not None and key not in parent:

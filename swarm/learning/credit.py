@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from swarm.pareto import pareto_front
 
 COLD_START_EVALUATIONS = 8
+#: Share of a run's budget that is its endgame unless ``SWARM_ENDGAME_SHARE`` says otherwise.
+DEFAULT_ENDGAME_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,24 @@ def allocate(arms: Sequence[Arm], n: int, exploration: float = 0.3) -> tuple[dic
     return shares, {k: (v if math.isfinite(v) else 1e9) for k, v in scores.items()}
 
 
+def endgame_share(raw: str | None) -> float:
+    """``SWARM_ENDGAME_SHARE`` as the environment gives it (:data:`DEFAULT_ENDGAME_SHARE` when
+    unset or blank).
+
+    Raises:
+        ValueError: not a number in [0, 1] (``nan`` and ``inf`` included).
+    """
+    if raw is None or not raw.strip():
+        return DEFAULT_ENDGAME_SHARE
+    try:
+        share = float(raw)
+    except ValueError:
+        share = math.nan
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"SWARM_ENDGAME_SHARE={raw!r}: expected a share of the budget in [0, 1]")
+    return share
+
+
 def endgame_evaluations(budget: int, share: float) -> int:
     """How many of a run's last evaluations may be its endgame: ``floor(share * budget)``. The
     endgame is the generations that start with at most that many evaluations left, so a
@@ -91,7 +111,7 @@ def endgame_evaluations(budget: int, share: float) -> int:
     """
     if not 0.0 <= share <= 1.0:
         raise ValueError(f"the endgame share must be in [0, 1], got {share!r}")
-    return math.floor(share * budget + 1e-9)  # 0.29 * 100 is 28.999999999999996 in binary
+    return min(budget, math.floor(share * budget + 1e-9))  # 0.29 * 100 is 28.999999999999996 in binary
 
 
 def endgame_shares(arms: Sequence[Arm], n: int, climbing: set[str], turn: int = 0) -> dict[str, int] | None:

@@ -291,6 +291,19 @@ def test_first_seed_runs_the_seeds_from_there_and_the_report_says_which(tmp_path
             main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:random_sample", "--out", str(out), *bad])
 
 
+@pytest.mark.parametrize("raw", ["abc", "nan", "1.5"])
+def test_a_bad_endgame_share_is_a_usage_error_before_any_run(raw, tmp_path, monkeypatch, capsys):
+    from benchmarks.search_efficiency import main
+
+    monkeypatch.setenv("SWARM_ENDGAME_SHARE", raw)
+    _toy_cache(tmp_path / "toy.json", "k", 5)
+    with pytest.raises(SystemExit) as stop:
+        main(["--cache", str(tmp_path / "toy.json"), "--strategies", "swarm,kt:random_sample", "--seeds", "1",
+              "--budgets", "4", "--out", str(tmp_path / "out")])
+    assert stop.value.code == 2 and "expected a share of the budget in [0, 1]" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "search_efficiency.json").exists()
+
+
 def test_a_stored_run_is_reused_only_for_the_same_files_contents_generation_size_and_endgame(tmp_path, monkeypatch):
     from benchmarks.search_efficiency import _identity, _job_key, _read_traces
 

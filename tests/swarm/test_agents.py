@@ -198,6 +198,30 @@ class TestLocalSearchAgent(AgentContract):
         for agent, seen_view in ((make_agent("local", 4), v), (make_agent("local", 4, {"endgame_bases": 1}), end)):
             assert {p.parents for p in agent.propose(seen_view, 3)} == {(best,)}
 
+    def test_in_the_endgame_it_climbs_only_inside_the_space_and_leaves_what_it_cannot_climb_to_others(self):
+        """A direction narrowed the space to BX 16 or 32 after the best points were found
+        elsewhere: the endgame climbs from the best points inside it. With nothing to climb
+        (every evaluation failed) it proposes nothing, not random points: the orchestrator gives
+        those slots to the other agents."""
+        from dataclasses import replace
+
+        from kernels import DesignSpace
+
+        history = search("random", {}, 24, 24, seed=3)
+        spec = {"parameters": [{"name": p.name, "values": list(p.values)} for p in SPACE.parameters],
+                "restrictions": ["BX * BY <= 1024"]}
+        spec["parameters"][0]["values"] = [16, 32]
+        narrowed = DesignSpace.from_dict(spec)
+        inside = {o.candidate for o in history if narrowed.contains(o.params)}
+        assert inside and min(history, key=lambda o: view(history).score(o)).candidate not in inside
+        end = replace(view(history, 2), space=narrowed, endgame=True)
+        proposals = make_agent("local", 4).propose(end, 4)
+        assert proposals and all(p.rationale.startswith("endgame: ") for p in proposals)
+        assert all(narrowed.contains(p.params) and p.parents[0] in inside for p in proposals)
+        failed = [Observation(o.candidate, o.params, "runtime_error", {}, False) for o in history]
+        assert make_agent("local", 4).propose(replace(view(failed, 2), endgame=True), 4) == []
+        assert len(make_agent("local", 4).propose(view(failed, 2), 4)) == 4
+
     def test_once_the_incumbents_neighbours_are_known_it_climbs_in_another_basin(self):
         """The incumbent's one-parameter neighbours are all evaluated (and worse); the next
         base is the best point at least half the parameters away, not the runner-up next door."""

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from django.test import override_settings
 
-from swarm.learning.credit import Arm, endgame_evaluations, endgame_shares
+from swarm.learning.credit import Arm, endgame_evaluations, endgame_share, endgame_shares
 from swarm.models import Candidate, Generation
 from swarm.runs import orchestrator
 
@@ -35,6 +35,17 @@ def test_endgame_slots_are_split_among_the_active_climbing_agents_only():
     assert endgame_shares([Arm("local", 1, 0, boost=0.0)], 4, {"local"}) is None
 
 
+@pytest.mark.parametrize("raw, share", [(None, 0.25), ("", 0.25), (" ", 0.25), ("0", 0.0), (" 0.5 ", 0.5), ("1", 1.0)])
+def test_the_share_is_read_from_the_environment(raw, share):
+    assert endgame_share(raw) == share
+
+
+@pytest.mark.parametrize("raw", ["abc", "nan", "inf", "-0.1", "1.0000001", "1_0"])
+def test_a_share_that_is_not_in_zero_to_one_is_refused(raw):
+    with pytest.raises(ValueError, match="expected a share of the budget in"):
+        endgame_share(raw)
+
+
 def test_a_share_outside_the_budget_is_refused_at_start_up():
     import os
     import subprocess
@@ -43,7 +54,7 @@ def test_a_share_outside_the_budget_is_refused_at_start_up():
     env = {**os.environ, "SWARM_ENDGAME_SHARE": "1.5", "DJANGO_SETTINGS_MODULE": "int21_site.settings"}
     done = subprocess.run([sys.executable, "-c", "import django; django.setup()"], env=env, capture_output=True,
                           text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
-    assert done.returncode != 0 and "SWARM_ENDGAME_SHARE=1.5: expected a share of the budget in [0, 1]" in done.stderr
+    assert done.returncode != 0 and "SWARM_ENDGAME_SHARE='1.5': expected a share of the budget in [0, 1]" in done.stderr
 
 
 def _drive(run, pending):
