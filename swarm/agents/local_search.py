@@ -27,9 +27,10 @@ In the run's endgame (``RunView.endgame``: its last evaluations, which go to the
 climb) the unseen neighbours of the ``endgame_bases`` best points are ranked together by the
 forest, best predicted first, before the climb goes on as above: no later evaluation will build
 on what a step teaches, so each goes where the model expects the best time, whichever of the
-best points it neighbours (``docs/benchmarks.md`` gives the measured effect). With no neighbour
-left to climb it proposes fewer than asked, not perturbations or random points, so that the
-other agents fill those slots.
+best points it neighbours (``docs/benchmarks.md`` gives the measured effect). Once those are
+taken it climbs on from its usual bases (niches included); with no neighbour left to climb it
+proposes fewer than asked, not perturbations or random points, so that the other agents fill
+those slots.
 """
 
 from __future__ import annotations
@@ -125,19 +126,21 @@ class LocalSearchAgent(Agent):
         the run's space (a direction may have narrowed it since), ranked together by the
         forest's prediction, best first (``taken`` updated)."""
         moves, parent = [], {}
-        for base in [o for o in ranked if view.space.contains(o.params)][: self.setting("endgame_bases")]:
+        bases = [o for o in ranked if view.space.contains(o.params)][: self.setting("endgame_bases")]
+        for place, base in enumerate(bases, start=1):
             for params, what in self._neighbours(view, base.params):
                 key = self.fresh_key(view, params, taken)
                 if key is not None and key not in parent:
-                    parent[key] = base.candidate
+                    parent[key] = (base.candidate, place)
                     moves.append((params, what))
         out: list[Proposal] = []
         for params, what in self._by_prediction(view, moves, taken, predict):
             if len(out) >= n:
                 break
-            key = view.space.point_key(params)
+            candidate, place = parent[view.space.point_key(params)]
             if self.take_fresh(view, params, taken):
-                out.append(Proposal(params=params, parents=(parent[key],), rationale=f"endgame: {what}"))
+                out.append(Proposal(params=params, parents=(candidate,),
+                                    rationale=f"endgame: {what}; a neighbour of the run's best point number {place}"))
         return out
 
     def _bases(self, view: RunView, ranked: list[Observation], niches: list[Observation]) -> list[Observation]:

@@ -192,7 +192,10 @@ class TestLocalSearchAgent(AgentContract):
         expected = [moves[int(i)] for i in np.argsort(mean, kind="stable")[:6]]
         assert [p.params for p in proposals] == expected
         assert [p.parents for p in proposals] == [(parent[SPACE.point_key(p.params)],) for p in proposals]
-        assert all(p.rationale.startswith("endgame: ") for p in proposals)
+        place = {o.candidate: i for i, o in enumerate(ranked[:5], start=1)}
+        assert all(p.rationale.startswith("endgame: ") and
+                   p.rationale.endswith(f"a neighbour of the run's best point number {place[p.parents[0]]}")
+                   for p in proposals)
         assert len({p.parents for p in proposals}) > 1  # not only the incumbent's neighbours
         best = ranked[0].candidate
         for agent, seen_view in ((make_agent("local", 4), v), (make_agent("local", 4, {"endgame_bases": 1}), end)):
