@@ -25,8 +25,9 @@ AGENTS: dict[str, type[Agent]] = {
 #: neighbours a forest ranks, and evolutionary search whose mutations draw from all of a
 #: parameter's values (``jump_rate`` 1.0: Kernel Tuner's GA mutates to a random Hamming
 #: neighbour too; a lone optimum several adjacent steps from the runner-up is one jump away),
-#: sharing each generation by credit; a run's endgame (its last quarter) is the local agent's. The GP carries smooth landscapes (a GEMM's tile and vector
-#: widths), the forest and the local agent rough ones (a convolution's block sizes). Where the
+#: sharing each generation by credit; a run's endgame (its last quarter) is the local agent's.
+#: The GP carries smooth landscapes (a GEMM's tile and vector widths), the forest and the local
+#: agent rough ones (a convolution's block sizes). Where the
 #: kernel was tuned on another device, the forests transfer from those evaluations, weighted by
 #: how well they rank this run's (``docs/runs.md``). Chosen on
 #: the recorded landscapes of ``benchmarks.search_efficiency``; the measurements behind the

@@ -29,7 +29,14 @@ import kernels
 from kernels.backends import get_backend
 from swarm.agents import DEFAULT_MIX, Proposal, RunView, make_agent
 from swarm.learning import store as insight_store
-from swarm.learning.credit import Arm, allocate, endgame_evaluations, endgame_shares, frontier_improvements
+from swarm.learning.credit import (
+    DEFAULT_ENDGAME_SHARE,
+    Arm,
+    allocate,
+    endgame_evaluations,
+    endgame_shares,
+    frontier_improvements,
+)
 from swarm.models import (
     PENDING_STATUSES,
     UNJUDGED_STATUSES,
@@ -264,8 +271,8 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
     (the generations that start with at most ``SWARM_ENDGAME_SHARE`` of the budget left,
     :func:`swarm.learning.credit.endgame_evaluations`) the slots go to the agents that climb
     (:attr:`swarm.agents.Agent.climbs`), and their view says so (``RunView.endgame``); slots
-    they cannot fill go to the others, as in any generation. Pending directions are applied first, at every call, even
-    when no slot is free.
+    they cannot fill go to the others, as in any generation. Pending directions are applied
+    first, at every call, even when no slot is free.
 
     Returns:
         The new candidates of generation ``after + 1``; [] when no slot is free, or when the
@@ -306,7 +313,7 @@ def propose_generation(run_id: int, after: int) -> list[Candidate] | None:
     shares, scores = allocate(arms, n, exploration=float(getattr(settings, "SWARM_UCB_EXPLORATION", 0.3)))
     endgame = None
     # One objective only: a climb ranks by the primary one, and a Pareto front is not its best point.
-    share = float(getattr(settings, "SWARM_ENDGAME_SHARE", 0.25))
+    share = float(getattr(settings, "SWARM_ENDGAME_SHARE", DEFAULT_ENDGAME_SHARE))
     if len(goal.objectives) == 1 and run.budget - spent <= endgame_evaluations(run.budget, share):
         endgame = endgame_shares(arms, n, {r.name for r in records if climbs(r.kind)}, turn=number)
     shares = endgame or shares
