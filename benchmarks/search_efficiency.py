@@ -642,7 +642,31 @@ def _read_report(path: Path, parser: argparse.ArgumentParser, known: list[str]) 
     if not (isinstance(cpu, dict) and all(isinstance(v, dict) and _number(v.get("cpu_s")) and v["cpu_s"] >= 0
                                           and _count(v.get("evaluations"), 0) for v in cpu.values())):
         parser.error(f"--reuse {path}: its cpu_by_strategy is not cpu_s >= 0 and a count of evaluations per strategy")
+    ours = report.get("our_runs", {})  # reports before it have none
+    if not (isinstance(ours, dict) and (not ours or (_count(ours.get("batch_size"), 1)
+                                                     and _number(ours.get("endgame_share"))
+                                                     and 0 <= ours["endgame_share"] <= 1))):
+        parser.error(f"--reuse {path}: its our_runs is not a batch_size >= 1 and an endgame_share in [0, 1]")
     return report
+
+
+def _our_settings(args: argparse.Namespace) -> dict:
+    """What our runs depend on besides the files and seeds: ``--batch-size`` and the endgame's
+    share (``SWARM_ENDGAME_SHARE`` as the runs read it)."""
+    return {"batch_size": args.batch_size, "endgame_share": endgame_share(os.environ.get("SWARM_ENDGAME_SHARE"))}
+
+
+def _ours_mismatch(report: dict, running: list[str], ours: dict) -> str | None:
+    """Why an earlier report's rows of our mixes (those not run now) cannot stand beside this
+    run: they were made with another ``--batch-size`` or endgame share (a report that does not
+    record them is taken as it is), or None."""
+    taken = sorted({r["strategy"] for r in report["results"]
+                    if (r["strategy"] in OUR_MIXES or r["strategy"].startswith("agent:")) and r["strategy"] not in running})
+    theirs = report.get("our_runs") or ours
+    if not taken or theirs == ours:
+        return None
+    return (f"its runs of {', '.join(taken)} had batch size {theirs['batch_size']} and endgame share "
+            f"{theirs['endgame_share']:g}; this run's would have {ours['batch_size']} and {ours['endgame_share']:g}")
 
 
 def _row_ok(row: dict) -> bool:
@@ -1113,6 +1137,8 @@ def main(argv: list[str] | None = None) -> int:
     # an earlier report may hold peers that cannot run here (a package not installed)
     known = [*everything, *(f"kt:{k}" for k in (*KT_STRATEGIES, *KT_LEFT_OUT)), "optuna:tpe", "optuna:cmaes"]
     reused_report = _read_report(args.reuse, parser, known) if args.reuse else None
+    if reused_report is not None and (why := _ours_mismatch(reused_report, strategies, _our_settings(args))):
+        parser.error(f"--reuse {args.reuse}: {why}")
     try:  # before the files are loaded: a bad --traces file is refused at once
         stored = _read_traces(args.traces)
         if args.traces is not None and not args.traces.parent.is_dir():
@@ -1277,7 +1303,7 @@ def _write_report(args: argparse.Namespace, argv: list[str] | None, datasets: di
     )
     payload = json.dumps({"host": host, "command": command, "first_seed": args.first_seed,
                           "files": {d.name: d.sha256 for d in datasets.values()}, "results": [_row_to_json(r) for r in rows], "targets": lines, "scores": score,
-                          "score_standard_errors": errors, "seconds": elapsed,
+                          "score_standard_errors": errors, "seconds": elapsed, "our_runs": _our_settings(args),
                           "cpu_by_strategy": {k: {**v, "cpu_ms_per_evaluation": 1000 * v["cpu_s"] / max(v["evaluations"], 1)}
                                               for k, v in cpu.items()},
                           "wall_seconds_by_strategy": dict(done.wall_s), "left_out": left_out, "failed_runs": failed},

@@ -415,6 +415,38 @@ def test_a_cell_without_a_valid_configuration_is_null_in_strict_json_and_behind_
                   "--out", str(tmp_path / "out")])
 
 
+def test_our_mixes_are_reused_only_from_a_report_made_with_the_same_generation_size_and_endgame(
+        tmp_path, monkeypatch, capsys):
+    from benchmarks.search_efficiency import main
+
+    _toy_cache(tmp_path / "toy.json", "k", 5)
+    earlier = {"host": "an earlier host", "results": [
+        {"dataset": "toy", "strategy": "swarm", "budget": b, "median_ratio": 1.0, "iqr": 0.0, "evals_to_5pct": 3,
+         "evals_to_1pct": 3, "runs_within_1pct": 1, "seeds": 1} for b in (2, 4)],
+        "scores": {"swarm": {"aggregate": 0.5, "toy": 0.5}}, "cpu_by_strategy": {},
+        "our_runs": {"batch_size": 4, "endgame_share": 0.25}}
+    report = _run_with_reuse(tmp_path, earlier)  # the defaults: taken
+    assert report["our_runs"] == {"batch_size": 4, "endgame_share": 0.25}
+    assert _run_with_reuse(tmp_path, {k: v for k, v in earlier.items() if k != "our_runs"})  # an older report: taken
+
+    def refused(report: dict, *extra: str) -> str:
+        (tmp_path / "earlier.json").write_text(json.dumps(report))
+        with pytest.raises(SystemExit):
+            main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:pso", "--seeds", "1", "--budgets", "2,4",
+                  "--reuse", str(tmp_path / "earlier.json"), "--out", str(tmp_path / "refused"), *extra])
+        assert not (tmp_path / "refused" / "search_efficiency.json").exists()
+        return capsys.readouterr().err
+
+    assert "batch size 8 and endgame share 0.25; this run's would have 4 and 0.25" in refused(
+        {**earlier, "our_runs": {"batch_size": 8, "endgame_share": 0.25}})
+    assert "this run's would have 16" in refused(earlier, "--batch-size", "16")
+    monkeypatch.setenv("SWARM_ENDGAME_SHARE", "0.5")
+    assert "endgame share 0.25; this run's would have 4 and 0.5" in refused(earlier)
+    monkeypatch.delenv("SWARM_ENDGAME_SHARE")
+    for bad in ({"batch_size": 0, "endgame_share": 0.25}, {"batch_size": 4, "endgame_share": 2}, [4, 0.25]):
+        assert "its our_runs is not" in refused({**earlier, "our_runs": bad})
+
+
 def _cache_with(path: Path, entries: dict, **extra) -> Path:
     """A one-parameter cache file ``a`` in 1..len(entries), ``time`` from ``entries`` (a -> time)."""
     path.write_text(json.dumps({"device_name": "toy", "kernel_name": "k", "problem_size": [1], "tune_params_keys": ["a"],
