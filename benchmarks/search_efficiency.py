@@ -1089,7 +1089,8 @@ def main(argv: list[str] | None = None) -> int:
                              "are read instead of run again, new ones are appended")
     parser.add_argument("--reuse", type=Path, default=None,
                         help="an earlier report's .json: the strategies not run now (the peers, say) are taken from it "
-                             "(same files, seeds and budgets), so that a change of ours is measured without rerunning them")
+                             "(same files, seeds and budgets; our mixes also the same --batch-size and "
+                             "SWARM_ENDGAME_SHARE), so that a change of ours is measured without rerunning them")
     args = parser.parse_args(argv)
     seeds = args.seeds if args.seeds is not None else (QUICK_SEEDS if args.quick else DEFAULT_SEEDS)
     # Seeds reach numpy.random.seed (below 2**32) and, plus 1000 per earlier file of a transfer
