@@ -1084,9 +1084,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--traces", type=Path, default=None,
-                        help="JSON-lines file of finished runs: runs already in it (same file and contents, strategy, seed, budget, "
-                             "--batch-size) "
-                             "are read instead of run again, new ones are appended")
+                        help="JSON-lines file of finished runs: runs already in it (same file and contents, strategy, seed, "
+                             "budget; ours also --batch-size and SWARM_ENDGAME_SHARE) are read instead of run again, "
+                             "new ones are appended")
     parser.add_argument("--reuse", type=Path, default=None,
                         help="an earlier report's .json: the strategies not run now (the peers, say) are taken from it "
                              "(same files, seeds and budgets; our mixes also the same --batch-size and "
