@@ -653,7 +653,21 @@ def _read_report(path: Path, parser: argparse.ArgumentParser, known: list[str]) 
 def _our_settings(args: argparse.Namespace) -> dict:
     """What our runs depend on besides the files and seeds: ``--batch-size`` and the endgame's
     share (``SWARM_ENDGAME_SHARE`` as the runs read it)."""
-    return {"batch_size": args.batch_size, "endgame_share": endgame_share(os.environ.get("SWARM_ENDGAME_SHARE"))}
+    return {"batch_size": args.batch_size, "endgame_share": _endgame_share()}
+
+
+def _endgame_share() -> float:
+    """``SWARM_ENDGAME_SHARE`` as our runs' workers read it (:func:`swarm.learning.credit.endgame_share`).
+
+    Raises:
+        ValueError: not a share in [0, 1].
+    """
+    return endgame_share(os.environ.get("SWARM_ENDGAME_SHARE"))
+
+
+def is_ours(name: str) -> bool:
+    """Whether strategy ``name`` is run by our orchestrator (a mix of :data:`OUR_MIXES` or ``agent:<kind>``)."""
+    return name in OUR_MIXES or name.startswith("agent:")
 
 
 def _ours_mismatch(report: dict, running: list[str], ours: dict) -> str | None:
@@ -661,7 +675,7 @@ def _ours_mismatch(report: dict, running: list[str], ours: dict) -> str | None:
     run: they were made with another ``--batch-size`` or endgame share (a report that does not
     record them is taken as it is), or None."""
     taken = sorted({r["strategy"] for r in report["results"]
-                    if (r["strategy"] in OUR_MIXES or r["strategy"].startswith("agent:")) and r["strategy"] not in running})
+                    if is_ours(r["strategy"]) and r["strategy"] not in running})
     theirs = report.get("our_runs") or ours
     if not taken or theirs == ours:
         return None
@@ -967,7 +981,7 @@ def _identity(job: tuple) -> str:
     the runs read it): a run stored under the same names but other contents, another
     ``--batch-size`` or another endgame is not this run (a record without them never matches)."""
     files = [job[1], *(job[6] if len(job) > 6 else ())]
-    ours = f";batch {job[5]};endgame {endgame_share(os.environ.get('SWARM_ENDGAME_SHARE')):g}"
+    ours = f";batch {job[5]};endgame {_endgame_share():g}"
     return ",".join(d.sha256 for d in files) + (ours if job[0] == "ours" else "")
 
 
@@ -1109,7 +1123,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"budgets must be 1 to {MAX_BUDGET}, --jobs 1 to {MAX_JOBS} and --batch-size at least 1 "
                      f"(got {budgets}, {args.jobs} and {args.batch_size})")
     try:  # our runs' workers read it; a bad value is an error now, not a failure of each of them
-        endgame_share(os.environ.get("SWARM_ENDGAME_SHARE"))
+        _endgame_share()
     except ValueError as exc:
         parser.error(str(exc))
     try:  # now, not after every run
@@ -1198,7 +1212,7 @@ def _plan(datasets: dict[str, Dataset], strategies: list[str], budgets: list[int
     for ds in datasets.values():
         for s in strategies:
             for seed in seeds:
-                kind = "ours" if s in OUR_MIXES or s.startswith("agent:") else s.split(":", 1)[0]
+                kind = "ours" if is_ours(s) else s.split(":", 1)[0]
                 earlier = (siblings(ds, list(datasets.values())),) if s == "swarm:transfer" else ()
                 size = batch_size if kind == "ours" else 0
                 for b in (budgets if per_budget(kind, s) else budgets[-1:]):
