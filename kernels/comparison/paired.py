@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import secrets
 import statistics
 import time
@@ -338,6 +339,32 @@ def _round(wl: Workload, shapes: list[dict], libraries: dict[str, Path], request
 STALL_RATIO = 1.5
 #: The parent's clock must see at least this share of a claimed 2x-or-more difference (see :func:`_check_clock`).
 CLOCK_SHARE = 0.25
+#: ... and the claim must exceed this many standard errors of the clock's estimate (see :func:`_check_clock`).
+CLOCK_RESOLUTIONS = 2.0
+
+
+def _clock_resolution(per_round: list[dict]) -> float:
+    """Standard error (ms) of the parent's clock's estimate of the difference between the
+    sides' calls: the median over rounds of each round's difference of the sides' turn medians
+    (summed over shapes).
+
+    A round's turn median over ``n`` turns of scatter ``sigma`` has standard error ``1.2533 *
+    sigma / sqrt(n)``, with ``sigma = 1.4826 * MAD`` (the median absolute deviation; Serfling,
+    *Approximation Theorems of Mathematical Statistics*, 1980, sec. 2.3 and 2.5); a difference
+    of two sides ``sqrt(2)`` times that; its median over ``R`` rounds ``1.2533 / sqrt(R)`` times
+    that. The scatter is the smaller side's (per round, summed over shapes; the median over
+    rounds), because a forging side can scatter its own turns at will (random delays) but not
+    the other side's.
+    """
+    def se(walls: list[float]) -> float:
+        if len(walls) < 2:
+            return 0.0
+        m = statistics.median(walls)
+        return 1.2533 * 1.4826 * statistics.median(abs(x - m) for x in walls) / math.sqrt(len(walls))
+
+    per_side = min(statistics.median(sum(se(w) for w in rnd["walls_ms"][side]) for rnd in per_round)
+                   for side in ("A", "B"))
+    return math.sqrt(2.0) * per_side * 1.2533 / math.sqrt(len(per_round))
 
 
 def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise_floor: float) -> None:
@@ -351,9 +378,12 @@ def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise
     be at least twice as fast (its calls shorter by ``d`` ms, ``d`` over half of the other
     side's time) must also take turns shorter by at least :data:`CLOCK_SHARE` of ``d``, over
     the rounds' medians. Else its reports are not its calls' times: the candidate shares the
-    child's address space and can rewrite them. Smaller claimed differences are not checked
-    (the turns' noise can exceed them); checked for verdicts other than a tie, between libraries
-    that are not byte-identical.
+    child's address space and can rewrite them. Smaller claimed differences are not checked,
+    nor ones within :data:`CLOCK_RESOLUTIONS` standard errors of the clock's own estimate
+    (:func:`_clock_resolution`): a turn holds a cache flush and a wake-up, and on a loaded host
+    turns of microsecond calls scatter over milliseconds, so the clock cannot see such claims
+    either way. Checked for verdicts other than a tie, between libraries that are not
+    byte-identical.
 
     Raises:
         ComparisonFailed: naming the side whose reports disagree with the parent's clock.
@@ -368,7 +398,8 @@ def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise
     claimed = statistics.median(a - b for a, b in zip(rep["A"], rep["B"]))  # > 0: B claims to be faster
     seen = statistics.median(a - b for a, b in zip(wall["A"], wall["B"]))
     slower = max(statistics.median(rep["A"]), statistics.median(rep["B"]))
-    if abs(claimed) > 0.5 * slower and (seen * claimed <= 0 or abs(seen) < CLOCK_SHARE * abs(claimed)):
+    resolvable = abs(claimed) > max(0.5 * slower, CLOCK_RESOLUTIONS * _clock_resolution(per_round))
+    if resolvable and (seen * claimed <= 0 or abs(seen) < CLOCK_SHARE * abs(claimed)):
         side = "B" if claimed > 0 else "A"
         raise ComparisonFailed(side, (
             f"its reported call times disagree with the parent's clock: it claims calls {abs(claimed):.4g} ms shorter "

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from kernels.comparison import paired
 from kernels.comparison.noise_floor import FileFloorStore
 from kernels.comparison.paired import ComparisonFailed, Kernel, PairSettings, compare_paired, measure_noise_floor
 from kernels.sandbox import spawn, workdirs
@@ -198,6 +199,37 @@ def test_a_side_that_rewrites_its_reported_times_is_refused(store):
         compare_paired("rmsnorm", kernel(), forger, shape_set="llama3-8b", shapes=LONG_SHAPE, settings=QUICK,
                        noise_floor=0.02, floor_store=store)
     assert err.value.side == "B" and "parent's clock" in err.value.reason, err.value.reason
+
+
+def loaded_rounds(walls_a: list[float], walls_b: list[float], rounds: int = 6) -> list[dict]:
+    """Rounds of two shapes whose turns, as the parent timed them, are ``walls_*`` (ms) each."""
+    return [{"walls_ms": {"A": [walls_a, walls_a], "B": [walls_b, walls_b]}} for _ in range(rounds)]
+
+
+def reports(a_ms: float, b_ms: float, rounds: int = 6) -> dict[str, list[list[float]]]:
+    """Each round's per-shape medians of the sides' reported calls (ms), two shapes."""
+    return {"A": [[a_ms / 2, a_ms / 2]] * rounds, "B": [[b_ms / 2, b_ms / 2]] * rounds}
+
+
+# Turns as a loaded 2-core host times them (flush, wake-up, call): milliseconds, scattered by
+# a millisecond, A's child landing beside another tenant and so half a millisecond slower.
+TURNS_A, TURNS_B = [2.0, 4.0, 6.0, 3.0, 5.0], [1.5, 3.5, 5.5, 2.5, 4.5]
+
+
+def test_a_claim_of_microseconds_within_the_turns_scatter_is_not_refused_as_forgery():
+    """A reports calls 0.04 ms shorter than B (a third of B's 0.06 ms) while its turns took
+    0.5 ms longer: the parent's clock cannot resolve 0.04 ms among turns scattered by ms, so
+    this is not evidence of forgery (a real 9x-the-work pair was refused so on a loaded host)."""
+    paired._check_clock(loaded_rounds(TURNS_A, TURNS_B), reports(0.02, 0.06), 0.05)
+
+
+@pytest.mark.parametrize("walls_b", [TURNS_A, [0.5, 10.0, 20.0, 30.0, 40.0]], ids=["same-turns", "scattered-by-B"])
+def test_a_claim_of_milliseconds_the_clock_does_not_see_is_refused(walls_b):
+    """B claims calls 3 ms shorter; its turns were not shorter. Scattering its own turns (the
+    second case) does not lift the check: the clock's resolution is taken from the other side."""
+    with pytest.raises(ComparisonFailed) as err:
+        paired._check_clock(loaded_rounds(TURNS_A, walls_b), reports(3.0, 0.002), 0.05)
+    assert err.value.side == "B" and "parent's clock" in err.value.reason
 
 
 @pytest.mark.parametrize("prelude, expected", [

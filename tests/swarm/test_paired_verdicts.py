@@ -25,14 +25,16 @@ from tests.swarm.test_views import timed
 
 PAIRED_SETTINGS = {"rounds": 4, "min_calls": 5, "round_ms": 20}
 TEMPLATE = kernels.load_template("rmsnorm", "cpu")
-# Every row computed eight times more before the full pass: 9x the work, the same result. At
-# test-small a call is microseconds, much of it thread wake-up, so the work shows diluted; a
-# mere 1.5x drowned in one preempted round of six on a busy 2-core host.
-SLOWER = TEMPLATE.replace("""             int rows, int hidden, float eps)
+# The promotion test's kernels run on one thread: at test-small a call is microseconds, and with
+# a thread team most of it is waking the team, whose cost on a loaded 2-core host depends on
+# where each round's children land; with that, even 9x the work lost rounds to it.
+TEAM = "#pragma omp parallel for schedule(static, ROWS_PER_CHUNK) if (rows > 1)\n"
+SERIAL = TEMPLATE.replace(TEAM, "")
+# Every row computed 64 times more before the full pass: 65x the work, the same result.
+SLOWER = SERIAL.replace("""             int rows, int hidden, float eps)
 {""", """             int rows, int hidden, float eps)
 {
-    for (int rep = 0; rep < 8; ++rep) {
-#pragma omp parallel for schedule(static, ROWS_PER_CHUNK) if (rows > 1)
+    for (int rep = 0; rep < 64; ++rep) {
         for (int r = 0; r < rows; ++r) {
             const float *restrict xr = x + (long)r * hidden;
             float *restrict yr = y + (long)r * hidden;
@@ -43,7 +45,7 @@ SLOWER = TEMPLATE.replace("""             int rows, int hidden, float eps)
         __asm__ volatile("" ::: "memory");
     }
 """)
-assert SLOWER != TEMPLATE
+assert TEAM in TEMPLATE and SLOWER != SERIAL
 
 
 def make_candidate(goal: Goal, params: dict, source: str | None = None, latency_ms: float = 1.0,
@@ -174,7 +176,7 @@ def test_a_paired_comparison_on_a_cuda_target_fails_with_the_librarys_reason(cli
 @pytest.mark.django_db
 def test_a_candidate_doing_more_work_is_refused_promotion_with_the_ratio(owner, small_goal, settings):
     settings.PAIRED_COMPARISON = {**PAIRED_SETTINGS, "rounds": 6, "noise_floor": 0.05}
-    incumbent = make_candidate(small_goal, {})
+    incumbent = make_candidate(small_goal, {}, source=SERIAL)
     slower = make_candidate(small_goal, {}, source=SLOWER)
     promotion.promote(incumbent, owner, evaluate=timed({incumbent.pk: 1.0}))
     req = promotion.request_promotion(slower, owner, dispatch=False)
@@ -182,7 +184,7 @@ def test_a_candidate_doing_more_work_is_refused_promotion_with_the_ratio(owner, 
     req = promotion.validate_request(req.pk, bench=kernels.BenchSettings(warmup_ms=1, rep_ms=5, min_reps=5, max_reps=20))
     assert req.state == "refused", req.reason
     c = req.evidence["comparison"]
-    # test-small calls are microseconds, much of them thread wake-up: the work shows, diluted
+    # test-small calls are microseconds, part of them timing and flushing: the work shows, diluted
     assert c["protocol"] == "paired" and c["verdict"] in ("a_faster", "tie") and c["ratio"] > 1.05, c["why"]
     assert req.reason.startswith("not faster than the incumbent beyond the noise floor: ")
     assert f"ratio {c['ratio']:.3f} (CI {c['ci'][0]:.3f}-{c['ci'][1]:.3f}), floor 5.0%, 6 rounds" in req.reason
