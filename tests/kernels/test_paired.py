@@ -4,7 +4,7 @@ Kernels here are single-threaded scalar RMSNorm with a tunable amount of extra w
 computed again), timed on a shape where a call takes a fraction of a millisecond (the double-precision sum
 of squares is a dependent chain, so time follows work; short calls are rarely preempted): the
 differences the tests plant are differences of work, not of noise. Forged reports are caught
-on a longer shape (about 3 ms a call), whose forged difference a loaded host's noise cannot cover.
+on a longer shape (about 6 ms a call), whose forged difference a loaded host's noise cannot cover.
 """
 
 from __future__ import annotations
@@ -192,12 +192,14 @@ static void forge(void) {
 
 
 def test_a_side_that_rewrites_its_reported_times_is_refused(store):
-    # Calls of about 3 ms: the forged claim, a whole call shorter, is then far above what a
-    # loaded host's wake-ups add to either side's turns.
-    forger = kernel(prelude="forge();", includes=FORGE)
+    # Both sides compute the rows twice, about 6 ms a call, in rounds of 16 turns each: the
+    # forged claim, a whole call shorter, is then more than twice the clock's resolution even
+    # where a loaded host scatters each turn by milliseconds (the check ignores claims within it).
+    forger = kernel(prelude="forge();", includes=FORGE, EXTRA_PERMILLE=1000)
+    settings = dataclasses.replace(QUICK, rounds=8, min_calls=16)
     with pytest.raises(ComparisonFailed) as err:
-        compare_paired("rmsnorm", kernel(), forger, shape_set="llama3-8b", shapes=LONG_SHAPE, settings=QUICK,
-                       noise_floor=0.02, floor_store=store)
+        compare_paired("rmsnorm", kernel(EXTRA_PERMILLE=1000), forger, shape_set="llama3-8b", shapes=LONG_SHAPE,
+                       settings=settings, noise_floor=0.02, floor_store=store)
     assert err.value.side == "B" and "parent's clock" in err.value.reason, err.value.reason
 
 
