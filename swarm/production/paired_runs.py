@@ -160,10 +160,12 @@ VERDICT_TEXT = {"a_faster": "A faster", "b_faster": "B faster", "tie": "tie: wit
 def summary(result: dict) -> dict[str, Any]:
     """What a page or the API shows of a paired result: ``verdict``, ``verdict_text``,
     ``ratio`` (time(B) / time(A)), ``ci``, ``noise_floor``, ``floor_source``, ``rounds``,
-    ``rounds_needed``, ``why``, ``identical``."""
+    ``rounds_needed``, ``why``, ``identical``, ``notes`` (a list: what a person should know
+    beside the verdict, such as a claim the parent's clock could not check)."""
     keys = ("verdict", "ratio", "ci", "p_value", "noise_floor", "floor_source", "rounds", "rounds_needed", "why",
             "identical", "median_a_ms", "median_b_ms")
     out = {k: result.get(k) for k in keys}
+    out["notes"] = [str(n) for n in result.get("notes") or []]
     out["verdict_text"] = VERDICT_TEXT.get(out["verdict"], out["verdict"])
     floor = out["noise_floor"]
     out["noise_floor_pct"] = floor * 100.0 if isinstance(floor, (int, float)) else None

@@ -222,7 +222,9 @@ def test_a_claim_of_microseconds_within_the_turns_scatter_is_not_refused_as_forg
     """A reports calls 0.04 ms shorter than B (a third of B's 0.06 ms) while its turns took
     0.5 ms longer: the parent's clock cannot resolve 0.04 ms among turns scattered by ms, so
     this is not evidence of forgery (a real 9x-the-work pair was refused so on a loaded host)."""
-    paired._check_clock(loaded_rounds(TURNS_A, TURNS_B), reports(0.02, 0.06), 0.05)
+    note = paired._check_clock(loaded_rounds(TURNS_A, TURNS_B), reports(0.02, 0.06), 0.05)
+    assert note.startswith("A claims calls 0.04 ms shorter") and "could not check" in note, note
+    assert paired._check_clock(loaded_rounds(TURNS_A, TURNS_B), reports(0.05, 0.06), 0.05) is None  # under 2x
 
 
 @pytest.mark.parametrize("walls_b", [TURNS_A, [0.5, 10.0, 20.0, 30.0, 40.0]], ids=["same-turns", "scattered-by-B"])

@@ -160,6 +160,19 @@ def test_replay_candidates_have_no_kernel_to_measure(client, owner, small_goal):
 
 
 @pytest.mark.django_db
+def test_the_compare_page_shows_a_results_notes(client, owner, small_goal):
+    a, b = make_candidate(small_goal, {"VEC": 1}), make_candidate(small_goal, {"VEC": 4})
+    note = "B claims calls 0.04 ms shorter, twice as fast or more, which the parent's clock could not check"
+    PairedComparisonRun.objects.create(candidate_a=a, candidate_b=b, workload="rmsnorm", target="cpu-x86_64",
+                                       shape_set="test-small", state="done", requested_by=owner,
+                                       result={"verdict": "b_faster", "ratio": 0.3, "ci": [0.2, 0.4], "rounds": 4,
+                                               "noise_floor": 0.05, "why": "B is faster", "notes": [note]})
+    client.force_login(owner)
+    html = client.get(reverse("compare"), {"ids": f"{a.pk},{b.pk}"}).content.decode()
+    assert "B is faster" in html and "the parent&#x27;s clock could not check" in html
+
+
+@pytest.mark.django_db
 def test_a_paired_comparison_on_a_cuda_target_fails_with_the_librarys_reason(client, owner, small_goal):
     goal = Goal.objects.create(name="cuda", workload="rmsnorm", target="cuda-sm90", shape_set="test-small",
                                objectives=small_goal.objectives, space=small_goal.space, source="__global__ void k() {}")
