@@ -145,6 +145,8 @@ class PairedComparison:
             always ``"tie"`` when the two libraries are byte-identical.
         notes: what a person should know beside the verdict (e.g. a side whose mean call is
             more than :data:`STALL_RATIO` times its median: some of its calls stall).
+        clock_unchecked: a claim of twice as fast or more stands that the parent's clock could
+            not check (see :func:`_check_clock`; the first note says so).
         measured_verdict: what the rounds alone said (differs from ``verdict`` only for
             identical libraries whose measurement left the floor band: the host's noise).
         ratio: geometric mean over rounds of ``time(B) / time(A)`` (> 1: A is faster).
@@ -184,6 +186,7 @@ class PairedComparison:
     floor: dict | None = None
     measured_verdict: str | None = None
     notes: list[str] = field(default_factory=list)
+    clock_unchecked: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -352,9 +355,9 @@ def _clock_resolution(per_round: list[dict]) -> float:
     sigma / sqrt(n)``, with ``sigma = 1.4826 * MAD`` (the median absolute deviation; Serfling,
     *Approximation Theorems of Mathematical Statistics*, 1980, sec. 2.3 and 2.5); a difference
     of two sides ``sqrt(2)`` times that; its median over ``R`` rounds ``1.2533 / sqrt(R)`` times
-    that. The scatter is the smaller side's (per round, summed over shapes; the median over
-    rounds), because a forging side can scatter its own turns at will (random delays) but not
-    the other side's.
+    that. The shapes' errors combine in quadrature (independent turns); the scatter is the
+    smaller side's (per round; the median over rounds), because a forging side can scatter its
+    own turns at will (random delays) but not the other side's.
     """
     def se(walls: list[float]) -> float:
         if len(walls) < 2:
@@ -362,7 +365,7 @@ def _clock_resolution(per_round: list[dict]) -> float:
         m = statistics.median(walls)
         return 1.2533 * 1.4826 * statistics.median(abs(x - m) for x in walls) / math.sqrt(len(walls))
 
-    per_side = min(statistics.median(sum(se(w) for w in rnd["walls_ms"][side]) for rnd in per_round)
+    per_side = min(statistics.median(math.sqrt(sum(se(w) ** 2 for w in rnd["walls_ms"][side])) for rnd in per_round)
                    for side in ("A", "B"))
     return math.sqrt(2.0) * per_side * 1.2533 / math.sqrt(len(per_round))
 
@@ -378,11 +381,13 @@ def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise
     be at least twice as fast (its calls shorter by ``d`` ms, ``d`` over half of the other
     side's time) must also take turns shorter by at least :data:`CLOCK_SHARE` of ``d``, over
     the rounds' medians. Else its reports are not its calls' times: the candidate shares the
-    child's address space and can rewrite them. Smaller claimed differences are not checked,
-    nor ones within :data:`CLOCK_RESOLUTIONS` standard errors of the clock's own estimate
-    (:func:`_clock_resolution`): a turn holds a cache flush and a wake-up, and on a loaded host
-    turns of microsecond calls scatter over milliseconds, so the clock cannot see such claims
-    either way. Checked for verdicts other than a tie, between libraries that are not
+    child's address space and can rewrite them. Smaller claimed differences are not checked.
+    A claim within :data:`CLOCK_RESOLUTIONS` standard errors of the clock's own estimate
+    (:func:`_clock_resolution`) stands unchecked, with a note, unless the claiming side's turns
+    were *longer* by more than that: a turn holds a cache flush and a wake-up, and on a loaded
+    host turns of microsecond calls scatter over milliseconds, so the clock cannot see such a
+    claim, but it does see a side that slows its own turns (to cut the turns per round and so
+    widen the error). Checked for verdicts other than a tie, between libraries that are not
     byte-identical.
 
     Returns:
@@ -406,7 +411,8 @@ def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise
     if abs(claimed) <= 0.5 * slower:
         return None
     resolution = _clock_resolution(per_round)
-    if abs(claimed) <= CLOCK_RESOLUTIONS * resolution:
+    contradicted = seen * math.copysign(1.0, claimed) < -CLOCK_RESOLUTIONS * resolution  # its turns were longer
+    if abs(claimed) <= CLOCK_RESOLUTIONS * resolution and not contradicted:
         return (f"{side} claims calls {abs(claimed):.4g} ms shorter, twice as fast or more, which the parent's clock "
                 f"could not check: its standard error here is {resolution:.4g} ms (each turn holds a cache flush and "
                 "a wake-up); on a quieter host, or with more calls per round, it can")
@@ -525,7 +531,7 @@ def compare_paired(
         shapes=per_shape, calls=[dict(zip(labels, rnd["calls"])) for rnd in per_round], identical=identical,
         fingerprint={**fingerprint, "target": target, "shape_set": shape_set, "settings": settings.to_dict(),
                      "seed": base_seed, "omp": env, "flush": per_round[0]["flush"] if per_round else None},
-        duration_s=time.monotonic() - started, floor=floor_entry, notes=notes,
+        duration_s=time.monotonic() - started, floor=floor_entry, notes=notes, clock_unchecked=unchecked is not None,
     )
 
 

@@ -442,6 +442,10 @@ def _extended_validation(req: PromotionRequest, evaluate, bench, compare) -> tup
     if not comparison["faster"]:
         return PromotionRequest.State.REFUSED, (
             f"not faster than the incumbent beyond the noise floor: {figures}"), evidence
+    if comparison.get("clock_unchecked"):  # a candidate can rewrite its child's figures: production needs the check
+        return PromotionRequest.State.REFUSED, (
+            f"its speed-up could not be checked against the parent's clock on this host ({comparison['notes'][0]}): "
+            f"{figures}"), evidence
     return PromotionRequest.State.PROMOTED, (
         f"passed the extended validation ({n} fresh seeds) and is faster than the incumbent (candidate "
         f"{incumbent.pk}) beyond the noise floor: {figures}"), evidence

@@ -227,6 +227,20 @@ def test_a_claim_of_microseconds_within_the_turns_scatter_is_not_refused_as_forg
     assert paired._check_clock(loaded_rounds(TURNS_A, TURNS_B), reports(0.05, 0.06), 0.05) is None  # under 2x
 
 
+def test_a_claim_within_the_clocks_error_is_refused_when_the_claimants_turns_were_longer():
+    """B claims calls 0.04 ms shorter (within the clock's error) while its turns took 10 ms
+    longer: a side slowing its own turns (to cut the turns per round and widen the error) is seen."""
+    with pytest.raises(ComparisonFailed) as err:
+        paired._check_clock(loaded_rounds(TURNS_A, [w + 10.0 for w in TURNS_A]), reports(0.06, 0.02), 0.05)
+    assert err.value.side == "B" and "parent's clock" in err.value.reason
+
+
+def test_the_clocks_error_combines_shapes_in_quadrature():
+    one = paired._clock_resolution([{"walls_ms": {"A": [TURNS_A], "B": [TURNS_A]}}] * 4)
+    three = paired._clock_resolution([{"walls_ms": {"A": [TURNS_A] * 3, "B": [TURNS_A] * 3}}] * 4)
+    assert one > 0 and three == pytest.approx(one * 3 ** 0.5)
+
+
 @pytest.mark.parametrize("walls_b", [TURNS_A, [0.5, 10.0, 20.0, 30.0, 40.0]], ids=["same-turns", "scattered-by-B"])
 def test_a_claim_of_milliseconds_the_clock_does_not_see_is_refused(walls_b):
     """B claims calls 3 ms shorter; its turns were not shorter. Scattering its own turns (the

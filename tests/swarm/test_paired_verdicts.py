@@ -6,6 +6,7 @@ Real paired comparisons run the rmsnorm kernels on "test-small" with few, short 
 (``PAIRED_SETTINGS``); where the floor measurement is not what is tested, the floor is given.
 """
 
+import dataclasses
 import json
 
 import pytest
@@ -201,6 +202,25 @@ def test_a_candidate_doing_more_work_is_refused_promotion_with_the_ratio(owner, 
     assert c["protocol"] == "paired" and c["verdict"] in ("a_faster", "tie") and c["ratio"] > 1.05, c["why"]
     assert req.reason.startswith("not faster than the incumbent beyond the noise floor: ")
     assert f"ratio {c['ratio']:.3f} (CI {c['ci'][0]:.3f}-{c['ci'][1]:.3f}), floor 5.0%, 6 rounds" in req.reason
+    assert Promotion.objects.get(active=True).candidate == incumbent
+
+
+@pytest.mark.django_db
+def test_a_speedup_the_parents_clock_could_not_check_is_refused_promotion(owner, small_goal, paired_settings):
+    incumbent = make_candidate(small_goal, {}, source=SERIAL)
+    faster = make_candidate(small_goal, {}, source=SLOWER)
+    note = "B claims calls 0.04 ms shorter, twice as fast or more, which the parent's clock could not check"
+
+    def unchecked(*args, **kwargs):  # the real rounds, then the result a forger within the clock's error gets
+        real = compare_paired(*args, **kwargs)
+        return dataclasses.replace(real, verdict="b_faster", ratio=0.3, ci=(0.2, 0.4), clock_unchecked=True, notes=[note])
+
+    promotion.promote(incumbent, owner, evaluate=timed({incumbent.pk: 1.0}))
+    req = promotion.request_promotion(faster, owner, dispatch=False)
+    req = promotion.validate_request(req.pk, evaluate=timed({incumbent.pk: 1.0, faster.pk: 0.3}), compare=unchecked)
+    assert req.state == "refused", req.reason
+    assert req.reason.startswith("its speed-up could not be checked against the parent's clock on this host") and note in req.reason
+    assert req.evidence["comparison"]["clock_unchecked"] is True and req.evidence["comparison"]["faster"] is True
     assert Promotion.objects.get(active=True).candidate == incumbent
 
 
