@@ -1091,7 +1091,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help=f"{QUICK_SEEDS} seeds, budgets up to 200, the swarm and swarm:transfer against {', '.join(QUICK_PEERS)}")
     parser.add_argument("--batch-size", type=int, default=4, help="candidates per generation of our runs")
-    parser.add_argument("--jobs", type=int, default=min(os.cpu_count() or 1, MAX_JOBS))
+    parser.add_argument("--jobs", type=int, default=min(os.cpu_count() or 1, MAX_JOBS),
+                        help=f"worker processes running the runs (default: the CPU count, at most {MAX_JOBS})")
     parser.add_argument("--run-limit", type=float, default=RUN_LIMIT_S,
                         help=f"wall seconds one run may take before it is stopped and listed as failed "
                              f"(default {RUN_LIMIT_S:g}; 0: no limit)")
