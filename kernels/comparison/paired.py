@@ -383,12 +383,13 @@ def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise
     the rounds' medians. Else its reports are not its calls' times: the candidate shares the
     child's address space and can rewrite them. Smaller claimed differences are not checked.
     A claim within :data:`CLOCK_RESOLUTIONS` standard errors of the clock's own estimate
-    (:func:`_clock_resolution`) stands unchecked, with a note, unless the claiming side's turns
-    were *longer* by more than that: a turn holds a cache flush and a wake-up, and on a loaded
-    host turns of microsecond calls scatter over milliseconds, so the clock cannot see such a
-    claim, but it does see a side that slows its own turns (to cut the turns per round and so
-    widen the error). Checked for verdicts other than a tie, between libraries that are not
-    byte-identical.
+    (:func:`_clock_resolution`) stands unchecked, with a note (and
+    :attr:`PairedComparison.clock_unchecked`, on which promotion refuses): a turn holds a cache
+    flush and a wake-up, and on a loaded host turns of microsecond calls scatter over
+    milliseconds, and which child lands beside another tenant shifts a whole round's turns, so
+    the clock cannot see such a claim either way. (A forger can widen the error by slowing its
+    own turns, which cuts the turns per round; that gets it the note, not a pass.) Checked for
+    verdicts other than a tie, between libraries that are not byte-identical.
 
     Returns:
         A note for the result when a claim of twice as fast or more was within the clock's
@@ -411,11 +412,12 @@ def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise
     if abs(claimed) <= 0.5 * slower:
         return None
     resolution = _clock_resolution(per_round)
-    contradicted = seen * math.copysign(1.0, claimed) < -CLOCK_RESOLUTIONS * resolution  # its turns were longer
-    if abs(claimed) <= CLOCK_RESOLUTIONS * resolution and not contradicted:
+    if abs(claimed) <= CLOCK_RESOLUTIONS * resolution:
+        shorter = seen if side == "B" else -seen
         return (f"{side} claims calls {abs(claimed):.4g} ms shorter, twice as fast or more, which the parent's clock "
                 f"could not check: its standard error here is {resolution:.4g} ms (each turn holds a cache flush and "
-                "a wake-up); on a quieter host, or with more calls per round, it can")
+                f"a wake-up; {side}'s turns were {shorter:.4g} ms shorter); on a quieter host, or with more calls "
+                "per round, it can")
     if seen * claimed <= 0 or abs(seen) < CLOCK_SHARE * abs(claimed):
         raise ComparisonFailed(side, (
             f"its reported call times disagree with the parent's clock: it claims calls {abs(claimed):.4g} ms shorter "
