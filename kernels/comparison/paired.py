@@ -348,26 +348,35 @@ CLOCK_RESOLUTIONS = 2.0
 
 def _clock_resolution(per_round: list[dict]) -> float:
     """Standard error (ms) of the parent's clock's estimate of the difference between the
-    sides' calls: the median over rounds of each round's difference of the sides' turn medians
-    (summed over shapes).
+    sides' calls: the median over rounds of each round's difference ``d`` of the sides' turn
+    medians (summed over shapes). The larger of two estimates:
 
-    A round's turn median over ``n`` turns of scatter ``sigma`` has standard error ``1.2533 *
-    sigma / sqrt(n)``, with ``sigma = 1.4826 * MAD`` (the median absolute deviation; Serfling,
-    *Approximation Theorems of Mathematical Statistics*, 1980, sec. 2.3 and 2.5); a difference
-    of two sides ``sqrt(2)`` times that; its median over ``R`` rounds ``1.2533 / sqrt(R)`` times
-    that. The shapes' errors combine in quadrature (independent turns); the scatter is the
-    smaller side's (per round; the median over rounds), because a forging side can scatter its
-    own turns at will (random delays) but not the other side's.
+    - *within rounds*: a round's turn median over ``n`` turns of scatter ``sigma`` has standard
+      error ``1.2533 * sigma / sqrt(n)``, with ``sigma = 1.4826 * MAD`` (the median absolute
+      deviation; Serfling, *Approximation Theorems of Mathematical Statistics*, 1980, sec. 2.3
+      and 2.5); a difference of two sides ``sqrt(2)`` times that; its median over ``R`` rounds
+      ``1.2533 / sqrt(R)`` times that. Shapes combine in quadrature; the scatter is the smaller
+      side's (the median over rounds), since a forging side can scatter its own turns at will.
+    - *between rounds*: ``1.2533 * 1.4826 * MAD(d) / sqrt(R)``. Where a round's children land
+      (beside another tenant or not) shifts all of its turns, which the turns within it do not
+      show. A forger can inflate this one; it then gets an unchecked claim, which promotion
+      refuses, not a pass.
     """
-    def se(walls: list[float]) -> float:
-        if len(walls) < 2:
-            return 0.0
-        m = statistics.median(walls)
-        return 1.2533 * 1.4826 * statistics.median(abs(x - m) for x in walls) / math.sqrt(len(walls))
+    def mad(xs: list[float]) -> float:
+        m = statistics.median(xs)
+        return statistics.median(abs(x - m) for x in xs)
 
+    def se(walls: list[float]) -> float:
+        return 1.2533 * 1.4826 * mad(walls) / math.sqrt(len(walls)) if len(walls) >= 2 else 0.0
+
+    rounds = len(per_round)
     per_side = min(statistics.median(math.sqrt(sum(se(w) ** 2 for w in rnd["walls_ms"][side])) for rnd in per_round)
                    for side in ("A", "B"))
-    return math.sqrt(2.0) * per_side * 1.2533 / math.sqrt(len(per_round))
+    within = math.sqrt(2.0) * per_side * 1.2533 / math.sqrt(rounds)
+    d = [sum(statistics.median(w) for w in rnd["walls_ms"]["A"] if w) - sum(statistics.median(w) for w in rnd["walls_ms"]["B"] if w)
+         for rnd in per_round]
+    between = 1.2533 * 1.4826 * mad(d) / math.sqrt(rounds)
+    return max(within, between)
 
 
 def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise_floor: float) -> str | None:

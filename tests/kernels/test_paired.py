@@ -227,6 +227,17 @@ def test_a_claim_of_microseconds_within_the_turns_scatter_is_not_refused_as_forg
     assert paired._check_clock(loaded_rounds(TURNS_A, TURNS_B), reports(0.05, 0.06), 0.05) is None  # under 2x
 
 
+def test_rounds_shifted_by_where_their_children_landed_widen_the_clocks_error():
+    """Turns tight within each round (0.01 ms apart) but whole rounds shifted by up to 3 ms, as
+    a child placed beside another tenant is: A's claim of 0.04 ms shorter calls is within that
+    error, so it is noted, not refused, though A's turns were longer in most rounds."""
+    tight = [1.0, 1.01, 1.02, 1.01, 1.0]
+    shifts = [0.0, 3.0, 1.0, 2.5, -0.5, 1.5]
+    rounds = [{"walls_ms": {"A": [[w + s for w in tight]] * 2, "B": [tight] * 2}} for s in shifts]
+    note = paired._check_clock(rounds, reports(0.02, 0.06), 0.05)
+    assert note is not None and "could not check" in note, note
+
+
 def test_an_unchecked_claim_says_what_the_clock_saw():
     """B claims calls 0.04 ms shorter (within the clock's error) while its turns took 10 ms
     longer, as a side slowing its turns to cut the turns per round would: the note says so."""

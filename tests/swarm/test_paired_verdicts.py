@@ -211,9 +211,10 @@ def test_a_speedup_the_parents_clock_could_not_check_is_refused_promotion(owner,
     faster = make_candidate(small_goal, {}, source=SLOWER)
     note = "B claims calls 0.04 ms shorter, twice as fast or more, which the parent's clock could not check"
 
-    def unchecked(*args, **kwargs):  # the real rounds, then the result a forger within the clock's error gets
-        real = compare_paired(*args, **kwargs)
-        return dataclasses.replace(real, verdict="b_faster", ratio=0.3, ci=(0.2, 0.4), clock_unchecked=True, notes=[note])
+    def unchecked(workload, a, b, **kwargs):  # real rounds (A against itself), then what a forger within the clock's error gets
+        real = compare_paired(workload, a, a, **kwargs)
+        return dataclasses.replace(real, verdict="b_faster", ratio=0.3, ci=(0.2, 0.4), identical=False,
+                                   clock_unchecked=True, notes=[note])
 
     promotion.promote(incumbent, owner, evaluate=timed({incumbent.pk: 1.0}))
     req = promotion.request_promotion(faster, owner, dispatch=False)
