@@ -344,6 +344,8 @@ STALL_RATIO = 1.5
 CLOCK_SHARE = 0.25
 #: ... and the claim must exceed this many standard errors of the clock's estimate (see :func:`_check_clock`).
 CLOCK_RESOLUTIONS = 2.0
+_MEDIAN_SE = 1.2533  # sqrt(pi / 2): the standard error of a median is this times sigma / sqrt(n) (normal data)
+_MAD_SIGMA = 1.4826  # sigma = this times the median absolute deviation (normal data)
 
 
 def _clock_resolution(per_round: list[dict]) -> float:
@@ -366,17 +368,20 @@ def _clock_resolution(per_round: list[dict]) -> float:
         m = statistics.median(xs)
         return statistics.median(abs(x - m) for x in xs)
 
-    def se(walls: list[float]) -> float:
-        return 1.2533 * 1.4826 * mad(walls) / math.sqrt(len(walls)) if len(walls) >= 2 else 0.0
+    def se(xs: list[float]) -> float:  # of the median of xs
+        return _MEDIAN_SE * _MAD_SIGMA * mad(xs) / math.sqrt(len(xs)) if len(xs) >= 2 else 0.0
 
-    rounds = len(per_round)
     per_side = min(statistics.median(math.sqrt(sum(se(w) ** 2 for w in rnd["walls_ms"][side])) for rnd in per_round)
                    for side in ("A", "B"))
-    within = math.sqrt(2.0) * per_side * 1.2533 / math.sqrt(rounds)
-    d = [sum(statistics.median(w) for w in rnd["walls_ms"]["A"] if w) - sum(statistics.median(w) for w in rnd["walls_ms"]["B"] if w)
-         for rnd in per_round]
-    between = 1.2533 * 1.4826 * mad(d) / math.sqrt(rounds)
-    return max(within, between)
+    within = math.sqrt(2.0) * per_side * _MEDIAN_SE / math.sqrt(len(per_round))
+    totals = _turn_totals(per_round)
+    return max(within, se([a - b for a, b in zip(totals["A"], totals["B"])]))
+
+
+def _turn_totals(per_round: list[dict]) -> dict[str, list[float]]:
+    """Per side, each round's turn medians (ms) summed over shapes (0 for a shape without turns)."""
+    return {side: [sum(statistics.median(w) if w else 0.0 for w in rnd["walls_ms"][side]) for rnd in per_round]
+            for side in ("A", "B")}
 
 
 def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise_floor: float) -> str | None:
@@ -408,8 +413,7 @@ def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise
         ComparisonFailed: naming the side whose reports disagree with the parent's clock.
     """
     rep = {side: [sum(m) for m in med[side]] for side in ("A", "B")}
-    wall = {side: [sum(statistics.median(w) if w else 0.0 for w in rnd["walls_ms"][side]) for rnd in per_round]
-            for side in ("A", "B")}
+    wall = _turn_totals(per_round)
     for side in ("A", "B"):
         if statistics.median(r - w for r, w in zip(rep[side], wall[side])) > 0.05 * statistics.median(wall[side]):
             raise ComparisonFailed(side, f"reports calls ({statistics.median(rep[side]):.4g} ms) longer than its turns "
@@ -418,11 +422,11 @@ def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise
     seen = statistics.median(a - b for a, b in zip(wall["A"], wall["B"]))
     slower = max(statistics.median(rep["A"]), statistics.median(rep["B"]))
     side = "B" if claimed > 0 else "A"
+    shorter = seen if side == "B" else -seen  # how much shorter the claiming side's turns were
     if abs(claimed) <= 0.5 * slower:
         return None
     resolution = _clock_resolution(per_round)
     if abs(claimed) <= CLOCK_RESOLUTIONS * resolution:
-        shorter = seen if side == "B" else -seen
         return (f"{side} claims calls {abs(claimed):.4g} ms shorter, twice as fast or more, which the parent's clock "
                 f"could not check: its standard error here is {resolution:.4g} ms (each turn holds a cache flush and "
                 f"a wake-up; {side}'s turns were {shorter:.4g} ms shorter); on a quieter host, or with more calls "
@@ -430,7 +434,7 @@ def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise
     if seen * claimed <= 0 or abs(seen) < CLOCK_SHARE * abs(claimed):
         raise ComparisonFailed(side, (
             f"its reported call times disagree with the parent's clock: it claims calls {abs(claimed):.4g} ms shorter "
-            f"than the other side's, its turns were {seen if side == 'B' else -seen:.4g} ms shorter; the candidate "
+            f"than the other side's, its turns were {shorter:.4g} ms shorter; the candidate "
             "can rewrite what its child reports, so these figures are refused"))
     return None
 
