@@ -323,6 +323,10 @@ def _round(wl: Workload, shapes: list[dict], libraries: dict[str, Path], request
         if (not isinstance(samples, list) or len(samples) != len(shapes)
                 or any(not isinstance(s, list) or len(s) != settings.warmup_calls + n for s, n in zip(samples, counts))):
             raise ComparisonFailed(name, "the child's report does not hold the calls it was asked for")
+        impossible = [x for s in samples for x in s if not _positive_time(x)]
+        if impossible:  # the child's clock cannot give these: its report was rewritten or is broken
+            raise ComparisonFailed(name, f"reports {len(impossible)} call time(s) that are not a positive, finite time "
+                                   f"(first: {impossible[0]!r} ns): no call takes that")
         bad = [(shape_label(s), u) for s, u in zip(shapes, unwritten) if u]
         if bad:
             raise ComparisonFailed(name, "left sampled output elements unwritten (NaN) in "
@@ -336,6 +340,11 @@ def _round(wl: Workload, shapes: list[dict], libraries: dict[str, Path], request
     walls = {name: [side.walls.get(k, [])[settings.warmup_calls:] for k in range(len(shapes))]
              for name, side in sides.items()}
     return {"samples_ms": out, "walls_ms": walls, "calls": counts, "flush": results["A"].get("flush")}
+
+
+def _positive_time(x: Any) -> bool:
+    """Whether ``x`` (a reported call time, ns) is a number > 0 and finite (not a bool)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
 #: A side whose mean call exceeds its median this many times gets a note: some calls stall.

@@ -170,8 +170,8 @@ def test_a_crashing_side_is_named_with_its_signal(store):
     assert err.value.side == "B" and "SIGSEGV" in err.value.reason, err.value.reason
 
 
-# Rewrites every timing sample its child has taken, through the interpreter it shares the
-# process with: what a candidate written to forge its figures can do.
+# Rewrites every timing sample its child has taken to FORGED_NS, through the interpreter it
+# shares the process with: what a candidate written to forge its figures can do.
 FORGE = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -184,7 +184,7 @@ static void forge(void) {
     run("import sys\nf = sys._getframe()\nwhile f is not None:\n"
         "    s = f.f_locals.get('samples')\n"
         "    if isinstance(s, list) and s and isinstance(s[0], list):\n"
-        "        for l in s:\n            for i in range(len(l)): l[i] = 1000\n"
+        "        for l in s:\n            for i in range(len(l)): l[i] = " FORGED_NS "\n"
         "    f = f.f_back\n");
     release(g);
 }
@@ -195,12 +195,23 @@ def test_a_side_that_rewrites_its_reported_times_is_refused(store):
     # Both sides compute the rows twice, about 6 ms a call, in rounds of 16 turns each: the
     # forged claim, a whole call shorter, is then more than twice the clock's resolution even
     # where a loaded host scatters each turn by milliseconds (the check ignores claims within it).
-    forger = kernel(prelude="forge();", includes=FORGE, EXTRA_PERMILLE=1000)
+    forger = kernel(prelude="forge();", includes='#define FORGED_NS "1000"\n' + FORGE, EXTRA_PERMILLE=1000)
     settings = dataclasses.replace(QUICK, rounds=8, min_calls=16)
     with pytest.raises(ComparisonFailed) as err:
         compare_paired("rmsnorm", kernel(EXTRA_PERMILLE=1000), forger, shape_set="llama3-8b", shapes=LONG_SHAPE,
                        settings=settings, noise_floor=0.02, floor_store=store)
     assert err.value.side == "B" and "parent's clock" in err.value.reason, err.value.reason
+
+
+@pytest.mark.parametrize("forged", ["0", "-5", "float('nan')"])
+def test_a_side_that_reports_impossible_call_times_is_refused(store, forged):
+    """A call of 0 ns, a negative or a NaN time is no measurement: the side that reports one is
+    refused by name, whichever way its figures would have pointed the verdict."""
+    forger = kernel(prelude="forge();", includes=f'#define FORGED_NS "{forged}"\n' + FORGE)
+    with pytest.raises(ComparisonFailed) as err:
+        compare_paired("rmsnorm", kernel(), forger, shape_set="llama3-8b", shapes=SHAPE, settings=QUICK,
+                       noise_floor=0.02, floor_store=store)
+    assert err.value.side == "B" and "not a positive, finite time" in err.value.reason, err.value.reason
 
 
 def loaded_rounds(walls_a: list[float], walls_b: list[float], rounds: int = 6) -> list[dict]:

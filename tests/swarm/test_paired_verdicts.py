@@ -21,6 +21,7 @@ from swarm.models import Candidate, Evidence, Goal, NoiseFloor, PairedComparison
 from swarm.production import paired_runs, promotion
 from swarm.runs import noise_floors, orchestrator, summaries
 from swarm.web import snapshot
+from tests.kernels.test_paired import FORGE
 from tests.swarm.synthetic import drive, synthetic_goal
 from tests.swarm.test_views import timed
 
@@ -222,6 +223,22 @@ def test_a_speedup_the_parents_clock_could_not_check_is_refused_promotion(owner,
     assert req.state == "refused", req.reason
     assert req.reason.startswith("its speed-up could not be checked against the parent's clock on this host") and note in req.reason
     assert req.evidence["comparison"]["clock_unchecked"] is True and req.evidence["comparison"]["faster"] is True
+    assert Promotion.objects.get(active=True).candidate == incumbent
+
+
+@pytest.mark.django_db
+def test_a_candidate_that_reports_zero_call_times_is_refused_by_name(owner, small_goal, paired_settings):
+    incumbent = make_candidate(small_goal, {}, source=SERIAL)
+    entry = "             int rows, int hidden, float eps)\n{"
+    # the child's timing samples rewritten to 0 ns through the interpreter it runs in
+    zero_times = '#define FORGED_NS "0"\n' + FORGE
+    forger = make_candidate(small_goal, {}, source=zero_times + SERIAL.replace(entry, entry + "\n    forge();"))
+    promotion.promote(incumbent, owner, evaluate=timed({incumbent.pk: 1.0}))
+    req = promotion.request_promotion(forger, owner, dispatch=False)
+    req = promotion.validate_request(req.pk, evaluate=timed({incumbent.pk: 1.0, forger.pk: 0.5}))
+    assert req.state == "refused", req.reason
+    assert req.reason.startswith("the paired comparison with the incumbent could not measure the candidate: reports ")
+    assert "not a positive, finite time" in req.reason
     assert Promotion.objects.get(active=True).candidate == incumbent
 
 
