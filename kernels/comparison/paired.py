@@ -353,6 +353,9 @@ STALL_RATIO = 1.5
 CLOCK_SHARE = 0.25
 #: ... and the claim must exceed this many standard errors of the clock's estimate (see :func:`_check_clock`).
 CLOCK_RESOLUTIONS = 2.0
+#: ... and a side is refused only when so many rounds fall short of that share that a fair coin
+#: gives as many with at most this probability (a sign test; see :func:`_check_clock`).
+CLOCK_REFUSAL_P = 0.05
 _MEDIAN_SE = 1.2533  # sqrt(pi / 2): the standard error of a median is this times sigma / sqrt(n) (normal data)
 _MAD_SIGMA = 1.4826  # sigma = this times the median absolute deviation (normal data)
 
@@ -403,8 +406,12 @@ def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise
     So: a side must not report calls longer than its turns took; and a side that claims to
     be at least twice as fast (its calls shorter by ``d`` ms, ``d`` over half of the other
     side's time) must also take turns shorter by at least :data:`CLOCK_SHARE` of ``d``, over
-    the rounds' medians. Else its reports are not its calls' times: the candidate shares the
-    child's address space and can rewrite them. Smaller claimed differences are not checked.
+    the rounds' medians. Else its reports are not its calls' times (the candidate shares the
+    child's address space and can rewrite them), and it is refused when the rounds whose turns
+    fall short are so many that a fair coin gives as many with probability at most
+    :data:`CLOCK_REFUSAL_P` (a sign test: an honest side's rounds fall short less often than
+    not, whatever the shape of the host's noise); with fewer, the claim stands unconfirmed,
+    with a note. Smaller claimed differences are not checked.
     A claim within :data:`CLOCK_RESOLUTIONS` standard errors of the clock's own estimate
     (:func:`_clock_resolution`) stands unchecked, with a note (and
     :attr:`PairedComparison.clock_unchecked`, on which promotion refuses): a turn holds a cache
@@ -416,7 +423,8 @@ def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise
 
     Returns:
         A note for the result when a claim of twice as fast or more was within the clock's
-        resolution (so it stands unchecked), else None.
+        resolution, or beyond it but contradicted in too few rounds to refuse (so it stands
+        unchecked), else None.
 
     Raises:
         ComparisonFailed: naming the side whose reports disagree with the parent's clock.
@@ -440,12 +448,27 @@ def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise
                 f"could not check: its standard error here is {resolution:.4g} ms (each turn holds a cache flush and "
                 f"a wake-up; {side}'s turns were {shorter:.4g} ms shorter); on a quieter host, or with more calls "
                 "per round, it can")
-    if seen * claimed <= 0 or abs(seen) < CLOCK_SHARE * abs(claimed):
+    if shorter >= CLOCK_SHARE * abs(claimed):
+        return None
+    # Under load a round's turns can lose a microsecond difference to one wake-up, and a median
+    # of a few heavy-tailed rounds can then miss the claim by more than its standard error says.
+    # So refusal is a sign test: an honest side's rounds fall short of a quarter of its claim less
+    # often than not, and the clock must contradict it in so many rounds that a fair coin would
+    # rarely give as many (Conover, "Practical Nonparametric Statistics", 1999, sec. 3.4).
+    sign = 1.0 if side == "B" else -1.0
+    short = sum(1 for a, b in zip(wall["A"], wall["B"]) if sign * (a - b) < CLOCK_SHARE * abs(claimed))
+    rounds = len(wall["A"])
+    p = sum(math.comb(rounds, k) for k in range(short, rounds + 1)) / 2 ** rounds
+    if p <= CLOCK_REFUSAL_P:
         raise ComparisonFailed(side, (
             f"its reported call times disagree with the parent's clock: it claims calls {abs(claimed):.4g} ms shorter "
-            f"than the other side's, its turns were {shorter:.4g} ms shorter; the candidate "
-            "can rewrite what its child reports, so these figures are refused"))
-    return None
+            f"than the other side's, its turns were {shorter:.4g} ms shorter (under a quarter of the claim in "
+            f"{short} of {rounds} rounds); the candidate can rewrite what its child reports, so these figures are "
+            "refused"))
+    return (f"{side} claims calls {abs(claimed):.4g} ms shorter, twice as fast or more, which the parent's clock "
+            f"could not confirm: {side}'s turns were {shorter:.4g} ms shorter, under a quarter of the claim in {short} "
+            f"of {rounds} rounds, too few to refuse it (a sign test, p {p:.2g}); on a quieter host, or with more "
+            "rounds, it can")
 
 
 def compare_paired(
