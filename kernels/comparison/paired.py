@@ -149,9 +149,9 @@ class PairedComparison:
             not check (see :func:`_check_clock`; the first note says so).
         measured_verdict: what the rounds alone said (differs from ``verdict`` only for
             identical libraries whose measurement left the floor band: the host's noise).
-        ratio: geometric mean over rounds of ``time(B) / time(A)`` (> 1: A is faster).
+        ratio: median over rounds of ``time(B) / time(A)`` (> 1: A is faster).
         ci: ``[low, high]`` 95% bootstrap interval of ``ratio`` over rounds.
-        p_value: sign-flip randomisation p-value over rounds.
+        p_value: two-sided Wilcoxon signed-rank p-value of "no difference" over rounds.
         noise_floor: the floor the interval had to clear (fraction); floor_source: where it
             came from (``"given"``, ``"stored"``, ``"measured"``); floor: the stored entry.
         rounds, round_ratios, rounds_needed, why: see :class:`kernels.comparison.verdict.RoundVerdict`.
@@ -343,8 +343,14 @@ def _round(wl: Workload, shapes: list[dict], libraries: dict[str, Path], request
 
 
 def _positive_time(x: Any) -> bool:
-    """Whether ``x`` (a reported call time, ns) is a number > 0 and finite (not a bool)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+    """Whether ``x`` (a reported call time, ns) is a number > 0 and finite as a float (not a
+    bool; an integer beyond the float range is not)."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(float(x)) and x > 0
+    except OverflowError:
+        return False
 
 
 #: A side whose mean call exceeds its median this many times gets a note: some calls stall.
@@ -396,6 +402,11 @@ def _turn_totals(per_round: list[dict]) -> dict[str, list[float]]:
             for side in ("A", "B")}
 
 
+def _shorter(ms: float) -> str:
+    """``"X ms shorter"``, or ``"X ms longer"`` for a negative ``ms``."""
+    return f"{ms:.4g} ms shorter" if ms >= 0 else f"{-ms:.4g} ms longer"
+
+
 def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise_floor: float) -> str | None:
     """Cross-check the children's reported call times with the parent's clock: a plausibility
     check against gross forgery, not a second measurement.
@@ -409,9 +420,11 @@ def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise
     the rounds' medians. Else its reports are not its calls' times (the candidate shares the
     child's address space and can rewrite them), and it is refused when the rounds whose turns
     fall short are so many that a fair coin gives as many with probability at most
-    :data:`CLOCK_REFUSAL_P` (a sign test: an honest side's rounds fall short less often than
-    not, whatever the shape of the host's noise); with fewer, the claim stands unconfirmed,
-    with a note. Smaller claimed differences are not checked.
+    :data:`CLOCK_REFUSAL_P` (a sign test: where the rest of a turn costs both sides alike, an
+    honest side's rounds fall short less often than not, whatever the shape of the host's
+    noise); with fewer, the claim stands unconfirmed, with a note (with four rounds or fewer a
+    sign test cannot reach that probability, so such a claim stays unconfirmed). Smaller
+    claimed differences are not checked.
     A claim within :data:`CLOCK_RESOLUTIONS` standard errors of the clock's own estimate
     (:func:`_clock_resolution`) stands unchecked, with a note (and
     :attr:`PairedComparison.clock_unchecked`, on which promotion refuses): a turn holds a cache
@@ -446,14 +459,14 @@ def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise
     if abs(claimed) <= CLOCK_RESOLUTIONS * resolution:
         return (f"{side} claims calls {abs(claimed):.4g} ms shorter, twice as fast or more, which the parent's clock "
                 f"could not check: its standard error here is {resolution:.4g} ms (each turn holds a cache flush and "
-                f"a wake-up; {side}'s turns were {shorter:.4g} ms shorter); on a quieter host, or with more calls "
+                f"a wake-up; {side}'s turns were {_shorter(shorter)}); on a quieter host, or with more calls "
                 "per round, it can")
     if shorter >= CLOCK_SHARE * abs(claimed):
         return None
     # Under load a round's turns can lose a microsecond difference to one wake-up, and a median
     # of a few heavy-tailed rounds can then miss the claim by more than its standard error says.
     # So refusal is a sign test: an honest side's rounds fall short of a quarter of its claim less
-    # often than not, and the clock must contradict it in so many rounds that a fair coin would
+    # often than not (the rest of a turn costs both sides alike), and the clock must contradict it in so many rounds that a fair coin would
     # rarely give as many (Conover, "Practical Nonparametric Statistics", 1999, sec. 3.4).
     sign = 1.0 if side == "B" else -1.0
     short = sum(1 for a, b in zip(wall["A"], wall["B"]) if sign * (a - b) < CLOCK_SHARE * abs(claimed))
@@ -462,13 +475,15 @@ def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise
     if p <= CLOCK_REFUSAL_P:
         raise ComparisonFailed(side, (
             f"its reported call times disagree with the parent's clock: it claims calls {abs(claimed):.4g} ms shorter "
-            f"than the other side's, its turns were {shorter:.4g} ms shorter (under a quarter of the claim in "
+            f"than the other side's, its turns were {_shorter(shorter)} (under a quarter of the claim in "
             f"{short} of {rounds} rounds); the candidate can rewrite what its child reports, so these figures are "
             "refused"))
+    settle = ("more rounds, or a quieter host, can settle it" if 0.5 ** rounds <= CLOCK_REFUSAL_P else
+              f"{rounds} rounds cannot: a sign test needs at least "
+              f"{math.ceil(math.log2(1 / CLOCK_REFUSAL_P))} to refuse")
     return (f"{side} claims calls {abs(claimed):.4g} ms shorter, twice as fast or more, which the parent's clock "
-            f"could not confirm: {side}'s turns were {shorter:.4g} ms shorter, under a quarter of the claim in {short} "
-            f"of {rounds} rounds, too few to refuse it (a sign test, p {p:.2g}); on a quieter host, or with more "
-            "rounds, it can")
+            f"could not confirm: {side}'s turns were {_shorter(shorter)}, under a quarter of the claim in {short} of "
+            f"{rounds} rounds, too few to refuse it (a sign test, p {p:.2g}); {settle}")
 
 
 def compare_paired(
