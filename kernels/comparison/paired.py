@@ -466,8 +466,9 @@ def _check_clock(per_round: list[dict], med: dict[str, list[list[float]]], noise
     # Under load a round's turns can lose a microsecond difference to one wake-up, and a median
     # of a few heavy-tailed rounds can then miss the claim by more than its standard error says.
     # So refusal is a sign test: an honest side's rounds fall short of a quarter of its claim less
-    # often than not (the rest of a turn costs both sides alike), and the clock must contradict it in so many rounds that a fair coin would
-    # rarely give as many (Conover, "Practical Nonparametric Statistics", 1999, sec. 3.4).
+    # often than not (the rest of a turn costs both sides alike), and the clock must contradict
+    # it in so many rounds that a fair coin would rarely give as many (Conover, "Practical
+    # Nonparametric Statistics", 1999, sec. 3.4).
     sign = 1.0 if side == "B" else -1.0
     short = sum(1 for a, b in zip(wall["A"], wall["B"]) if sign * (a - b) < CLOCK_SHARE * abs(claimed))
     rounds = len(wall["A"])
