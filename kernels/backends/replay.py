@@ -131,7 +131,8 @@ def get_dataset(name: str) -> TuningCache:
 
 def _resolve_domain(domain: str) -> Domain:
     """The points of domain ``replay:<dataset>``: the configurations the data set records, in
-    its order (resolved once per process and file version).
+    its order, as points of its space (:meth:`TuningCache.point_of`; resolved once per process
+    and file version).
 
     Raises:
         SpaceError: unknown data set (or a file that is not a readable cache).
@@ -144,7 +145,7 @@ def _resolve_domain(domain: str) -> Domain:
     with _domain_lock:
         found = _domains.get(key)
         if found is None:
-            found = _domains[key] = Domain.of(domain, (cache.params_of(k) for k in cache.entries))
+            found = _domains[key] = Domain.of(domain, (cache.point_of(k) for k in cache.entries))
         return found
 
 

@@ -164,6 +164,27 @@ def _number(v: Any) -> float | None:
         return None
 
 
+def _is_number(v: Any) -> bool:
+    """True for a value a design space takes as it is: an int or a finite float, not a bool."""
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and (not isinstance(v, float) or math.isfinite(v))
+
+
+def _codes_of(values: tuple[Any, ...]) -> dict[tuple[type, Any], int]:
+    """Position of each recorded value, keyed by (type, value): ``True`` and ``1`` stay apart."""
+    return {(type(v), v): i for i, v in reversed(list(enumerate(values)))}
+
+
+def _code(codes: Mapping[tuple[type, Any], int], v: Any) -> Any:
+    """Position of the entry value ``v`` among its parameter's recorded values (an int entry
+    value of a recorded float, ``16`` for ``16.0``, finds it by number); ``v`` itself when it
+    is not a recorded value, so that the entry lies outside the space, as such an entry of a
+    numeric parameter does."""
+    found = codes.get((type(v), v))
+    if found is None and _is_number(v):
+        found = next((i for (t, w), i in codes.items() if t in (int, float) and w == v), None)
+    return v if found is None else found
+
+
 _CACHE_OPEN = re.compile(r'"cache"\s*:\s*\{')
 
 
@@ -286,6 +307,7 @@ class TuningCache:
     load_ms: float = 0.0
     _status: Mapping[str, tuple[Outcome, str]] = field(default_factory=dict, repr=False, compare=False)
     _formats: tuple[Mapping[Any, str], ...] = field(default=(), repr=False, compare=False)
+    _codes: Mapping[str, Mapping[tuple[type, Any], int]] = field(default_factory=dict, repr=False, compare=False)
     _summaries: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
 
     # -- counts ----------------------------------------------------------------------------
@@ -323,17 +345,31 @@ class TuningCache:
 
     # -- space -----------------------------------------------------------------------------
 
+    @property
+    def labels(self) -> dict[str, tuple[Any, ...]]:
+        """Parameters with a recorded value that is not a finite number (a string such as
+        ``"best1bin"``, a boolean or null) -> their recorded values, in the file's order.
+
+        The design space (:meth:`space`) numbers such a parameter's values 0, 1, ... in this
+        order, as categories: the search's models and steps work on numbers, and the order of
+        the file is the only order such values have.
+        """
+        return {k: self.tune_params[k] for k in self.tune_params_keys if k in self._codes}
+
     def space(self) -> DesignSpace:
-        """The Cartesian design space of ``tune_params`` (no restriction expressions).
+        """The Cartesian design space of ``tune_params`` (no restriction expressions); a
+        parameter of :attr:`labels` takes its values' positions 0 .. n - 1.
 
         Points of this space that the file does not record are reported by :meth:`lookup`
         as ``invalid`` with ``not_recorded``; no attempt is made to infer Kernel Tuner's
         restriction expressions.
 
         Raises:
-            SpaceError: a recorded parameter is not a C identifier or has non-numeric values.
+            SpaceError: a recorded parameter name is not a C identifier.
         """
-        return DesignSpace(tuple(Parameter(k, tuple(self.tune_params[k])) for k in self.tune_params_keys))
+        return DesignSpace(tuple(
+            Parameter(k, tuple(range(len(self.tune_params[k]))) if k in self._codes else tuple(self.tune_params[k]))
+            for k in self.tune_params_keys))
 
     def cartesian_size(self) -> int:
         """Number of points of the Cartesian product of ``tune_params``."""
@@ -371,6 +407,28 @@ class TuningCache:
         rec = self.entries[key]
         return {k: rec[k] for k in self.tune_params_keys}
 
+    def point_of(self, key: str) -> dict[str, Any]:
+        """The entry ``key`` as a point of :meth:`space` (:meth:`space_point` of :meth:`params_of`)."""
+        return self.space_point(self.params_of(key))
+
+    def space_point(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Recorded values as a point of :meth:`space`: each value of a :attr:`labels` parameter
+        replaced by its position (a value that is not recorded is left as it is, outside the
+        space); the inverse of :meth:`recorded_params`."""
+        return {k: _code(self._codes[k], v) if k in self._codes else v for k, v in params.items()}
+
+    def recorded_params(self, point: Mapping[str, Any]) -> dict[str, Any]:
+        """A point of :meth:`space` with the recorded values: a :attr:`labels` parameter's
+        position (an int, not a bool, in range) becomes its recorded value; every other
+        value, and a parameter the file does not have, is passed on as given (for
+        :meth:`key` to accept or name)."""
+        out = dict(point)
+        for k in self._codes:
+            v = out.get(k)
+            if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < len(self.tune_params[k]):
+                out[k] = self.tune_params[k][v]
+        return out
+
     def status(self, key: str) -> tuple[Outcome, str]:
         """(outcome, reason) of the recorded entry ``key``."""
         return self._status[key]
@@ -379,7 +437,9 @@ class TuningCache:
         """The recorded evidence of one configuration (a dict lookup; nothing is run).
 
         Args:
-            params: parameter name -> value, one per ``tune_params_keys`` entry.
+            params: a point of :meth:`space`, parameter name -> value, one per
+                ``tune_params_keys`` entry; a :attr:`labels` parameter by position, or by a
+                recorded value that is not also a position (:meth:`recorded_params`).
 
         Returns:
             :class:`~kernels.evidence.Evidence` with
@@ -415,7 +475,7 @@ class TuningCache:
         if not isinstance(params, Mapping):
             return evidence(Outcome.invalid, f"bad parameters: expected a mapping, got {type(params).__name__}")
         try:
-            key = self.key(params)
+            key = self.key(self.recorded_params(params))
         except KeyError as exc:
             return evidence(Outcome.invalid, f"bad parameters: {exc.args[0]}")
         rec = self.entries.get(key)
@@ -697,6 +757,7 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
             values = list(dict.fromkeys(rec[k] for rec in cache.values() if isinstance(rec, dict)))
         params[k] = tuple(values)
     formats = tuple({v: str(v) for v in params[k]} for k in keys)
+    codes = {k: types.MappingProxyType(_codes_of(params[k])) for k in keys if not all(map(_is_number, params[k]))}
     objective = str(data.get("objective") or "time")
 
     rekey = not _keys_match(cache, keys, formats)
@@ -737,4 +798,5 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
         load_ms=(time.perf_counter() - start) * 1e3,
         _status=types.MappingProxyType(status),
         _formats=formats,
+        _codes=types.MappingProxyType(codes),
     )

@@ -30,9 +30,16 @@ def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tup
     ``reused: true``. The same file under another data set name, or changed so that its
     space differs, gets its own goal, with a warning naming the other one.
 
+    A parameter whose recorded values are not all numbers (strings such as ``"best1bin"``,
+    booleans, null) is searched by its values' positions 0 .. n - 1 in the file's order
+    (:attr:`~kernels.interchange.tuning_cache.TuningCache.labels`); the summary's ``labels``
+    gives them and a warning says so.
+
     Returns:
         The goal and a summary: dataset, device, kernel, entries, valid/failed counts,
-        Cartesian size, the recorded optimum (ms), ``reused`` and ``warnings`` (the cache's
+        Cartesian size, the recorded optimum (ms) and its parameters (as a point of the goal's
+        space), ``labels`` (parameter -> recorded values, for the parameters searched by
+        position), ``reused`` and ``warnings`` (the cache's
         :attr:`~kernels.interchange.tuning_cache.TuningCache.warnings`: repairs such as a dropped
         half-written entry with its key and line, missing fields of older layouts, legacy
         failure markers).
@@ -56,7 +63,11 @@ def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tup
     # registered: a space that cannot be built (SpaceError, a ValueError) leaves nothing behind.
     space = json.loads(json.dumps({**cache.space().to_dict(), "domain": target}))
     replay.register_dataset(path, dataset)
-    warnings = list(cache.warnings)
+    warnings = list(cache.warnings) + [
+        f"parameter '{name}' has values that are not numbers: the goal's space numbers them in the file's order "
+        f"({', '.join(f'{i} = {json.dumps(v)}' for i, v in enumerate(values))})"
+        for name, values in cache.labels.items()]
+    optimum_params = cache.space_point(optimum_params)
     objectives = [{"metric": "latency_ms", "direction": "minimize"}]
     if "nvml_energy" in cache.objectives_available:
         objectives.append({"metric": "energy_j", "direction": "minimize"})
@@ -149,5 +160,6 @@ def _summary(goal: Goal, cache: TuningCache, dataset: str, optimum: float, optim
         "objectives": [o["metric"] for o in goal.objectives],
         "optimum_ms": optimum,
         "optimum_params": optimum_params,
+        "labels": {name: list(values) for name, values in cache.labels.items()},
         "warnings": warnings,
     }

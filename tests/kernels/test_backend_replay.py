@@ -163,6 +163,42 @@ def test_non_cache_files_raise_a_clear_error(tmp_path):
 # -- lookup ----------------------------------------------------------------------------------
 
 
+def test_parameters_with_values_that_are_not_numbers_are_searched_by_position(tmp_path, private_registry):
+    # Kernel Tuner records any JSON scalar as a value (benchmark_hub's hyperparameter caches
+    # tune diff_evo's "method": "best1bin", ...); the space numbers them in the file's order.
+    path = tmp_path / "labels.json"
+    path.write_text(json.dumps({
+        "tune_params_keys": ["method", "wide", "block"],
+        "tune_params": {"method": ["rand1bin", "best1bin", 7], "wide": [True, False, None], "block": [32, 64]},
+        "cache": {
+            "rand1bin,True,32": {"method": "rand1bin", "wide": True, "block": 32, "time": 3.0},
+            "best1bin,False,64": {"method": "best1bin", "wide": False, "block": 64, "time": 1.0},
+            "7,None,64": {"method": 7, "wide": None, "block": 64, "time": 2.0},
+        },
+    }))
+    cache = load_cache(path)
+    assert cache.labels == {"method": ("rand1bin", "best1bin", 7), "wide": (True, False, None)}
+    space = cache.space()
+    assert [p.values for p in space.parameters] == [(0, 1, 2), (0, 1, 2), (32, 64)]
+    assert [cache.point_of(k) for k in cache.entries] == [
+        {"method": 0, "wide": 0, "block": 32}, {"method": 1, "wide": 1, "block": 64}, {"method": 2, "wide": 2, "block": 64}]
+    assert all(space.contains(cache.point_of(k)) for k in cache.entries)
+    assert cache.lookup({"method": 1, "wide": 1, "block": 64}).metrics["latency_ms"] == 1.0
+    assert cache.lookup({"method": 2, "wide": 2, "block": 64}).metrics["latency_ms"] == 2.0
+    assert cache.lookup({"method": "best1bin", "wide": False, "block": 64}).metrics["latency_ms"] == 1.0
+    assert cache.lookup({"method": 0, "wide": 1, "block": 64}).metrics == {"not_recorded": True}
+    assert "not one of the recorded values" in cache.lookup({"method": 3, "wide": 0, "block": 32}).log
+    assert cache.optimum() == ({"method": "best1bin", "wide": False, "block": 64}, 1.0)
+    assert cache.space_point(cache.optimum()[0]) == {"method": 1, "wide": 1, "block": 64}
+    # a replay target evaluates the space's points (what the search proposes)
+    name = register_dataset(path, "labels-test")
+    domain = space.to_dict() | {"domain": f"replay:{name}"}
+    from kernels.space import DesignSpace
+
+    assert DesignSpace.from_dict(domain).contains({"method": 2, "wide": 2, "block": 64})
+    assert evaluate("labels", "", {"method": 1, "wide": 1, "block": 64}, target=f"replay:{name}").metrics["latency_ms"] == 1.0
+
+
 def test_a_recorded_valid_config_returns_its_time_and_samples(conv):
     rec = conv.entries[CONV_KEY]
     ev = conv.lookup(CONV_PARAMS)

@@ -13,6 +13,7 @@ CACHES = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "tuning-c
 GEMM = CACHES / "gemm-clblast-xgemm_RTX-3090.json.gz"
 ENERGY = CACHES / "gemm-xgemm-energy_A100-PCIE-40GB_partial.json.gz"
 CONV = CACHES / "convolution_A100-PCIE-40GB.json.gz"
+PNPOLY = CACHES / "pnpoly_RTX-2080-Ti.json.gz"
 
 pytestmark = pytest.mark.skipif(not GEMM.exists(), reason="shared tuning-cache data set not present")
 
@@ -67,6 +68,40 @@ def test_a_replay_run_is_reproducible_for_a_seed_and_never_repeats_a_configurati
     p1 = list(Candidate.objects.filter(goal_id=goal).order_by("id").values_list("params", flat=True))
     p2 = list(Candidate.objects.filter(goal_id=goal2.pk).order_by("id").values_list("params", flat=True))
     assert p1 == p2 and second["best"]["metrics"] == first["best"]["metrics"]
+
+
+@pytest.mark.django_db
+def test_a_file_whose_values_are_names_is_searched_as_its_numbered_twin(tmp_path, monkeypatch):
+    """pnpoly with ``between_method`` recorded as names instead of 0-3 (in the same order): the
+    swarm's run on it, by the values' positions, is the run on the original, proposal for proposal."""
+    import gzip
+
+    from swarm.learning import store
+
+    monkeypatch.setattr(store, "warm_start", lambda goal: {})  # the runs do not learn from each other
+    monkeypatch.setattr(store, "related_evidence", lambda goal, before=None: [])
+    data = json.loads(gzip.decompress(PNPOLY.read_bytes()))
+    names = ["none", "fast", "exact", "approx"]
+    assert data["tune_params"]["between_method"] == [0, 1, 2, 3]
+    data["tune_params"]["between_method"] = names
+    keys = data["tune_params_keys"]
+    renamed = {}
+    for rec in data["cache"].values():
+        rec["between_method"] = names[rec["between_method"]]
+        renamed[",".join(str(rec[k]) for k in keys)] = rec
+    data["cache"] = renamed
+    (tmp_path / "pnpoly-names.json").write_text(json.dumps(data))
+
+    named = factory("import-cache", str(tmp_path / "pnpoly-names.json"))
+    assert named["labels"] == {"between_method": names}
+    assert any("'between_method'" in w and '0 = "none"' in w for w in named["warnings"])
+    original = factory("import-cache", str(PNPOLY))
+    assert named["optimum_params"] == original["optimum_params"] and named["optimum_ms"] == original["optimum_ms"]
+    runs = [factory("run", "--goal", str(g["goal"]), "--budget", "40", "--seed", "3") for g in (named, original)]
+    assert runs[0]["evaluated"] == 40 and runs[0]["best"]["metrics"] == runs[1]["best"]["metrics"]
+    by_goal = [list(Candidate.objects.filter(goal_id=g["goal"]).order_by("id").values_list("params", "evidence__metrics"))
+               for g in (named, original)]
+    assert by_goal[0] == by_goal[1]
 
 
 @pytest.mark.django_db
