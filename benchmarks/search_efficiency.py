@@ -73,7 +73,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -801,48 +801,84 @@ def summarise(traces: dict, datasets: dict[str, Dataset], budgets: list[int]) ->
     return rows
 
 
-def verdict(rows: list[dict], ours: str = "swarm") -> list[str]:
+def verdict(rows: list[dict], ours: str = "swarm", seeds: int | None = None) -> list[str]:
     """The targets of the benchmark, checked for our strategy ``ours`` (``swarm`` or
     ``swarm:transfer``): against the best peer at every budget, and at budget 100 against the
-    best peer at budget 200."""
+    best peer at budget 200.
+
+    A check where ``ours`` has no finished run, or (with ``seeds``, the runs planned per file
+    and budget) fewer runs than planned, is not met: a median of the runs that did not fail
+    says nothing of those that did.
+    """
     lines = []
-    by, hits = defaultdict(dict), {}
+    by, hits, runs = defaultdict(dict), {}, {}
     for r in rows:
         by[(r["dataset"], r["budget"])][r["strategy"]] = r["median_ratio"]
         hits[(r["dataset"], r["budget"], r["strategy"])] = f"{r.get('runs_within_1pct', '?')}/{r.get('seeds', '?')}"
+        runs[(r["dataset"], r["budget"], r["strategy"])] = r.get("seeds")
+
+    def lost(dataset: str, b: int) -> str | None:
+        """Why the check of ``ours`` at budget ``b`` cannot be met, or None."""
+        if ours not in by[(dataset, b)]:
+            return f"not met: no run of {ours} finished"
+        n = runs[(dataset, b, ours)]
+        if seeds is not None and isinstance(n, int) and n < seeds:
+            return f"not met: {seeds - n} of {seeds} runs of {ours} failed"
+        return None
+
     for dataset in sorted({r["dataset"] for r in rows}):
         budgets = sorted(b for d, b in by if d == dataset)
         for b in budgets:
             cell = by[(dataset, b)]
             peers = {k: v for k, v in cell.items() if k.startswith(("kt:", "optuna:"))}
-            if ours not in cell or not peers:
+            if not peers:
                 continue
             best_peer = min(peers, key=peers.get)
+            if ours not in cell:
+                lines.append(f"{dataset} @ {b}: best peer {best_peer} {peers[best_peer]:.4f} -> {lost(dataset, b)}")
+                continue
             ok = cell[ours] <= peers[best_peer] + 1e-12
-            outcome = "met" if ok else f"short by {_gap(cell[ours], peers[best_peer])}"
+            outcome = lost(dataset, b) or ("met" if ok else f"short by {_gap(cell[ours], peers[best_peer])}")
             lines.append(f"{dataset} @ {b}: {ours} {cell[ours]:.4f} vs best peer {best_peer} {peers[best_peer]:.4f} -> {outcome}")
-        if (dataset, 100) in by and (dataset, 200) in by and ours in by[(dataset, 100)]:
+        if (dataset, 100) in by and (dataset, 200) in by:
             peers200 = {k: v for k, v in by[(dataset, 200)].items() if k.startswith(("kt:", "optuna:"))}
             if peers200:
                 best_peer = min(peers200, key=peers200.get)
+                peer = f"best peer@200 {best_peer} {peers200[best_peer]:.4f} ({hits[(dataset, 200, best_peer)]})"
+                if ours not in by[(dataset, 100)]:
+                    lines.append(f"{dataset}: {peer} -> {lost(dataset, 100)}")
+                    continue
                 s100 = by[(dataset, 100)][ours]
                 ok = s100 <= peers200[best_peer] + 1e-12
-                outcome = "met (2x sample efficiency)" if ok else f"short by {_gap(s100, peers200[best_peer])}"
-                lines.append(f"{dataset}: {ours}@100 {s100:.4f} ({hits[(dataset, 100, ours)]} runs within 1%) vs best "
-                             f"peer@200 {best_peer} {peers200[best_peer]:.4f} ({hits[(dataset, 200, best_peer)]}) -> {outcome}")
+                outcome = lost(dataset, 100) or (
+                    "met (2x sample efficiency)" if ok else f"short by {_gap(s100, peers200[best_peer])}")
+                lines.append(f"{dataset}: {ours}@100 {s100:.4f} ({hits[(dataset, 100, ours)]} runs within 1%) vs "
+                             f"{peer} -> {outcome}")
     return lines
 
 
 def aggregate_line(score: dict[str, dict[str, float]], ours: str = "swarm",
-                   errors: dict[str, dict[str, float | None]] | None = None) -> str | None:
-    """The aggregate-score target for ``ours`` against the best peer's, or None without both;
+                   errors: dict[str, dict[str, float | None]] | None = None, failed: int = 0) -> str | None:
+    """The aggregate-score target for ``ours`` against the best peer's, or None without a peer;
     with both standard errors (``errors``, :func:`score_errors_of`), the difference and its
-    standard error (independent runs: the root of the sum of squares)."""
+    standard error (independent runs: the root of the sum of squares).
+
+    Not met, whatever the figures, where ``ours`` has no score on a file that a peer has, or
+    ``failed`` (the count of its runs that failed) is not 0: its aggregate leaves those runs
+    out, which would favour it on exactly the files it could not handle.
+    """
     peers = {k: v["aggregate"] for k, v in score.items() if k.startswith(("kt:", "optuna:"))}
-    if ours not in score or not peers:
+    if not peers:
         return None
+    files = {f for k in peers for f in score[k] if f != "aggregate"}
+    missing = sorted(files - set(score.get(ours, {})))
+    if missing:
+        return f"aggregate score: {ours} has no score on {', '.join(missing)} (no run finished there) -> not met"
     best = max(peers, key=peers.get)
     mine = score[ours]["aggregate"]
+    if failed:
+        return (f"aggregate score: {ours} {mine:.3f} vs best peer {best} {peers[best]:.3f} -> not met: "
+                f"{failed} runs of {ours} failed and are not in its score")
     line = (f"aggregate score: {ours} {mine:.3f} vs best peer {best} {peers[best]:.3f} -> "
             + ("met" if mine >= peers[best] else f"short by {peers[best] - mine:.3f}"))
     se = [(errors or {}).get(k, {}).get("aggregate") for k in (ours, best)]
@@ -1225,12 +1261,14 @@ def _plan(datasets: dict[str, Dataset], strategies: list[str], budgets: list[int
 @dataclass
 class _Done:
     """What the runs gave: traces by (file, strategy) and (budget or None, seed); wall and CPU
-    seconds and evaluations by strategy; the failed runs, one line each; the workers used."""
+    seconds and evaluations by strategy; the failed runs, one line each, and their count by
+    strategy; the workers used."""
 
     traces: dict[tuple[str, str], dict] = field(default_factory=lambda: defaultdict(dict))
     wall_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     cpu: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(lambda: {"cpu_s": 0.0, "evaluations": 0}))
     failed: list[str] = field(default_factory=list)
+    failed_by: Counter = field(default_factory=Counter)
     workers: int = 1
 
 
@@ -1255,6 +1293,7 @@ def _run_jobs(jobs: list[tuple], stored: dict[tuple, tuple], traces_path: Path |
                 result = f if j is None else f.result()
             except Exception as exc:  # noqa: BLE001 - one broken run must not sink the benchmark
                 done.failed.append(f"{j[2]} on {j[1].name}, seed {j[3]}, budget {j[4]}: {type(exc).__name__}: {exc}")
+                done.failed_by[j[2]] += 1
                 print(f"run failed: {done.failed[-1]}", file=sys.stderr)
                 continue
             kind, dataset, name, seed, budget, trace, seconds, cpu_s = result
@@ -1292,8 +1331,9 @@ def _write_report(args: argparse.Namespace, argv: list[str] | None, datasets: di
         left_out = {k: v for k, v in left_out.items() if k not in taken}
         taken_from = (f"Taken from `{args.reuse}` ({reused_report.get('host', 'host not recorded')}): "
                       f"{', '.join(taken)}.\n\n")
-    mixes = [m for m in OUR_MIXES if m in score]
-    lines = [line for m in mixes for line in (*verdict(rows, m), aggregate_line(score, m, errors)) if line]
+    mixes = [m for m in OUR_MIXES if m in score or m in strategies]
+    lines = [line for m in mixes
+             for line in (*verdict(rows, m, seeds), aggregate_line(score, m, errors, done.failed_by[m])) if line]
     html, png = figure(rows, args.out) if rows else (None, None)  # no run finished: nothing to draw
     elapsed = time.perf_counter() - started
     command = " ".join(["python -m benchmarks.search_efficiency", *(argv if argv is not None else sys.argv[1:])])

@@ -222,8 +222,55 @@ def test_verdict_and_versus_table_for_the_transfer_run():
     errors = {"swarm:transfer": {"aggregate": 0.03}, "kt:pso": {"aggregate": 0.04}}
     assert aggregate_line(score, "swarm:transfer", errors).endswith("-> met (difference +0.400, standard error 0.050)")
     assert aggregate_line(score, "swarm:transfer", {"kt:pso": {"aggregate": None}}).endswith("-> met")
-    assert aggregate_line(score) is None  # no cold swarm scored
+    assert aggregate_line(score) == "aggregate score: swarm has no score on d (no run finished there) -> not met"
+    assert aggregate_line({"swarm": {"aggregate": 0.9, "d": 0.9}}) is None  # no peer scored
     assert "swarm:transfer / best peer @100" in versus_table(rows, score, "swarm:transfer")
+
+
+def test_a_check_where_our_runs_failed_is_not_met_whatever_the_rest_achieved():
+    from benchmarks.search_efficiency import aggregate_line
+
+    rows = [{"dataset": d, "strategy": s, "budget": b, "median_ratio": r, "runs_within_1pct": 1, "seeds": n}
+            for d, s, b, r, n in (("d", "swarm", 100, 1.0, 4), ("d", "kt:pso", 100, 1.1, 5), ("d", "kt:pso", 200, 1.05, 5),
+                                  ("e", "kt:pso", 100, 1.1, 5), ("e", "kt:pso", 200, 1.0, 5))]
+    lines = verdict(rows, "swarm", seeds=5)
+    assert lines == [
+        "d @ 100: swarm 1.0000 vs best peer kt:pso 1.1000 -> not met: 1 of 5 runs of swarm failed",
+        "d @ 200: best peer kt:pso 1.0500 -> not met: no run of swarm finished",
+        "d: swarm@100 1.0000 (1/4 runs within 1%) vs best peer@200 kt:pso 1.0500 (1/5) -> not met: 1 of 5 runs of swarm failed",
+        "e @ 100: best peer kt:pso 1.1000 -> not met: no run of swarm finished",
+        "e @ 200: best peer kt:pso 1.0000 -> not met: no run of swarm finished",
+        "e: best peer@200 kt:pso 1.0000 (1/5) -> not met: no run of swarm finished",
+    ]
+    assert verdict(rows, "swarm")[0].endswith("-> met")  # without the planned count, the runs that finished
+    score = {"swarm": {"aggregate": 0.9, "d": 0.9}, "kt:pso": {"aggregate": 0.5, "d": 0.5, "e": 0.5}}
+    assert aggregate_line(score).endswith("has no score on e (no run finished there) -> not met")
+    score["swarm"]["e"] = 0.9
+    assert aggregate_line(score, failed=2) == ("aggregate score: swarm 0.900 vs best peer kt:pso 0.500 -> not met: "
+                                               "2 runs of swarm failed and are not in its score")
+    assert aggregate_line(score).endswith("-> met")
+
+
+def test_the_report_counts_a_failed_run_of_ours_against_its_targets(tmp_path, monkeypatch):
+    from benchmarks import search_efficiency
+
+    def ours(ds, agents, seed, budget, *args, **kwargs):  # the optimum at once, except on seed 1
+        if seed == 1:
+            raise RuntimeError("the swarm broke")
+        return [(True, ds.optimum, None)] * budget
+
+    monkeypatch.setattr(search_efficiency, "run_ours", ours)  # the forked workers inherit it
+    monkeypatch.setattr(search_efficiency, "_setup_django", lambda: None)  # no database: nothing is stored
+    monkeypatch.setattr(search_efficiency, "DEFAULT_MIX", ())
+    _toy_cache(tmp_path / "toy.json", "k", 5)
+    out = tmp_path / "out"
+    assert search_efficiency.main(["--cache", str(tmp_path / "toy.json"), "--strategies", "swarm,kt:random_sample",
+                                   "--seeds", "2", "--budgets", "2,4", "--jobs", "1", "--out", str(out)]) == 0
+    report = _strict((out / "search_efficiency.json").read_text())
+    assert len(report["failed_runs"]) == 2 and all("the swarm broke" in f for f in report["failed_runs"])
+    assert [t.rsplit("-> ", 1)[1] for t in report["targets"]] == [
+        "not met: 1 of 2 runs of swarm failed", "not met: 1 of 2 runs of swarm failed",
+        "not met: 2 runs of swarm failed and are not in its score"]
 
 
 def test_reuse_takes_the_strategies_not_run_from_an_earlier_report(tmp_path):
