@@ -1085,12 +1085,17 @@ def score_table(score: dict[str, dict[str, float]], cpu: dict[str, dict[str, flo
     return "\n".join(out)
 
 
-def versus_table(rows: list[dict], score: dict[str, dict[str, float]], ours: str = "swarm") -> str:
+def versus_table(rows: list[dict], score: dict[str, dict[str, float]], ours: str = "swarm",
+                 seeds: int | None = None) -> str:
     """Per dataset and budget: ``ours``'s median best/optimum against the best peer's (``kt:``
-    and ``optuna:`` strategies), and per dataset ``ours``'s and the best peer's score."""
+    and ``optuna:`` strategies), and per dataset ``ours``'s and the best peer's score; a cell
+    where ``ours`` is behind, or ran fewer than ``seeds`` runs (some failed), is marked ✗."""
     by: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
+    short: set[tuple[str, int]] = set()
     for r in rows:
         by[(r["dataset"], r["budget"])][r["strategy"]] = r["median_ratio"]
+        if r["strategy"] == ours and seeds is not None and isinstance(r.get("seeds"), int) and r["seeds"] < seeds:
+            short.add((r["dataset"], r["budget"]))
     budgets = sorted({b for _, b in by})
     head = "| dataset | " + " | ".join(f"{ours} / best peer @{b}" for b in budgets) + f" | score {ours} / best peer |"
     out = [head, "|---|" + "---:|" * (len(budgets) + 1)]
@@ -1103,7 +1108,7 @@ def versus_table(rows: list[dict], score: dict[str, dict[str, float]], ours: str
                 cells.append("")
                 continue
             best = min(peers, key=peers.get)
-            mark = "" if cell[ours] <= peers[best] + 1e-12 else " ✗"
+            mark = "" if cell[ours] <= peers[best] + 1e-12 and (d, b) not in short else " ✗"
             cells.append(f"{cell[ours]:.3f} / {peers[best]:.3f} ({best.split(':', 1)[1]}){mark}")
         peer_scores = {k: v[d] for k, v in score.items() if k.startswith(("kt:", "optuna:")) and d in v}
         sc = ""
@@ -1329,6 +1334,10 @@ def _write_report(args: argparse.Namespace, argv: list[str] | None, datasets: di
         errors.update({k: v for k, v in reused_report.get("score_standard_errors", {}).items() if k in taken})
         cpu.update({k: v for k, v in reused_report.get("cpu_by_strategy", {}).items() if k in taken})
         left_out = {k: v for k, v in left_out.items() if k not in taken}
+        for line in reused_report.get("failed_runs", []):  # the failures of what is taken count as before
+            if isinstance(line, str) and line.split(" on ", 1)[0] in taken:
+                failed.append(line)
+                done.failed_by[line.split(" on ", 1)[0]] += 1
         taken_from = (f"Taken from `{args.reuse}` ({reused_report.get('host', 'host not recorded')}): "
                       f"{', '.join(taken)}.\n\n")
     mixes = [m for m in OUR_MIXES if m in score or m in strategies]
@@ -1352,8 +1361,8 @@ def _write_report(args: argparse.Namespace, argv: list[str] | None, datasets: di
         "difference between two strategies smaller than about twice the root of the sum of their squares is not "
         "resolved by this many runs.\n\n"
         + score_table(score, cpu, errors)
-        + "".join(f"\n\n## {m} against the best peer (median best/optimum; ✗: {m} is behind)\n\n"
-                  + versus_table(rows, score, m) for m in mixes)
+        + "".join(f"\n\n## {m} against the best peer (median best/optimum; ✗: {m} is behind, or some of its runs failed)\n\n"
+                  + versus_table(rows, score, m, seeds) for m in mixes)
         + "\n\n## Targets\n\n" + "\n".join(f"- {line}" for line in lines)
         + "\n\n## Every strategy\n\n" + markdown(rows) + "\n"
     )
@@ -1370,7 +1379,7 @@ def _write_report(args: argparse.Namespace, argv: list[str] | None, datasets: di
     else:
         print(f"{taken_from}## Aggregate score\n\n{score_table(score, cpu, errors)}")
         for m in mixes:
-            print(f"\n## {m} against the best peer\n\n{versus_table(rows, score, m)}")
+            print(f"\n## {m} against the best peer\n\n{versus_table(rows, score, m, seeds)}")
         print("\n## Targets\n\n" + "\n".join(f"- {line}" for line in lines))
         if failed:
             print(f"{len(failed)} runs failed:\n" + "\n".join(failed))

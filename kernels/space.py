@@ -133,6 +133,10 @@ def resolve_domain(domain: str) -> Domain:
     return found[1](domain)
 
 
+#: The types a label may have (JSON scalars).
+_LABEL_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
 @dataclass(frozen=True)
 class Parameter:
     """One tunable parameter.
@@ -140,6 +144,10 @@ class Parameter:
     Args:
         name: C identifier (becomes a ``#define``).
         values: non-empty tuple of distinct finite ints/floats.
+        labels: what each value stands for where the values number categories (a recorded
+            parameter whose values are names, e.g. ``("best1bin", "rand1bin")`` for the values
+            ``(0, 1)``): JSON scalars, one per value, told apart as JSON tells them; None where
+            the values are what they say.
 
     Raises:
         SpaceError: on any violation, naming the parameter.
@@ -147,6 +155,7 @@ class Parameter:
 
     name: str
     values: tuple[Value, ...]
+    labels: tuple[Any, ...] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _IDENT.match(self.name):
@@ -167,6 +176,14 @@ class Parameter:
             dupes = sorted(v for v, n in Counter(values).items() if n > 1)
             raise SpaceError(f"parameter '{self.name}': duplicate values {dupes}")
         object.__setattr__(self, "values", values)
+        if self.labels is not None:
+            labels = tuple(self.labels) if isinstance(self.labels, list | tuple) else None
+            if labels is None or len(labels) != len(values) or not all(type(v) in _LABEL_TYPES for v in labels):
+                raise SpaceError(f"parameter '{self.name}': labels must be a list of {len(values)} strings, "
+                                 "numbers, booleans or nulls, one per value")
+            if len({(type(v) is bool, v) for v in labels}) != len(labels):
+                raise SpaceError(f"parameter '{self.name}': duplicate labels")
+            object.__setattr__(self, "labels", labels)
 
 
 @dataclass(frozen=True)
@@ -244,11 +261,11 @@ class DesignSpace:
             raise SpaceError("'parameters' must be a list of {name, values} objects")
         params = []
         for i, item in enumerate(raw):
-            if not isinstance(item, Mapping) or set(item) != {"name", "values"}:
-                raise SpaceError(f"parameters[{i}] must be an object with 'name' and 'values'")
+            if not isinstance(item, Mapping) or not {"name", "values"} <= set(item) <= {"name", "values", "labels"}:
+                raise SpaceError(f"parameters[{i}] must be an object with 'name' and 'values' (and optional 'labels')")
             if not isinstance(item["values"], list | tuple):
                 raise SpaceError(f"parameter '{item['name']}': values must be a list")
-            params.append(Parameter(item["name"], tuple(item["values"])))
+            params.append(Parameter(item["name"], tuple(item["values"]), item.get("labels")))
         restrictions = d.get("restrictions", [])
         if not isinstance(restrictions, list | tuple) or not all(
             isinstance(r, str) for r in restrictions
@@ -259,7 +276,8 @@ class DesignSpace:
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form accepted by :meth:`from_dict`."""
         d: dict[str, Any] = {
-            "parameters": [{"name": p.name, "values": list(p.values)} for p in self.parameters],
+            "parameters": [{"name": p.name, "values": list(p.values)}
+                           | ({} if p.labels is None else {"labels": list(p.labels)}) for p in self.parameters],
             "restrictions": list(self.restrictions),
         }
         if self.domain is not None:

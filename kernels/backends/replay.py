@@ -213,13 +213,19 @@ class ReplayBackend:
         return get_dataset(_dataset_of(self._target(target))).space()
 
     def lookup(self, params: Mapping[str, Any], target: str | None = None) -> Evidence:
-        """Recorded evidence of ``params`` (see :meth:`TuningCache.lookup`).
+        """Recorded evidence of ``params``, a point of :meth:`space` (:func:`lookup_point`).
 
         Raises:
             KeyError: unknown data set.
             ValueError: malformed target.
         """
-        return get_dataset(_dataset_of(self._target(target))).lookup(params)
+        return lookup_point(get_dataset(_dataset_of(self._target(target))), params)
+
+
+def lookup_point(cache: TuningCache, params: Any) -> Evidence:
+    """:meth:`TuningCache.lookup` of a point of the cache's space: a parameter whose values are
+    not numbers is given by position (:meth:`TuningCache.recorded_params`)."""
+    return cache.lookup(cache.recorded_params(params) if isinstance(params, Mapping) else params)
 
 
 def evaluate_replay(workload: str, params: Mapping[str, Any], *, target: str | None) -> Evidence:
@@ -229,7 +235,7 @@ def evaluate_replay(workload: str, params: Mapping[str, Any], *, target: str | N
         workload: the goal's workload; for replay goals, the recorded kernel name (e.g.
             ``"Xgemm"``). Not required to be a registered workload; a mismatch with the
             recorded kernel is noted in the log, not an error.
-        params: parameter values to look up.
+        params: a point of the data set's space to look up (:func:`lookup_point`).
         target: ``replay:<dataset>``.
 
     Raises:
@@ -242,7 +248,7 @@ def evaluate_replay(workload: str, params: Mapping[str, Any], *, target: str | N
             "evaluate(..., backend='replay', target='replay:gemm-clblast-xgemm_RTX-3090')"
         )
     cache = get_dataset(_dataset_of(target))
-    ev = cache.lookup(params)
+    ev = lookup_point(cache, params)
     if workload and cache.kernel_name and workload != cache.kernel_name:
         note = f"note: workload '{workload}' differs from the recorded kernel '{cache.kernel_name}'\n"
         ev = Evidence(status=ev.status, metrics=ev.metrics, samples_ms=ev.samples_ms, cases=ev.cases,

@@ -42,7 +42,7 @@ from typing import Any
 from kernels import stats
 from kernels.evidence import Evidence
 from kernels.outcome import Outcome
-from kernels.space import DesignSpace, Parameter
+from kernels.space import DesignSpace, Parameter, SpaceError
 
 __all__ = [
     "LEGACY_FAILED_TIME",
@@ -169,20 +169,24 @@ def _is_number(v: Any) -> bool:
     return not isinstance(v, bool) and isinstance(v, (int, float)) and (not isinstance(v, float) or math.isfinite(v))
 
 
-def _codes_of(values: tuple[Any, ...]) -> dict[tuple[type, Any], int]:
-    """Position of each recorded value, keyed by (type, value): ``True`` and ``1`` stay apart."""
-    return {(type(v), v): i for i, v in reversed(list(enumerate(values)))}
+def _kind(v: Any) -> tuple[str, Any]:
+    """``v`` as a dictionary key that keeps apart what JSON keeps apart: ``True`` from ``1``
+    and ``"1"`` from ``1`` (Python's ``True == 1``), while ``16`` and ``16.0`` stay one number."""
+    if isinstance(v, bool):
+        return "bool", v
+    if isinstance(v, (int, float)):
+        return "number", v
+    return type(v).__name__, v
 
 
-def _code(codes: Mapping[tuple[type, Any], int], v: Any) -> Any:
-    """Position of the entry value ``v`` among its parameter's recorded values (an int entry
-    value of a recorded float, ``16`` for ``16.0``, finds it by number); ``v`` itself when it
-    is not a recorded value, so that the entry lies outside the space, as such an entry of a
-    numeric parameter does."""
-    found = codes.get((type(v), v))
-    if found is None and _is_number(v):
-        found = next((i for (t, w), i in codes.items() if t in (int, float) and w == v), None)
-    return v if found is None else found
+def _code(codes: Mapping[tuple[str, Any], int], v: Any) -> Any:
+    """Position of the entry value ``v`` among its parameter's recorded values; ``v`` itself
+    when it is not a recorded value, so that the entry lies outside the space, as such an entry
+    of a numeric parameter does."""
+    try:
+        return codes.get(_kind(v), v)
+    except TypeError:  # unhashable
+        return v
 
 
 _CACHE_OPEN = re.compile(r'"cache"\s*:\s*\{')
@@ -307,7 +311,7 @@ class TuningCache:
     load_ms: float = 0.0
     _status: Mapping[str, tuple[Outcome, str]] = field(default_factory=dict, repr=False, compare=False)
     _formats: tuple[Mapping[Any, str], ...] = field(default=(), repr=False, compare=False)
-    _codes: Mapping[str, Mapping[tuple[type, Any], int]] = field(default_factory=dict, repr=False, compare=False)
+    _codes: Mapping[str, Mapping[tuple[str, Any], int]] = field(default_factory=dict, repr=False, compare=False)
     _summaries: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
 
     # -- counts ----------------------------------------------------------------------------
@@ -358,18 +362,24 @@ class TuningCache:
 
     def space(self) -> DesignSpace:
         """The Cartesian design space of ``tune_params`` (no restriction expressions); a
-        parameter of :attr:`labels` takes its values' positions 0 .. n - 1.
+        parameter of :attr:`labels` takes its values' positions 0 .. n - 1, labelled with them.
 
         Points of this space that the file does not record are reported by :meth:`lookup`
         as ``invalid`` with ``not_recorded``; no attempt is made to infer Kernel Tuner's
         restriction expressions.
 
         Raises:
-            SpaceError: a recorded parameter name is not a C identifier.
+            SpaceError: a recorded parameter name is not a C identifier, or a parameter records
+                a value twice.
         """
+        for k, codes in self._codes.items():
+            if len(codes) < len(self.tune_params[k]):
+                seen: set = set()
+                twice = [v for v in self.tune_params[k] if _kind(v) in seen or seen.add(_kind(v))]
+                raise SpaceError(f"parameter '{k}': duplicate values {twice}")
         return DesignSpace(tuple(
-            Parameter(k, tuple(range(len(self.tune_params[k]))) if k in self._codes else tuple(self.tune_params[k]))
-            for k in self.tune_params_keys))
+            Parameter(k, tuple(range(len(self.tune_params[k]))), self.tune_params[k]) if k in self._codes
+            else Parameter(k, tuple(self.tune_params[k])) for k in self.tune_params_keys))
 
     def cartesian_size(self) -> int:
         """Number of points of the Cartesian product of ``tune_params``."""
@@ -394,7 +404,7 @@ class TuningCache:
                 raise KeyError(f"missing parameter '{name}'")
             v = params[name]
             try:
-                text = formats.get(v) if not isinstance(v, bool) or any(isinstance(x, bool) for x in formats) else None
+                text = formats.get(_kind(v))
             except TypeError:  # unhashable value
                 text = None
             if text is None:
@@ -437,9 +447,9 @@ class TuningCache:
         """The recorded evidence of one configuration (a dict lookup; nothing is run).
 
         Args:
-            params: a point of :meth:`space`, parameter name -> value, one per
-                ``tune_params_keys`` entry; a :attr:`labels` parameter by position, or by a
-                recorded value that is not also a position (:meth:`recorded_params`).
+            params: parameter name -> recorded value, one per ``tune_params_keys`` entry (a
+                point of :meth:`space` goes through :meth:`recorded_params` first, as the
+                replay backend does).
 
         Returns:
             :class:`~kernels.evidence.Evidence` with
@@ -475,10 +485,14 @@ class TuningCache:
         if not isinstance(params, Mapping):
             return evidence(Outcome.invalid, f"bad parameters: expected a mapping, got {type(params).__name__}")
         try:
-            key = self.key(self.recorded_params(params))
+            key = self.key(params)
         except KeyError as exc:
             return evidence(Outcome.invalid, f"bad parameters: {exc.args[0]}")
         rec = self.entries.get(key)
+        # Kernel Tuner's key is the values' text, which "1" and 1, or a value with a comma,
+        # share with others: an entry counts only when it records the values asked for.
+        if rec is not None and any(_kind(rec.get(k)) != _kind(params[k]) for k in self.tune_params_keys):
+            rec = None
         if rec is None:
             reason = NOT_RECORDED_LOG
             if self.repaired:
@@ -595,7 +609,7 @@ def load_resolved(path: Path) -> TuningCache:
 def _canonical(rec: Mapping[str, Any], keys: tuple[str, ...], formats: tuple[Mapping[Any, str], ...], fallback: str) -> str:
     """Key of an entry rebuilt from its own values, formatted as the recorded ``tune_params``."""
     try:
-        return ",".join(f[rec[k]] for k, f in zip(keys, formats))
+        return ",".join(f[_kind(rec[k])] for k, f in zip(keys, formats))
     except (KeyError, TypeError):
         return fallback
 
@@ -756,8 +770,9 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
         if values is None:  # infer from the entries, in first-seen order
             values = list(dict.fromkeys(rec[k] for rec in cache.values() if isinstance(rec, dict)))
         params[k] = tuple(values)
-    formats = tuple({v: str(v) for v in params[k]} for k in keys)
-    codes = {k: types.MappingProxyType(_codes_of(params[k])) for k in keys if not all(map(_is_number, params[k]))}
+    formats = tuple({_kind(v): str(v) for v in params[k]} for k in keys)
+    codes = {k: types.MappingProxyType({_kind(v): i for i, v in reversed(list(enumerate(params[k])))})
+             for k in keys if not all(map(_is_number, params[k]))}
     objective = str(data.get("objective") or "time")
 
     rekey = not _keys_match(cache, keys, formats)

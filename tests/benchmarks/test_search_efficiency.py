@@ -271,6 +271,14 @@ def test_the_report_counts_a_failed_run_of_ours_against_its_targets(tmp_path, mo
     assert [t.rsplit("-> ", 1)[1] for t in report["targets"]] == [
         "not met: 1 of 2 runs of swarm failed", "not met: 1 of 2 runs of swarm failed",
         "not met: 2 runs of swarm failed and are not in its score"]
+    assert (out / "search_efficiency.md").read_text().count("✗") == 3  # the header's and both budgets'
+    # the peers run again, ours taken from that report: its failures still count
+    again = tmp_path / "again"
+    assert search_efficiency.main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:random_sample",
+                                   "--seeds", "2", "--budgets", "2,4", "--jobs", "1", "--out", str(again),
+                                   "--reuse", str(out / "search_efficiency.json")]) == 0
+    reused = _strict((again / "search_efficiency.json").read_text())
+    assert reused["targets"] == report["targets"] and reused["failed_runs"] == report["failed_runs"]
 
 
 def test_reuse_takes_the_strategies_not_run_from_an_earlier_report(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 import kernels.evaluation.pipeline
 from kernels import Outcome, config, evaluate
 from kernels.backends import BACKENDS, get_backend, replay
-from kernels.backends.replay import ReplayBackend, list_datasets, register_dataset
+from kernels.backends.replay import ReplayBackend, list_datasets, lookup_point, register_dataset
 from kernels.interchange import tuning_cache
 from kernels.interchange.tuning_cache import NOT_RECORDED_LOG, TuningCacheError, load_cache
 
@@ -163,40 +163,60 @@ def test_non_cache_files_raise_a_clear_error(tmp_path):
 # -- lookup ----------------------------------------------------------------------------------
 
 
+def _labelled(path, tune_params, entries):
+    """A cache file of parameters ``a`` and ``b``: ``entries`` are ``(a, b, time)``."""
+    keys = list(tune_params)
+    path.write_text(json.dumps({"tune_params_keys": keys, "tune_params": tune_params, "cache": {
+        ",".join(map(str, (a, b))): {"a": a, "b": b, "time": t} for a, b, t in entries}}))
+    return load_cache(path)
+
+
 def test_parameters_with_values_that_are_not_numbers_are_searched_by_position(tmp_path, private_registry):
     # Kernel Tuner records any JSON scalar as a value (benchmark_hub's hyperparameter caches
     # tune diff_evo's "method": "best1bin", ...); the space numbers them in the file's order.
     path = tmp_path / "labels.json"
-    path.write_text(json.dumps({
-        "tune_params_keys": ["method", "wide", "block"],
-        "tune_params": {"method": ["rand1bin", "best1bin", 7], "wide": [True, False, None], "block": [32, 64]},
-        "cache": {
-            "rand1bin,True,32": {"method": "rand1bin", "wide": True, "block": 32, "time": 3.0},
-            "best1bin,False,64": {"method": "best1bin", "wide": False, "block": 64, "time": 1.0},
-            "7,None,64": {"method": 7, "wide": None, "block": 64, "time": 2.0},
-        },
-    }))
-    cache = load_cache(path)
-    assert cache.labels == {"method": ("rand1bin", "best1bin", 7), "wide": (True, False, None)}
+    cache = _labelled(path, {"a": ["rand1bin", "best1bin", 0, None], "b": [32, 64]},
+                      [("rand1bin", 32, 3.0), ("best1bin", 64, 1.0), (0, 64, 2.0), (None, 32, 4.0)])
+    assert cache.labels == {"a": ("rand1bin", "best1bin", 0, None)}
     space = cache.space()
-    assert [p.values for p in space.parameters] == [(0, 1, 2), (0, 1, 2), (32, 64)]
+    assert [p.values for p in space.parameters] == [(0, 1, 2, 3), (32, 64)]
     assert [cache.point_of(k) for k in cache.entries] == [
-        {"method": 0, "wide": 0, "block": 32}, {"method": 1, "wide": 1, "block": 64}, {"method": 2, "wide": 2, "block": 64}]
-    assert all(space.contains(cache.point_of(k)) for k in cache.entries)
-    assert cache.lookup({"method": 1, "wide": 1, "block": 64}).metrics["latency_ms"] == 1.0
-    assert cache.lookup({"method": 2, "wide": 2, "block": 64}).metrics["latency_ms"] == 2.0
-    assert cache.lookup({"method": "best1bin", "wide": False, "block": 64}).metrics["latency_ms"] == 1.0
-    assert cache.lookup({"method": 0, "wide": 1, "block": 64}).metrics == {"not_recorded": True}
-    assert "not one of the recorded values" in cache.lookup({"method": 3, "wide": 0, "block": 32}).log
-    assert cache.optimum() == ({"method": "best1bin", "wide": False, "block": 64}, 1.0)
-    assert cache.space_point(cache.optimum()[0]) == {"method": 1, "wide": 1, "block": 64}
-    # a replay target evaluates the space's points (what the search proposes)
+        {"a": 0, "b": 32}, {"a": 1, "b": 64}, {"a": 2, "b": 64}, {"a": 3, "b": 32}]
+    assert cache.optimum() == ({"a": "best1bin", "b": 64}, 1.0)
+    assert cache.space_point(cache.optimum()[0]) == {"a": 1, "b": 64}
+    # the cache takes recorded values, the backend the space's positions: 0 is never both
+    assert cache.lookup({"a": 0, "b": 64}).metrics["latency_ms"] == 2.0
+    assert cache.lookup({"a": 0, "b": 32}).metrics == {"not_recorded": True}
+    assert lookup_point(cache, {"a": 0, "b": 32}).metrics["latency_ms"] == 3.0
+    assert lookup_point(cache, {"a": 2, "b": 64}).metrics["latency_ms"] == 2.0
+    assert lookup_point(cache, {"a": 3, "b": 32}).metrics["latency_ms"] == 4.0
+    assert "not one of the recorded values" in lookup_point(cache, {"a": 4, "b": 32}).log
     name = register_dataset(path, "labels-test")
-    domain = space.to_dict() | {"domain": f"replay:{name}"}
     from kernels.space import DesignSpace
 
-    assert DesignSpace.from_dict(domain).contains({"method": 2, "wide": 2, "block": 64})
-    assert evaluate("labels", "", {"method": 1, "wide": 1, "block": 64}, target=f"replay:{name}").metrics["latency_ms"] == 1.0
+    assert DesignSpace.from_dict(space.to_dict() | {"domain": f"replay:{name}"}).contains({"a": 3, "b": 32})
+    assert evaluate("labels", "", {"a": 1, "b": 64}, target=f"replay:{name}").metrics["latency_ms"] == 1.0
+
+
+def test_values_that_python_thinks_equal_but_json_keeps_apart_are_different_configurations(tmp_path):
+    # True == 1 and "1" has the text of 1: each entry keeps its own time, by position and by value
+    cache = _labelled(tmp_path / "kinds.json", {"a": [1, True, "1"], "b": [0, 1]},
+                      [(1, 0, 1.0), (True, 0, 5.0), (1, 1, 2.0), (True, 1, 6.0), ("1", 1, 7.0)])
+    assert cache.size == 4  # the file's object holds one entry per key: "1,1" is the last, "1" and 1
+    assert [lookup_point(cache, {"a": a, "b": b}).metrics.get("latency_ms") for a, b in
+            ((0, 0), (1, 0), (1, 1), (2, 1))] == [1.0, 5.0, 6.0, 7.0]
+    assert cache.optimum() == ({"a": 1, "b": 0}, 1.0)
+    # 1,1 has the text of the entry recorded for "1",1: never that configuration's time
+    assert lookup_point(cache, {"a": 0, "b": 1}).metrics == {"not_recorded": True}
+    assert cache.lookup({"a": 1.0, "b": 0}).metrics["latency_ms"] == 1.0  # 1.0 is the number 1
+
+
+def test_a_value_recorded_twice_is_refused_as_in_a_numeric_parameter(tmp_path):
+    from kernels.space import SpaceError
+
+    cache = _labelled(tmp_path / "twice.json", {"a": ["p", "q", "p"], "b": [0]}, [("p", 0, 1.0)])
+    with pytest.raises(SpaceError, match=r"parameter 'a': duplicate values \['p'\]"):
+        cache.space()
 
 
 def test_a_recorded_valid_config_returns_its_time_and_samples(conv):

@@ -89,6 +89,21 @@ def test_it_validates_parameters(params, message):
         DesignSpace.from_dict({"parameters": [{"name": k, "values": v} for k, v in params.items()]})
 
 
+def test_labels_name_the_values_of_a_category_and_round_trip():
+    d = {"parameters": [{"name": "METHOD", "values": [0, 1, 2], "labels": ["best1bin", True, 1]},
+                        {"name": "B", "values": [4, 8]}], "restrictions": []}
+    s = DesignSpace.from_dict(d)
+    assert s.to_dict() == d and s.parameters[0].labels == ("best1bin", True, 1)  # True and 1 apart
+    assert s != DesignSpace.from_dict(d | {"parameters": [{"name": "METHOD", "values": [0, 1, 2], "labels": [1, True, "best1bin"]},
+                                                          d["parameters"][1]]})
+    for labels, message in ((["a"], "labels must be a list of 3"), (["a", "b", ["c"]], "labels must be"),
+                            ("abc", "labels must be"), (["a", "b", "a"], "duplicate labels")):
+        with pytest.raises(SpaceError, match=message):
+            DesignSpace.from_dict({"parameters": [{"name": "M", "values": [0, 1, 2], "labels": labels}]})
+    with pytest.raises(SpaceError, match="optional 'labels'"):
+        DesignSpace.from_dict({"parameters": [{"name": "M", "values": [0], "units": "ms"}]})
+
+
 def test_it_rejects_duplicate_names():
     with pytest.raises(SpaceError, match="duplicate parameter names: A"):
         DesignSpace.from_dict({"parameters": [{"name": "A", "values": [1]}, {"name": "A", "values": [2]}]})

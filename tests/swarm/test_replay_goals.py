@@ -102,6 +102,32 @@ def test_a_file_whose_values_are_names_is_searched_as_its_numbered_twin(tmp_path
     by_goal = [list(Candidate.objects.filter(goal_id=g["goal"]).order_by("id").values_list("params", "evidence__metrics"))
                for g in (named, original)]
     assert by_goal[0] == by_goal[1]
+    # exported as a Kernel Tuner cache, the run records the names again
+    from swarm.models import Run
+    from swarm.web.api.exports import kernel_tuner_cache
+
+    exported = kernel_tuner_cache(Run.objects.filter(goal_id=named["goal"]).latest("id"))
+    assert exported["tune_params"]["between_method"] == names
+    assert {e["between_method"] for e in exported["cache"].values()} <= set(names)
+    timed = [(k, e) for k, e in exported["cache"].items() if "time" in e]
+    assert timed and all(data["cache"][k]["time"] == e["time"] for k, e in timed)
+
+
+@pytest.mark.django_db
+def test_a_file_whose_names_change_order_is_a_new_goal_not_the_old_one_reused(tmp_path):
+    path = tmp_path / "named.json"
+
+    def write(order):
+        path.write_text(json.dumps({"tune_params_keys": ["a", "b"], "tune_params": {"a": order, "b": [0, 1]}, "cache": {
+            f"{a},{b}": {"a": a, "b": b, "time": {"p": 1.0, "q": 7.0}[a] + b} for a in order for b in (0, 1)}}))
+
+    write(["p", "q"])
+    first = factory("import-cache", str(path))
+    write(["q", "p"])  # position 0 is now "q": the first goal's candidates would mean other configurations
+    second = factory("import-cache", str(path))
+    assert not second["reused"] and second["goal"] != first["goal"]
+    assert any(f"goal {first['goal']}" in w and "space differs" in w for w in second["warnings"])
+    assert second["optimum_params"] == {"a": 1, "b": 0} and second["labels"] == {"a": ["q", "p"]}
 
 
 @pytest.mark.django_db

@@ -96,7 +96,12 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
     """The run's candidates as a Kernel Tuner cache dict (see the module docstring)."""
     goal = run.goal
     params = [p["name"] for p in run.space.get("parameters", [])]
-    tune_params = {p["name"]: list(p["values"]) for p in run.space.get("parameters", [])}
+    tune_params = {p["name"]: list(p.get("labels") or p["values"]) for p in run.space.get("parameters", [])}
+    labels = {p["name"]: p["labels"] for p in run.space.get("parameters", []) if p.get("labels")}
+
+    def recorded(name: str, v: Any) -> Any:  # a labelled parameter's position as its recorded value
+        positions = labels.get(name)
+        return positions[v] if positions and isinstance(v, int) and not isinstance(v, bool) and 0 <= v < len(positions) else v
     problem_size: list[int] = []
     try:
         import kernels  # noqa: PLC0415
@@ -117,10 +122,10 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
         if set(p) != set(params):
             skipped += 1
             continue
-        key = ",".join(str(p[n]) for n in params)
+        key = ",".join(str(recorded(n, p[n])) for n in params)
         if key in cache:
             continue
-        entry: dict[str, Any] = {n: p[n] for n in params}
+        entry: dict[str, Any] = {n: recorded(n, p[n]) for n in params}
         m = m or {}
         if status == "ok":
             samples = samples or {}
