@@ -419,7 +419,8 @@ class TuningCache:
 
     def point_of(self, key: str) -> dict[str, Any]:
         """The entry ``key`` as a point of :meth:`space` (:meth:`space_point` of :meth:`params_of`)."""
-        return self.space_point(self.params_of(key))
+        params = self.params_of(key)
+        return self.space_point(params) if self._codes else params
 
     def space_point(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Recorded values as a point of :meth:`space`: each value of a :attr:`labels` parameter
