@@ -674,6 +674,29 @@ def _entry_warnings(entries: Mapping[str, Mapping[str, Any]], status: Mapping[st
     return out
 
 
+def _outside_warnings(entries: Mapping[str, Mapping[str, Any]], keys: tuple[str, ...],
+                      params: Mapping[str, tuple[Any, ...]]) -> list[str]:
+    """A warning when entries record a value their parameter's ``tune_params`` lacks: such an
+    entry lies outside the search space (Kernel Tuner's too), so no search proposes it."""
+    allowed = [{_kind(v) for v in params[k]} for k in keys]
+    outside, first = 0, None
+    for key, rec in entries.items():
+        for k, kinds in zip(keys, allowed):
+            try:
+                inside = _kind(rec[k]) in kinds
+            except TypeError:  # unhashable
+                inside = False
+            if not inside:
+                outside += 1
+                first = first or (key, k, rec[k])
+                break
+    if not outside:
+        return []
+    key, name, value = first
+    return [f"{outside} entries record a value that 'tune_params' lacks (first: entry '{key}', {name} = "
+            f"{json.dumps(value)[:60]}): they lie outside the search space, and no search proposes them"]
+
+
 #: The types a recorded parameter value may have (JSON scalars: hashable, so they can be looked up).
 _SCALARS = frozenset({int, float, str, bool, type(None)})
 
@@ -810,7 +833,7 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
         objectives_available=tuple(numeric),
         entries=types.MappingProxyType(entries),
         repaired="; ".join(repairs),
-        warnings=tuple(warned + _entry_warnings(entries, status)),
+        warnings=tuple(warned + _entry_warnings(entries, status) + _outside_warnings(entries, keys, params)),
         load_ms=(time.perf_counter() - start) * 1e3,
         _status=types.MappingProxyType(status),
         _formats=formats,

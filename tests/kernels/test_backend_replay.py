@@ -211,6 +211,15 @@ def test_values_that_python_thinks_equal_but_json_keeps_apart_are_different_conf
     assert cache.lookup({"a": 1.0, "b": 0}).metrics["latency_ms"] == 1.0  # 1.0 is the number 1
 
 
+def test_entries_with_a_value_tune_params_lacks_are_named_in_a_warning(tmp_path):
+    cache = _labelled(tmp_path / "outside.json", {"a": ["p", "q"], "b": [0, 1]},
+                      [("p", 0, 2.0), ("r", 0, 1.0), ("q", 1, 3.0), ("q", 2, 0.5)])
+    assert [w for w in cache.warnings if "'tune_params' lacks" in w] == [
+        "2 entries record a value that 'tune_params' lacks (first: entry 'r,0', a = \"r\"): they lie outside the "
+        "search space, and no search proposes them"]
+    assert not any("'tune_params' lacks" in w for w in load_cache(DATA / f"{PNPOLY}.json.gz").warnings)
+
+
 def test_a_value_recorded_twice_is_refused_as_in_a_numeric_parameter(tmp_path):
     from kernels.space import SpaceError
 
