@@ -1335,9 +1335,10 @@ def _write_report(args: argparse.Namespace, argv: list[str] | None, datasets: di
         cpu.update({k: v for k, v in reused_report.get("cpu_by_strategy", {}).items() if k in taken})
         left_out = {k: v for k, v in left_out.items() if k not in taken}
         for line in reused_report.get("failed_runs", []):  # the failures of what is taken count as before
-            if isinstance(line, str) and line.split(" on ", 1)[0] in taken:
+            name = line.split(" on ", 1)[0] if isinstance(line, str) else None
+            if name in taken:
                 failed.append(line)
-                done.failed_by[line.split(" on ", 1)[0]] += 1
+                done.failed_by[name] += 1
         taken_from = (f"Taken from `{args.reuse}` ({reused_report.get('host', 'host not recorded')}): "
                       f"{', '.join(taken)}.\n\n")
     mixes = [m for m in OUR_MIXES if m in score or m in strategies]

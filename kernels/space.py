@@ -44,6 +44,19 @@ class SpaceError(ValueError):
     """A design space (or a parameter point) is malformed; the message says how to fix it."""
 
 
+def is_value(v: Any) -> bool:
+    """True for what a parameter's values may be: an int or a finite float, not a bool."""
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and (not isinstance(v, float) or math.isfinite(v))
+
+
+def labelled_value(labels: tuple[Any, ...] | list[Any] | None, v: Any) -> Any:
+    """What the value ``v`` of a parameter with ``labels`` (:class:`Parameter`) stands for: the
+    label at position ``v`` (an int, not a bool, in range), else ``v`` itself."""
+    if labels and isinstance(v, int) and not isinstance(v, bool) and 0 <= v < len(labels):
+        return labels[v]
+    return v
+
+
 def _check_value(name: str, v: Any) -> Value:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise SpaceError(f"parameter '{name}': value {v!r} must be an int or a float")

@@ -34,6 +34,7 @@ import os
 import re
 import time
 import types
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,7 @@ from typing import Any
 from kernels import stats
 from kernels.evidence import Evidence
 from kernels.outcome import Outcome
-from kernels.space import DesignSpace, Parameter, SpaceError
+from kernels.space import DesignSpace, Parameter, SpaceError, is_value, labelled_value
 
 __all__ = [
     "LEGACY_FAILED_TIME",
@@ -162,11 +163,6 @@ def _number(v: Any) -> float | None:
         return float(v) if math.isfinite(v) else None
     except OverflowError:
         return None
-
-
-def _is_number(v: Any) -> bool:
-    """True for a value a design space takes as it is: an int or a finite float, not a bool."""
-    return not isinstance(v, bool) and isinstance(v, (int, float)) and (not isinstance(v, float) or math.isfinite(v))
 
 
 def _kind(v: Any) -> tuple[str, Any]:
@@ -374,8 +370,8 @@ class TuningCache:
         """
         for k, codes in self._codes.items():
             if len(codes) < len(self.tune_params[k]):
-                seen: set = set()
-                twice = [v for v in self.tune_params[k] if _kind(v) in seen or seen.add(_kind(v))]
+                counts = Counter(map(_kind, self.tune_params[k]))
+                twice = list(dict.fromkeys(v for v in self.tune_params[k] if counts[_kind(v)] > 1))
                 raise SpaceError(f"parameter '{k}': duplicate values {twice}")
         return DesignSpace(tuple(
             Parameter(k, tuple(range(len(self.tune_params[k]))), self.tune_params[k]) if k in self._codes
@@ -435,9 +431,8 @@ class TuningCache:
         :meth:`key` to accept or name)."""
         out = dict(point)
         for k in self._codes:
-            v = out.get(k)
-            if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < len(self.tune_params[k]):
-                out[k] = self.tune_params[k][v]
+            if k in out:
+                out[k] = labelled_value(self.tune_params[k], out[k])
         return out
 
     def status(self, key: str) -> tuple[Outcome, str]:
@@ -796,7 +791,7 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
         params[k] = tuple(values)
     formats = tuple({_kind(v): str(v) for v in params[k]} for k in keys)
     codes = {k: types.MappingProxyType({_kind(v): i for i, v in reversed(list(enumerate(params[k])))})
-             for k in keys if not all(map(_is_number, params[k]))}
+             for k in keys if not all(map(is_value, params[k]))}
     objective = str(data.get("objective") or "time")
 
     rekey = not _keys_match(cache, keys, formats)

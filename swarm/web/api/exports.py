@@ -22,6 +22,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from kernels.space import labelled_value
 from swarm.models import PENDING_STATUSES, UNJUDGED_STATUSES, Candidate, Run
 from swarm.runs.progress import run_state
 
@@ -97,11 +98,7 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
     goal = run.goal
     params = [p["name"] for p in run.space.get("parameters", [])]
     tune_params = {p["name"]: list(p.get("labels") or p["values"]) for p in run.space.get("parameters", [])}
-    labels = {p["name"]: p["labels"] for p in run.space.get("parameters", []) if p.get("labels")}
-
-    def recorded(name: str, v: Any) -> Any:  # a labelled parameter's position as its recorded value
-        positions = labels.get(name)
-        return positions[v] if positions and isinstance(v, int) and not isinstance(v, bool) and 0 <= v < len(positions) else v
+    labels = {p["name"]: p.get("labels") for p in run.space.get("parameters", [])}
     problem_size: list[int] = []
     try:
         import kernels  # noqa: PLC0415
@@ -122,10 +119,10 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
         if set(p) != set(params):
             skipped += 1
             continue
-        key = ",".join(str(recorded(n, p[n])) for n in params)
+        key = ",".join(str(labelled_value(labels[n], p[n])) for n in params)
         if key in cache:
             continue
-        entry: dict[str, Any] = {n: recorded(n, p[n]) for n in params}
+        entry: dict[str, Any] = {n: labelled_value(labels[n], p[n]) for n in params}
         m = m or {}
         if status == "ok":
             samples = samples or {}
