@@ -255,7 +255,7 @@ def test_a_claim_contradicted_in_a_few_heavy_tailed_rounds_is_noted_not_refused(
     rounds but by a few microseconds in four (a wake-up under load took the difference): the
     median misses a quarter of the claim by many of its standard errors, yet four short rounds
     of six are what a fair coin gives a third of the time, so this is no evidence of forgery
-    (a real 65x-the-work pair was refused so under CI load)."""
+    (a real pair, one thread against 65x its work, gives such rounds under load)."""
     tight = [1.0, 1.001, 1.002, 1.001, 1.0]
     shorter_us = [1.0, 2.0, 3.0, 5.0, 40.0, 45.0]
     rounds = [{"walls_ms": {"A": [[w - d / 2e3 for w in tight]] * 2, "B": [tight] * 2}} for d in shorter_us]
