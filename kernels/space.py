@@ -9,13 +9,14 @@ returns its points.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
 import operator
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -49,12 +50,28 @@ def is_value(v: Any) -> bool:
     return not isinstance(v, bool) and isinstance(v, (int, float)) and (not isinstance(v, float) or math.isfinite(v))
 
 
-def labelled_value(labels: tuple[Any, ...] | list[Any] | None, v: Any) -> Any:
+def labelled_value(labels: Sequence[Any] | None, v: Any, values: Sequence[Any] | None = None) -> Any:
     """What the value ``v`` of a parameter with ``labels`` (:class:`Parameter`) stands for: the
-    label at position ``v`` (an int, not a bool, in range), else ``v`` itself."""
-    if labels and isinstance(v, int) and not isinstance(v, bool) and 0 <= v < len(labels):
-        return labels[v]
+    label of the value equal to ``v`` among ``values`` (default: the positions 0 .. n - 1, as in
+    a recorded parameter's space), else ``v`` itself (also a bool, which is no value)."""
+    if not labels or isinstance(v, bool) or not isinstance(v, (int, float)):
+        return v
+    if values is None:
+        return labels[v] if isinstance(v, int) and 0 <= v < len(labels) else v
+    for value, label in zip(values, labels):
+        if value == v and not isinstance(value, bool):
+            return label
     return v
+
+
+def labelled_params(space: Mapping[str, Any] | None, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` with the value of each parameter that ``space`` (a :meth:`DesignSpace.to_dict`
+    form, as a goal or run stores it) labels replaced by its label (:func:`labelled_value`): what
+    a point stands for, e.g. ``{"method": "best1bin"}`` for ``{"method": 0}``. Other values, and
+    every value where ``space`` is None or labels nothing, are passed on as given."""
+    found = {p.get("name"): p for p in (space or {}).get("parameters") or () if isinstance(p, Mapping)}
+    return {k: labelled_value(found[k].get("labels"), v, found[k].get("values") or ()) if k in found else v
+            for k, v in params.items()}
 
 
 def _check_value(name: str, v: Any) -> Value:
@@ -73,8 +90,33 @@ def point_key(params: Mapping[str, Value]) -> str:
     """Canonical string of a parameter point (sorted JSON), for de-duplication.
 
     Example: ``{"VEC": 8, "UNROLL": 2}`` -> ``'{"UNROLL":2,"VEC":8}'``.
+
+    Raises:
+        TypeError: a name or value that JSON cannot write (as :func:`json.dumps`).
     """
+    try:
+        items = sorted(params.items())
+    except TypeError:  # names of mixed types: json.dumps names the problem
+        items = None
+    if items is not None:
+        # Spelled directly where that is exactly what json.dumps writes (identifier names,
+        # ints and finite floats, whose JSON is their repr): keying a recorded landscape of
+        # 10^5-10^6 points through the encoder costs seconds.
+        parts = []
+        for name, v in items:
+            kind = type(v)
+            if not (kind is int or (kind is float and math.isfinite(v))) or not _plain_name(name):
+                break
+            parts.append(f'"{name}":{v!r}')
+        else:
+            return "{" + ",".join(parts) + "}"
     return json.dumps(dict(params), sort_keys=True, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _plain_name(name: Any) -> bool:
+    """Whether JSON writes ``name`` as it is between quotes (a str C identifier)."""
+    return type(name) is str and _IDENT.fullmatch(name) is not None
 
 
 def format_defines(params: Mapping[str, Value], order: Iterable[str] | None = None) -> str:
@@ -111,11 +153,14 @@ class Domain:
     def of(cls, name: str, points: Iterable[Mapping[str, Any]]) -> Domain:
         """The domain ``name`` of ``points`` (in that order), with their keys and values."""
         pts = tuple(dict(p) for p in points)
-        keys = tuple(point_key(p) for p in pts)
+        keys = tuple(map(point_key, pts))
         values: dict[str, set[Any]] = {}
+        for k in dict.fromkeys(k for p in pts[:1] for k in p):  # the usual case: every point names the same parameters
+            values[k] = {p[k] for p in pts if k in p}
         for p in pts:
-            for k, v in p.items():
-                values.setdefault(k, set()).add(v)
+            if p.keys() != values.keys():
+                for k, v in p.items():
+                    values.setdefault(k, set()).add(v)
         return cls(name, pts, keys, frozenset(keys), values)
 
 
@@ -221,6 +266,8 @@ class DesignSpace:
     restrictions: tuple[str, ...] = ()
     domain: str | None = None
     _compiled: tuple[Restriction, ...] = field(init=False, repr=False, compare=False)
+    # (name, values as a set): membership as the tuple's (32 == 32.0), in O(1)
+    _value_sets: tuple[tuple[str, frozenset[Value]], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         params = tuple(self.parameters)
@@ -244,6 +291,7 @@ class DesignSpace:
         object.__setattr__(self, "parameters", params)
         object.__setattr__(self, "restrictions", restrictions)
         object.__setattr__(self, "_compiled", compiled)
+        object.__setattr__(self, "_value_sets", tuple((p.name, frozenset(p.values)) for p in params))
 
     def _domain_points(self) -> tuple[dict[str, Value], ...] | None:
         if self.domain is None:
@@ -340,7 +388,28 @@ class DesignSpace:
         return self.satisfies_restrictions(params)
 
     def _in_values(self, point: Mapping[str, Value]) -> bool:
-        return all(point.get(p.name) in p.values for p in self.parameters)
+        try:
+            return all(point.get(name) in values for name, values in self._value_sets)
+        except TypeError:  # an unhashable value is none of the numbers
+            return False
+
+    def iter_valid_keyed(self) -> Iterator[tuple[str, dict[str, Value]]]:
+        """(:meth:`point_key`, point) of :meth:`iter_valid`'s points, in its order; a domain's
+        keys are the ones it holds, not computed again."""
+        domain = self._domain_keyed()
+        if domain is None:
+            for point in self.iter_valid():
+                yield point_key(point), point
+            return
+        for point, key in zip(*domain):
+            if self._in_values(point) and self.satisfies_restrictions(point):
+                yield key, dict(point)
+
+    def _domain_keyed(self) -> tuple[tuple[dict[str, Value], ...], tuple[str, ...]] | None:
+        if self.domain is None:
+            return None
+        found = resolve_domain(self.domain)
+        return found.points, found.point_keys
 
     def iter_valid(self) -> Iterator[dict[str, Value]]:
         """All valid points: the domain's in recorded order, else lexicographic (small spaces only)."""

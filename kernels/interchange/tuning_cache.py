@@ -121,18 +121,19 @@ def _legacy_failure(value: Any) -> float | None:
     return v if v >= LEGACY_FAILED_TIME else None
 
 
-def _classify(record: Mapping[str, Any], objective: str) -> tuple[Outcome, str]:
+def _classify(record: Mapping[str, Any], objective: str, measured: tuple[str, ...]) -> tuple[Outcome, str]:
     """The one place that maps a recorded entry to an :class:`Outcome` (and a reason).
 
-    A failure is an ``__error__`` field, a string where a measurement belongs (the objective,
-    ``time`` or a recorded rate/energy: Kernel Tuner writes its ``ErrorConfig`` there), or a
-    ``time`` of at least :data:`LEGACY_FAILED_TIME` ms (the marker of old caches). The marker
-    maps through :data:`_FAILURES`; an unknown or legacy one is a ``runtime_error``.
+    A failure is an ``__error__`` field, a string where a measurement belongs (``measured``:
+    the objective, ``time`` and the recorded rates/energy, see :func:`_measured_fields`; Kernel
+    Tuner writes its ``ErrorConfig`` there), or a ``time`` of at least
+    :data:`LEGACY_FAILED_TIME` ms (the marker of old caches). The marker maps through
+    :data:`_FAILURES`; an unknown or legacy one is a ``runtime_error``.
     """
     marker = record.get("__error__")
     where = "__error__"
     if marker is None:
-        for key in dict.fromkeys((objective, "time", *_MEASURED)):
+        for key in measured:
             if isinstance(record.get(key), str):
                 marker, where = record[key], key
                 break
@@ -153,6 +154,12 @@ def _classify(record: Mapping[str, Any], objective: str) -> tuple[Outcome, str]:
     if _number(t) is None or t < 0:
         return Outcome.runtime_error, f"recorded entry has no usable time ({t!r:.40})"
     return Outcome.ok, "recorded measurement"
+
+
+def _measured_fields(objective: str) -> tuple[str, ...]:
+    """The fields of an entry where a measurement belongs: ``objective``, ``time``, then
+    :data:`_MEASURED`'s, once each."""
+    return tuple(dict.fromkeys((objective, "time", *_MEASURED)))
 
 
 def _number(v: Any) -> float | None:
@@ -674,6 +681,12 @@ def _outside_warnings(entries: Mapping[str, Mapping[str, Any]], keys: tuple[str,
     """A warning when entries record a value their parameter's ``tune_params`` lacks: such an
     entry lies outside the search space (Kernel Tuner's too), so no search proposes it."""
     allowed = [{_kind(v) for v in params[k]} for k in keys]
+    try:  # the usual case at C speed: every distinct value of every parameter is allowed
+        if all(all(_kind(v) in kinds for _, v in {(type(rec[k]), rec[k]) for rec in entries.values()})
+               for k, kinds in zip(keys, allowed)):
+            return []
+    except TypeError:  # an unhashable value: counted below
+        pass
     outside, first = 0, None
     for key, rec in entries.items():
         for k, kinds in zip(keys, allowed):
@@ -793,6 +806,7 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
     codes = {k: types.MappingProxyType({_kind(v): i for i, v in reversed(list(enumerate(params[k])))})
              for k in keys if not all(map(is_value, params[k]))}
     objective = str(data.get("objective") or "time")
+    measured = _measured_fields(objective)
 
     rekey = not _keys_match(cache, keys, formats)
     entries: dict[str, types.MappingProxyType] = {}
@@ -803,7 +817,7 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
             continue
         key = _canonical(rec, keys, formats, file_key) if rekey else file_key
         entries[key] = types.MappingProxyType(rec)
-        status[key] = verdict = _classify(rec, objective)
+        status[key] = verdict = _classify(rec, objective, measured)
         if verdict[0] is Outcome.ok:
             fields.update(rec.keys())
     numeric = []

@@ -115,13 +115,17 @@ def varying(space: DesignSpace) -> list[int]:
 def _build(space: DesignSpace) -> SpaceIndex:
     names, columns = space.names, varying(space)
     tuples, key_rows = [], {}
-    for p in space.iter_valid():
-        key_rows[space.point_key(p)] = len(tuples)
+    for key, p in space.iter_valid_keyed():
+        key_rows[key] = len(tuples)
         tuples.append(tuple(p[k] for k in names))
-    values = np.array([[float(t[i]) for i in columns] for t in tuples], dtype=float).reshape(len(tuples), len(columns))
-    positions = [{v: j for j, v in enumerate(space.parameters[i].values)} for i in columns]
-    codes = np.array([[positions[c][t[i]] for c, i in enumerate(columns)] for t in tuples],
-                     dtype=np.int32).reshape(len(tuples), len(columns))
+    n = len(tuples)
+    values = np.empty((n, len(columns)), dtype=float)
+    codes = np.empty((n, len(columns)), dtype=np.int32)
+    for c, i in enumerate(columns):  # column by column: a recorded landscape has 10^5-10^6 rows
+        column = [t[i] for t in tuples]
+        values[:, c] = np.fromiter(map(float, column), dtype=float, count=n)
+        position = {v: j for j, v in enumerate(space.parameters[i].values)}.__getitem__
+        codes[:, c] = np.fromiter(map(position, column), dtype=np.int32, count=n)
     return SpaceIndex(space, tuple(tuples), values, {t: i for i, t in enumerate(tuples)}, key_rows, codes)
 
 

@@ -1,4 +1,6 @@
 
+import json
+
 import numpy as np
 import pytest
 
@@ -152,6 +154,45 @@ def test_defines_and_point_key_are_canonical():
     assert point_key({"B": 2, "A": 0.5}) == point_key({"A": 0.5, "B": 2}) == '{"A":0.5,"B":2}'
     with pytest.raises(SpaceError, match="missing parameter values: A"):
         s.defines({"B": 2})
+
+
+@pytest.mark.parametrize("point", [
+    {"B": 2, "A": 0.5, "C": -0.0, "D": 1e-05, "E": 10**30, "F": 1.5e300},
+    {"x": True, "y": 1},  # a bool is JSON's true, not 1
+    {"x": None, "y": "best1bin", "z": 'say "hi"\\'},  # labels, quotes and backslashes escaped
+    {"é": 1, "a b": 2, "x\n": 3},  # names JSON escapes or that are no identifier
+    {"x": float("nan")}, {"x": float("inf")},  # JSON's NaN / Infinity, not Python's nan / inf
+    {"x": [1, 2]}, {},
+])
+def test_point_key_is_exactly_the_sorted_compact_json_of_the_point(point):
+    # Stored candidates, seen sets and recorded domains are keyed by it: one spelling only.
+    assert point_key(point) == json.dumps(point, sort_keys=True, separators=(",", ":"))
+
+
+def test_a_point_key_of_a_point_json_cannot_write_raises_as_json_does():
+    with pytest.raises(TypeError):
+        point_key({"x": object()})
+    with pytest.raises(TypeError):
+        point_key({"x": 1, 2: 3})
+
+
+def test_a_recorded_domain_keeps_the_values_of_points_that_name_different_parameters():
+    from kernels.space import Domain
+
+    d = Domain.of("test:mixed", [{"A": 1, "B": 2}, {"A": 3}, {"B": 4, "C": 5}])
+    assert d.values == {"A": {1, 3}, "B": {2, 4}, "C": {5}}
+    assert d.point_keys == ('{"A":1,"B":2}', '{"A":3}', '{"B":4,"C":5}')
+
+
+def test_a_labelled_value_reads_as_the_label_of_that_value_not_of_that_position():
+    from kernels.space import labelled_params
+
+    space = DesignSpace((Parameter("SCHED", (4, 8, 16), ("static", "dynamic", "guided")), Parameter("TILE", (1, 2))))
+    stored = space.to_dict()
+    assert labelled_params(stored, {"SCHED": 8, "TILE": 2}) == {"SCHED": "dynamic", "TILE": 2}
+    assert labelled_params(stored, {"SCHED": 1}) == {"SCHED": 1}  # position 1 is no value of SCHED
+    assert labelled_params(stored, {"SCHED": True, "OTHER": 4}) == {"SCHED": True, "OTHER": 4}
+    assert labelled_params(None, {"SCHED": 8}) == {"SCHED": 8}
 
 
 def test_the_default_rmsnorm_space_matches_its_template():
