@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernels.space import labelled_params
 from swarm.models import Candidate, CandidateStatus, Run
 from swarm.pareto import pareto_front
 from swarm.runs import baselines
@@ -41,17 +42,24 @@ def best(run: Run, candidates: list[Candidate]) -> Candidate | None:
     return min(front, key=lambda c: sign * c.evidence.metrics[primary["metric"]])
 
 
-def _with_ties(res: dict[str, Any], tied: set[int]) -> dict[str, Any]:
-    """``res`` of :func:`swarm.runs.results.results` with ``tied_with_best`` on its best and frontier."""
+def _annotated(res: dict[str, Any], tied: set[int], space: dict[str, Any] | None) -> dict[str, Any]:
+    """``res`` of :func:`swarm.runs.results.results` with ``tied_with_best`` and
+    ``labelled_params`` (:func:`kernels.space.labelled_params` in the run's ``space``) on its best
+    and frontier."""
+    def shown(c: dict[str, Any]) -> dict[str, Any]:
+        return {**c, "tied_with_best": c["id"] in tied, "labelled_params": labelled_params(space, c.get("params") or {})}
+
     if res.get("best"):
-        res["best"] = {**res["best"], "tied_with_best": res["best"]["id"] in tied}
-    res["frontier"] = [{**c, "tied_with_best": c["id"] in tied} for c in res.get("frontier") or []]
+        res["best"] = shown(res["best"])
+    res["frontier"] = [shown(c) for c in res.get("frontier") or []]
     return res
 
 
 def run_summary(run: Run) -> dict[str, Any]:
     """Result of a run: progress, best candidate, Pareto frontier (each with ``tied_with_best``:
-    its latency within the noise floor of the best's), ``noise_floor``, ``tied_with_best``
+    its latency within the noise floor of the best's; and ``labelled_params``: its ``params``
+    with a labelled parameter's position replaced by its label, e.g. a recorded name),
+    ``noise_floor``, ``tied_with_best``
     (candidate ids), agents, ``baseline`` (the ``factory run`` JSON).
 
     The frontier and best come from stored columns (:func:`swarm.runs.results.results`); when no
@@ -73,7 +81,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         target=run.goal.target,
         shape_set=run.goal.shape_set,
         seed=run.seed,
-        **_with_ties(results(run, ok=summary["status_counts"].get(CandidateStatus.OK, 0)), tied),
+        **_annotated(results(run, ok=summary["status_counts"].get(CandidateStatus.OK, 0)), tied, run.space),
         noise_floor=ties["noise_floor"],
         tied_with_best=ties["tied_with_best"],
         agents=[a.to_dict() for a in run.agents.all()],

@@ -32,6 +32,7 @@ from typing import Any
 
 from django.db.models import F, FloatField, Func, QuerySet, TextField
 
+from kernels.space import labelled_params
 from swarm.models import STORED_METRICS, CandidateStatus, Run
 from swarm.web import display
 
@@ -308,7 +309,8 @@ def page(run: Run, q: Query) -> dict[str, Any]:
     Returns:
         ``{"run", "count" (rows matching the filters), "limit", "offset", "sort" (names,
         ``-`` for descending), "columns" ([Column.to_dict()]), "rows" ([{"id", "values":
-        {column: value}, "text": {column: value with unit and 4 significant digits}}]),
+        {column: value}, "text": {column: value with unit and 4 significant digits, a labelled
+        parameter's label}}]),
         "available" (every column), "statuses" (every status), "agents" (:func:`agents_of`),
         "default" (the default columns' names)}``.
     """
@@ -321,7 +323,9 @@ def page(run: Run, q: Query) -> dict[str, Any]:
     rows = []
     for row in (by_id[i] for i in ids):
         values = {c.name: _value(c, row) for c in q.columns}
-        rows.append({"id": row[0], "values": values, "text": {c.name: _text(c, values[c.name]) for c in q.columns}})
+        # a labelled parameter sorts and filters by its position and reads as its label
+        shown = {**values, **labelled_params(run.space, {c.name: values[c.name] for c in q.columns if c.kind == "param"})}
+        rows.append({"id": row[0], "values": values, "text": {c.name: _text(c, shown[c.name]) for c in q.columns}})
     return {
         "run": run.pk, "count": count, "limit": q.limit, "offset": q.offset,
         "sort": [("-" if desc else "") + col.name for col, desc in q.sort],

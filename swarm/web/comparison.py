@@ -7,7 +7,7 @@ import difflib
 import statistics
 from typing import Any
 
-from kernels.space import format_defines
+from kernels.space import format_defines, labelled_params
 
 MAX_COMPARED = 6
 
@@ -24,12 +24,15 @@ def source_diff_html(a, b) -> str:
 
 
 def parameter_rows(candidates) -> list[dict[str, Any]]:
+    """Per parameter, each candidate's value as its run's space labels it (``None`` where it has
+    none), and whether they differ: ``[{"name", "values", "differs"}]``."""
+    shown = [labelled_params(c.run.space, c.params) for c in candidates]
     names: list[str] = []
-    for c in candidates:
-        names += [n for n in c.params if n not in names]
+    for p in shown:
+        names += [n for n in p if n not in names]
     rows = []
     for n in names:
-        values = [c.params.get(n) for c in candidates]
+        values = [p.get(n) for p in shown]
         rows.append({"name": n, "values": values, "differs": len({repr(v) for v in values}) > 1})
     return rows
 

@@ -16,11 +16,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 
-def _synthetic_run(n: int, name: str = "views"):
+def _synthetic_run(n: int, name: str = "views", space: dict = BENCH_SPACE):
     from swarm.goals.lifecycle import default_goal
 
     goal = default_goal("rmsnorm", "cpu-x86_64", "test-small", name=name)
-    goal.space = BENCH_SPACE
+    goal.space = space
     goal.save(update_fields=["space"])
     return populate(goal, n, seed=7, batch_size=20, state="finished")
 
@@ -125,6 +125,24 @@ def _hover_text(page, chart_id: str, x: float, y: float) -> str:
     page.wait_for_selector(f"#{chart_id} .hoverlayer .hovertext", timeout=10_000)
     return page.eval_on_selector(f"#{chart_id} .hoverlayer .hovertext",
                                  "(g) => [...g.querySelectorAll('tspan.line')].map((t) => t.textContent).join('\\n') || g.textContent")
+
+
+def test_a_labelled_parameter_reads_as_its_labels_on_the_run_page_and_in_the_table(stack, demo_user, browser):  # noqa: F811
+    labels = ["static", "dynamic", "guided"]
+    space = {**BENCH_SPACE, "parameters": [{**p, "labels": labels} if p["name"] == "SCHED" else p
+                                           for p in BENCH_SPACE["parameters"]]}
+    run = _synthetic_run(60, name="labelled", space=space)
+    w = Watched(browser, stack)
+    page = w.page
+    w.login(*demo_user)
+    _watch_run(w, f"{stack}/runs/{run.pk}/")
+    shown = page.eval_on_selector_all("#best-table tbody td code", "(cs) => cs.map((c) => c.textContent)")
+    assert shown and all(re.search(r"\bSCHED=(static|dynamic|guided)\b", t) for t in shown), shown
+    page.goto(f"{stack}/runs/{run.pk}/candidates/?sort=SCHED")
+    _loaded(page)
+    cells = page.eval_on_selector_all("#candidate-table tbody td[data-column='SCHED']", "(tds) => tds.map((t) => t.textContent)")
+    assert cells and set(cells) <= set(labels) and cells == sorted(cells, key=labels.index), cells
+    w.check_clean()
 
 
 def test_history_any_axis_and_importance_charts(stack, demo_user, browser):  # noqa: F811

@@ -131,6 +131,40 @@ def test_a_file_whose_names_change_order_is_a_new_goal_not_the_old_one_reused(tm
 
 
 @pytest.mark.django_db
+def test_a_run_on_named_values_shows_the_names_wherever_a_point_is_shown(tmp_path, client, owner):
+    """The search works on positions; the summary, ``factory run``'s table, the candidate page,
+    the compare page and the run's candidate table show the recorded names."""
+    from swarm.models import Run
+    from swarm.runs import summaries
+
+    path = tmp_path / "hyper-named.json"
+    path.write_text(json.dumps({"tune_params_keys": ["method", "unroll"],
+                                "tune_params": {"method": ["best1bin", "rand-to-best"], "unroll": [1, 2]}, "cache": {
+        f"{m},{u}": {"method": m, "unroll": u, "time": {"best1bin": 7.0, "rand-to-best": 1.0}[m] + u}
+        for m in ("best1bin", "rand-to-best") for u in (1, 2)}}))
+    goal = factory("import-cache", str(path))["goal"]
+    table = StringIO()
+    call_command("factory", "run", "--goal", str(goal), "--budget", "4", "--seed", "1", stdout=table)
+    assert "method=rand-to-best unroll=1" in table.getvalue()
+    summary = summaries.run_summary(Run.objects.get(goal_id=goal))
+    assert summary["best"]["params"] == {"method": 1, "unroll": 1}
+    assert summary["best"]["labelled_params"] == {"method": "rand-to-best", "unroll": 1}
+    assert all(c["labelled_params"]["method"] in ("best1bin", "rand-to-best") for c in summary["frontier"])
+
+    best = Candidate.objects.get(pk=summary["best"]["id"])
+    other = Candidate.objects.filter(run=best.run, params__method=0).first()
+    client.force_login(owner)
+    page = client.get(f"/candidates/{best.pk}/").content.decode()
+    assert "<code>method=rand-to-best</code>" in page
+    compared = client.get("/compare/", {"ids": f"{best.pk},{other.pk}"})
+    rows = {r["name"]: r["values"] for r in compared.context["params"]}
+    assert rows["method"] == ["rand-to-best", "best1bin"]
+    table = client.get(f"/api/runs/{best.run_id}/table/", {"columns": "id,method,unroll", "sort": "method,unroll"}).json()
+    assert [r["values"]["method"] for r in table["rows"]] == [0, 0, 1, 1]  # sorted by position
+    assert [r["text"]["method"] for r in table["rows"]] == ["best1bin", "best1bin", "rand-to-best", "rand-to-best"]
+
+
+@pytest.mark.django_db
 def test_a_missing_or_broken_cache_file_is_a_clear_error(tmp_path):
     with pytest.raises(CommandError, match="cannot import"):
         factory("import-cache", str(tmp_path / "nope.json"))

@@ -5,7 +5,7 @@
 import { $, el } from "./dom.js";
 import { log } from "./log.js";
 import { schedule } from "./scheduler.js";
-import { cfg, inflight, running, upsert } from "./state.js";
+import { cfg, inflight, paramText, running, upsert } from "./state.js";
 
 function csrf() {
   const input = document.querySelector("input[name=csrfmiddlewaretoken]");
@@ -13,7 +13,7 @@ function csrf() {
 }
 
 function params(c) {
-  return Object.entries(c.params || {}).map(([k, v]) => `${k}=${v}`).join(" ");
+  return Object.entries(c.params || {}).map(([k, v]) => paramText(k, v)).join(" ");
 }
 
 export function elapsedText(startedAt, nowMs) {

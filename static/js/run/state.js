@@ -47,9 +47,16 @@ export function feasible(r) {
   }
   return true;
 }
+// "name=value" of one parameter value as the space labels it: a labelled parameter's value
+// reads as its label, e.g. a recorded name (kernels.space.labelled_value).
+export function paramText(name, v) {
+  const p = meta && (meta.space.parameters || []).find((q) => q.name === name);
+  const i = p && p.labels && typeof v === "number" ? p.values.indexOf(v) : -1;
+  return `${name}=${i >= 0 ? p.labels[i] : v}`;
+}
 export function paramsText(r) {
   const parts = [];
-  for (const name in C.params) { const v = C.params[name][r]; if (v !== null && v !== undefined) parts.push(`${name}=${v}`); }
+  for (const name in C.params) { const v = C.params[name][r]; if (v !== null && v !== undefined) parts.push(paramText(name, v)); }
   return parts.join(" ");
 }
 export function textOf(r) {

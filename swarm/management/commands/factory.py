@@ -246,7 +246,7 @@ class Command(BaseCommand):
             table.add_column(escape({"gbps": "GB/s", "gflops": "GFLOP/s"}.get(col, col)))
         for c in summary["frontier"]:
             m = c["metrics"]
-            table.add_row(str(c["id"]), " ".join(f"{k}={v}" for k, v in c["params"].items()),
+            table.add_row(str(c["id"]), escape(" ".join(f"{k}={v}" for k, v in c["labelled_params"].items())),
                           *(_cell(k, m.get(k)) for k in columns))
         console.print(table)
         if summary["best"]:

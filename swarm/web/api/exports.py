@@ -22,7 +22,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from kernels.space import labelled_value
+from kernels.space import labelled_params
 from swarm.models import PENDING_STATUSES, UNJUDGED_STATUSES, Candidate, Run
 from swarm.runs.progress import run_state
 
@@ -98,7 +98,6 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
     goal = run.goal
     params = [p["name"] for p in run.space.get("parameters", [])]
     tune_params = {p["name"]: list(p.get("labels") or p["values"]) for p in run.space.get("parameters", [])}
-    labels = {p["name"]: p.get("labels") for p in run.space.get("parameters", [])}
     problem_size: list[int] = []
     try:
         import kernels  # noqa: PLC0415
@@ -119,10 +118,10 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
         if set(p) != set(params):
             skipped += 1
             continue
-        key = ",".join(str(labelled_value(labels[n], p[n])) for n in params)
+        entry: dict[str, Any] = labelled_params(run.space, {n: p[n] for n in params})
+        key = ",".join(map(str, entry.values()))
         if key in cache:
             continue
-        entry: dict[str, Any] = {n: labelled_value(labels[n], p[n]) for n in params}
         m = m or {}
         if status == "ok":
             samples = samples or {}

@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from kernels.evaluation.first_call import first_call_note, is_set_up_cost
+from kernels.space import labelled_params
 from swarm.launch import launch_plan
 from swarm.models import Candidate, PairedComparisonRun, PromotionRequest
 from swarm.production import paired_runs
@@ -44,6 +45,7 @@ def candidate_detail(request: HttpRequest, pk: int) -> HttpResponse:
     }
     return render(request, "swarm/candidate_detail.html", {
         "candidate": candidate,
+        "params": labelled_params(candidate.run.space, candidate.params),
         "goal": goal,
         "evidence": evidence,
         "source_html": highlighted(comparison.full_source(candidate), goal.backend),
@@ -162,7 +164,7 @@ def compare(request: HttpRequest) -> HttpResponse:
     (the navigation link) the empty form (200); unknown, malformed or too few ids are a 400."""
     raw = request.GET.get("ids", "")
     ids, error = _parse_ids(raw)
-    found = {c.pk: c for c in Candidate.objects.filter(pk__in=ids).select_related("goal", "evidence")}
+    found = {c.pk: c for c in Candidate.objects.filter(pk__in=ids).select_related("goal", "run", "evidence")}
     missing = [i for i in ids if i not in found]
     candidates = [found[i] for i in ids if i in found]
     if not error and missing:
