@@ -64,14 +64,37 @@ def labelled_value(labels: Sequence[Any] | None, v: Any, values: Sequence[Any] |
     return v
 
 
+def labels_of(space: Mapping[str, Any] | None, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The labels of the values of ``params`` that ``space`` (a :meth:`DesignSpace.to_dict` form,
+    as a goal or run stores it) labels (:func:`labelled_value`), by parameter; a value without a
+    label is left out, e.g. ``{"method": "best1bin"}`` for ``{"method": 0, "unroll": 2}``."""
+    found = {p.get("name"): p for p in (space or {}).get("parameters") or ()
+             if isinstance(p, Mapping) and isinstance(p.get("labels"), list | tuple)}
+    out = {}
+    for k, v in params.items():
+        if k in found:
+            p = found[k]
+            values = p.get("values") if isinstance(p.get("values"), list | tuple) else ()
+            if (label := labelled_value(p["labels"], v, values)) is not v:
+                out[k] = label
+    return out
+
+
 def labelled_params(space: Mapping[str, Any] | None, params: Mapping[str, Any]) -> dict[str, Any]:
-    """``params`` with the value of each parameter that ``space`` (a :meth:`DesignSpace.to_dict`
-    form, as a goal or run stores it) labels replaced by its label (:func:`labelled_value`): what
-    a point stands for, e.g. ``{"method": "best1bin"}`` for ``{"method": 0}``. Other values, and
-    every value where ``space`` is None or labels nothing, are passed on as given."""
-    found = {p.get("name"): p for p in (space or {}).get("parameters") or () if isinstance(p, Mapping)}
-    return {k: labelled_value(found[k].get("labels"), v, found[k].get("values") or ()) if k in found else v
-            for k, v in params.items()}
+    """``params`` with each value that ``space`` labels replaced by its label (:func:`labels_of`):
+    what a point stands for, e.g. ``{"method": "best1bin", "unroll": 2}``."""
+    return {**params, **labels_of(space, params)}
+
+
+def label_text(v: Any) -> str:
+    """How a shown value reads: a number or a string as it is (a string holding a control
+    character JSON-quoted, so that a terminal or page does not act on it), ``null``, ``true``
+    and ``false`` as JSON writes them."""
+    if isinstance(v, str):
+        return v if v.isprintable() else json.dumps(v)
+    if v is None or isinstance(v, bool):
+        return json.dumps(v)
+    return str(v)
 
 
 def _check_value(name: str, v: Any) -> Value:
@@ -154,13 +177,8 @@ class Domain:
         """The domain ``name`` of ``points`` (in that order), with their keys and values."""
         pts = tuple(dict(p) for p in points)
         keys = tuple(map(point_key, pts))
-        values: dict[str, set[Any]] = {}
-        for k in dict.fromkeys(k for p in pts[:1] for k in p):  # the usual case: every point names the same parameters
-            values[k] = {p[k] for p in pts if k in p}
-        for p in pts:
-            if p.keys() != values.keys():
-                for k, v in p.items():
-                    values.setdefault(k, set()).add(v)
+        names = dict.fromkeys(itertools.chain.from_iterable(pts))  # every point's parameters, first seen first
+        values = {k: {p[k] for p in pts if k in p} for k in names}
         return cls(name, pts, keys, frozenset(keys), values)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from kernels import DesignSpace, SpaceError
+from kernels import DesignSpace, Parameter, SpaceError
 from swarm.models import AgentRecord, AuditEvent, CandidateStatus, Direction, Run
 from swarm.runs import remaining
 from swarm.runs.history import goal_rows
@@ -69,6 +69,16 @@ def apply_pending(run: Run, generation: int) -> list[Direction]:
     return done
 
 
+def _value_of(param: Parameter, v: Any) -> Any:
+    """The value of ``param`` that a direction names: ``v`` itself, or the value whose label is
+    ``v`` (a recorded name, say) where ``v`` is no value of it; a bool is only ever a label."""
+    if param.labels and (isinstance(v, bool) or v not in param.values):
+        for value, label in zip(param.values, param.labels):
+            if label == v and isinstance(label, bool) == isinstance(v, bool):
+                return value
+    return v
+
+
 def _effect(run: Run, kind: str, p: dict[str, Any], apply: bool = False,
             direction: Direction | None = None) -> dict[str, Any]:
     space = run.design_space()
@@ -79,16 +89,20 @@ def _effect(run: Run, kind: str, p: dict[str, Any], apply: bool = False,
             raise DirectionError(f"unknown parameter {name!r}; known: {', '.join(space.names)}")
         if not isinstance(values, list) or not values:
             raise DirectionError("'values' must be a non-empty list")
+        values = [_value_of(param, v) for v in values]
         unknown = [v for v in values if v not in param.values]
         if unknown:
-            raise DirectionError(f"{name} has no value(s) {unknown}; values: {list(param.values)}")
-        keep = [v for v in param.values if (v in values) == (kind == Kind.NARROW)]
-        if not keep:
+            raise DirectionError(f"{name} has no value(s) {unknown}; values: {list(param.values)}"
+                                 + (f" (labels: {list(param.labels)})" if param.labels else ""))
+        kept = [i for i, v in enumerate(param.values) if (v in values) == (kind == Kind.NARROW)]
+        if not kept:
             raise DirectionError(f"this would leave {name} without any value")
         d = space.to_dict()
         for x in d["parameters"]:
             if x["name"] == name:
-                x["values"] = keep
+                x["values"] = [param.values[i] for i in kept]
+                if param.labels:  # each kept value keeps its label
+                    x["labels"] = [param.labels[i] for i in kept]
         return _set_space(run, d, space, apply)
     if kind == Kind.ADD_RESTRICTION:
         expr = str(p.get("expression", "")).strip()

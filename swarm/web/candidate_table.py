@@ -32,7 +32,7 @@ from typing import Any
 
 from django.db.models import F, FloatField, Func, QuerySet, TextField
 
-from kernels.space import labelled_params
+from kernels.space import label_text, labels_of
 from swarm.models import STORED_METRICS, CandidateStatus, Run
 from swarm.web import display
 
@@ -323,9 +323,10 @@ def page(run: Run, q: Query) -> dict[str, Any]:
     rows = []
     for row in (by_id[i] for i in ids):
         values = {c.name: _value(c, row) for c in q.columns}
-        # a labelled parameter sorts and filters by its position and reads as its label
-        shown = {**values, **labelled_params(run.space, {c.name: values[c.name] for c in q.columns if c.kind == "param"})}
-        rows.append({"id": row[0], "values": values, "text": {c.name: _text(c, shown[c.name]) for c in q.columns}})
+        text = {c.name: _text(c, values[c.name]) for c in q.columns}
+        # a labelled parameter sorts and filters by its value and reads as its label
+        text.update((k, label_text(v)) for k, v in labels_of(run.space, {c.name: values[c.name] for c in q.columns if c.kind == "param"}).items())
+        rows.append({"id": row[0], "values": values, "text": text})
     return {
         "run": run.pk, "count": count, "limit": q.limit, "offset": q.offset,
         "sort": [("-" if desc else "") + col.name for col, desc in q.sort],

@@ -190,6 +190,8 @@ class GoalForm(forms.Form):
             fields["space"] = {"parameters": data["parameters"], "restrictions": restrictions}
             if self.instance is not None and self.instance.space.get("domain"):
                 fields["space"]["domain"] = self.instance.space["domain"]  # a replay goal's recorded points
+            if self.instance is not None and not self._keep_labels(data["parameters"], self.instance.space):
+                return data
         try:
             cleaned = validate_goal(fields, goal=self.instance)
         except GoalInvalid as exc:
@@ -198,6 +200,24 @@ class GoalForm(forms.Form):
             return data
         data.update({k: v for k, v in cleaned.items() if k in ("source", "space", "constraints", "prune_factor")})
         return data
+
+    def _keep_labels(self, parameters: list[dict], stored: dict[str, Any]) -> bool:
+        """Give each edited parameter that the goal's stored space labels (a recorded name per
+        value, say) the labels of its values, in ``parameters``; False, with the error on
+        ``parameters``, where a value has no label."""
+        stored_params = {p["name"]: p for p in stored.get("parameters", []) if p.get("labels")}
+        for p in parameters:
+            old = stored_params.get(p["name"])
+            if old is None:
+                continue
+            label_of = {v: label for v, label in zip(old["values"], old["labels"])}
+            missing = [v for v in p["values"] if v not in label_of]
+            if missing:
+                self.add_error("parameters", f"{p['name']}: value(s) {missing} have no label; its values "
+                                             f"{old['values']} stand for {old['labels']}")
+                return False
+            p["labels"] = [label_of[v] for v in p["values"]]
+        return True
 
     @staticmethod
     def _field_of(field: str, index: int | None, has_max_rel: bool) -> str:

@@ -128,7 +128,7 @@ def _hover_text(page, chart_id: str, x: float, y: float) -> str:
 
 
 def test_a_labelled_parameter_reads_as_its_labels_on_the_run_page_and_in_the_table(stack, demo_user, browser):  # noqa: F811
-    labels = ["static", "dynamic", "guided"]
+    labels = ["static", "dynamic", '<a href="/x">guided</a>']  # a label is text, also in a chart's hover
     space = {**BENCH_SPACE, "parameters": [{**p, "labels": labels} if p["name"] == "SCHED" else p
                                            for p in BENCH_SPACE["parameters"]]}
     run = _synthetic_run(60, name="labelled", space=space)
@@ -137,7 +137,12 @@ def test_a_labelled_parameter_reads_as_its_labels_on_the_run_page_and_in_the_tab
     w.login(*demo_user)
     _watch_run(w, f"{stack}/runs/{run.pk}/")
     shown = page.eval_on_selector_all("#best-table tbody td code", "(cs) => cs.map((c) => c.textContent)")
-    assert shown and all(re.search(r"\bSCHED=(static|dynamic|guided)\b", t) for t in shown), shown
+    assert shown and all(re.search(r'\bSCHED=(static|dynamic|<a href="/x">guided</a>)', t) for t in shown), shown
+    page.locator("#history-chart").scroll_into_view_if_needed()
+    page.wait_for_function("(document.getElementById('history-chart').dataset.points || '0') !== '0'", timeout=30_000)
+    hovers = [t for trace in _chart(page, "history-chart")["traces"] for t in trace["text"] or []]
+    assert any("SCHED=&lt;a href=\"/x\"&gt;guided&lt;/a&gt;" in t for t in hovers), hovers[:5]
+    assert not any("<a" in t for t in hovers)
     page.goto(f"{stack}/runs/{run.pk}/candidates/?sort=SCHED")
     _loaded(page)
     cells = page.eval_on_selector_all("#candidate-table tbody td[data-column='SCHED']", "(tds) => tds.map((t) => t.textContent)")

@@ -182,6 +182,8 @@ def test_a_recorded_domain_keeps_the_values_of_points_that_name_different_parame
     d = Domain.of("test:mixed", [{"A": 1, "B": 2}, {"A": 3}, {"B": 4, "C": 5}])
     assert d.values == {"A": {1, 3}, "B": {2, 4}, "C": {5}}
     assert d.point_keys == ('{"A":1,"B":2}', '{"A":3}', '{"B":4,"C":5}')
+    later = Domain.of("test:later", [{"A": 1}, {"A": 2, "B": 5}, {"A": 3, "B": 6}, {"A": 4, "B": 7}])
+    assert later.values == {"A": {1, 2, 3, 4}, "B": {5, 6, 7}}  # a name first seen later keeps every value
 
 
 def test_a_labelled_value_reads_as_the_label_of_that_value_not_of_that_position():

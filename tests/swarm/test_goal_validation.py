@@ -164,3 +164,33 @@ def test_a_replay_goal_is_renamed_through_the_form(client, owner):
     assert r.status_code == 302, r.context["form"].errors if r.context else r
     goal.refresh_from_db()
     assert goal.name == "renamed" and goal.space["domain"].startswith("replay:")
+
+
+@pytest.mark.django_db
+def test_a_replay_goal_edited_through_the_form_keeps_its_parameters_labels(client, owner, tmp_path):
+    import json
+
+    path = tmp_path / "form-labels.json"
+    path.write_text(json.dumps({"tune_params_keys": ["method", "unroll"],
+                                "tune_params": {"method": ["best1bin", "rand1bin", "best2exp"], "unroll": [1, 2]},
+                                "cache": {f"{m},{u}": {"method": m, "unroll": u, "time": 1.0 + u}
+                                          for m in ("best1bin", "rand1bin", "best2exp") for u in (1, 2)}}))
+    goal = import_cache(path, user=owner)[0]
+    client.force_login(owner)
+    page = client.get(reverse("goal-detail", args=[goal.pk])).content.decode()
+    assert "best1bin, rand1bin, best2exp (searched as 0, 1, 2)" in page
+    form = GoalForm.initial_for(goal)
+    assert "method: 0, 1, 2" in form["parameters"]
+    r = client.post(reverse("goal-edit", args=[goal.pk]), {**form, "name": "renamed"})
+    assert r.status_code == 302, r.context["form"].errors if r.context else r
+    goal.refresh_from_db()
+    assert goal.space["parameters"][0] == {"name": "method", "values": [0, 1, 2], "labels": ["best1bin", "rand1bin", "best2exp"]}
+    r = client.post(reverse("goal-edit", args=[goal.pk]), {**form, "parameters": "method: 0, 2\nunroll: 1, 2"})
+    assert r.status_code == 302
+    goal.refresh_from_db()
+    assert goal.space["parameters"][0] == {"name": "method", "values": [0, 2], "labels": ["best1bin", "best2exp"]}
+    refused = client.post(reverse("goal-edit", args=[goal.pk]), {**form, "parameters": "method: 0, 7\nunroll: 1, 2"})
+    assert refused.status_code == 200 and "value(s) [7] have no label" in str(refused.context["form"].errors["parameters"])
+    goal.refresh_from_db()
+    assert goal.space["parameters"][0]["values"] == [0, 2]  # nothing lost
+

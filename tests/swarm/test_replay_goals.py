@@ -165,6 +165,50 @@ def test_a_run_on_named_values_shows_the_names_wherever_a_point_is_shown(tmp_pat
 
 
 @pytest.mark.django_db
+def test_a_label_that_a_terminal_or_page_would_act_on_reads_as_json(tmp_path, client, owner):
+    from swarm.models import Run
+
+    path = tmp_path / "hostile-labels.json"
+    names = ["\x1b[2J\x1b[31mred", None, True]
+    path.write_text(json.dumps({"tune_params_keys": ["mode"], "tune_params": {"mode": names}, "cache": {
+        str(m): {"mode": m, "time": 1.0 + i} for i, m in enumerate(names)}}))
+    goal = factory("import-cache", str(path))["goal"]
+    table = StringIO()
+    call_command("factory", "run", "--goal", str(goal), "--budget", "3", "--seed", "1", stdout=table)
+    assert "\x1b" not in table.getvalue() and 'mode="\\u001b[2J\\u001b[31mred"' in table.getvalue()
+    run = Run.objects.get(goal_id=goal)
+    client.force_login(owner)
+    rows = client.get(f"/api/runs/{run.pk}/table/", {"columns": "id,mode", "sort": "mode"}).json()["rows"]
+    assert [r["text"]["mode"] for r in rows] == ['"\\u001b[2J\\u001b[31mred"', "null", "true"]
+    assert [r["values"]["mode"] for r in rows] == [0, 1, 2]
+
+
+@pytest.mark.django_db
+def test_a_labelled_parameter_is_narrowed_by_name_or_value_and_keeps_its_labels(tmp_path, owner):
+    from swarm.runs import directions, orchestrator
+    from swarm.runs.directions import DirectionError
+
+    path = tmp_path / "steered.json"
+    methods = ["best1bin", "rand1bin", "best2exp", "currenttobest1bin"]
+    path.write_text(json.dumps({"tune_params_keys": ["method", "popsize"],
+                                "tune_params": {"method": methods, "popsize": [10, 20, 30, 40, 50]}, "cache": {
+        f"{m},{n}": {"method": m, "popsize": n, "time": 1.0 + i + n / 100} for i, m in enumerate(methods)
+        for n in (10, 20, 30, 40, 50)}}))
+    goal = Goal.objects.get(pk=factory("import-cache", str(path))["goal"])
+    run, pending = orchestrator.start_run(goal, budget=16, seed=3, batch_size=4)
+    orchestrator.evaluate_batch([c.pk for c in pending])
+    directions.submit(run, "narrow", {"param": "method", "values": ["rand1bin", 2, "currenttobest1bin"]}, owner)
+    directions.submit(run, "exclude", {"param": "method", "values": ["currenttobest1bin"]}, owner)
+    with pytest.raises(DirectionError, match=r"no value\(s\) \['nelder-mead'\].*labels: \['best1bin'"):
+        directions.submit(run, "narrow", {"param": "method", "values": ["nelder-mead"]}, owner)
+    new = orchestrator.advance(run.pk)
+    run.refresh_from_db()
+    method = next(p for p in run.space["parameters"] if p["name"] == "method")
+    assert method == {"name": "method", "values": [1, 2], "labels": ["rand1bin", "best2exp"]}
+    assert new and {c.params["method"] for c in new} <= {1, 2}
+
+
+@pytest.mark.django_db
 def test_a_missing_or_broken_cache_file_is_a_clear_error(tmp_path):
     with pytest.raises(CommandError, match="cannot import"):
         factory("import-cache", str(tmp_path / "nope.json"))

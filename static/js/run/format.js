@@ -10,3 +10,7 @@ export function fmt(v) {
 
 // A finite number, or null (metrics arrive as numbers, null, or non-finite values).
 export const finite = (v) => (typeof v === "number" && isFinite(v) ? v : null);
+
+// Text for a Plotly hover or label, which reads <a>, <span style> and the like as markup:
+// names and labels come from engineers and recorded files, so &, < and > are escaped.
+export const plotText = (s) => String(s).replace(/[&<>]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;" })[c]);

@@ -3,7 +3,7 @@
 import { accept } from "./directions.js";
 import { $, el } from "./dom.js";
 import { fmt } from "./format.js";
-import { cfg, meta } from "./state.js";
+import { cfg, meta, paramText } from "./state.js";
 
 export function renderInsights() {
   const list = $("insights");
@@ -27,7 +27,7 @@ export function renderInsights() {
         body.append(el("div", {}, "suggested restriction ", el("code", {}, d.restriction), " ", btn));
       }
     } else if (i.kind === "best_config") {
-      body = el("div", {}, `best on ${d.shape || "?"}: `, el("code", {}, Object.entries(d.params || {}).map(([k, v]) => `${k}=${v}`).join(" ")),
+      body = el("div", {}, `best on ${d.shape || "?"}: `, el("code", {}, Object.entries(d.params || {}).map(([k, v]) => paramText(k, v)).join(" ")),
         ` ${fmt(d.latency_ms)} ms`);
     } else body = el("div", {}, JSON.stringify(d));
     return el("li", { class: `insight insight-${i.kind}` }, el("span", { class: "badge" }, i.kind), " ", body);

@@ -1,7 +1,7 @@
 // The run page's data: the page config, the run's meta (run state, objectives, constraints,
 // space, agents, generations, insights, directions) and its candidates as columns (one array
 // per field: 50,000 candidates without an object each). Rows are indexes into the columns.
-import { finite } from "./format.js";
+import { finite, plotText } from "./format.js";
 
 export const cfg = JSON.parse(document.getElementById("run-config").textContent);
 export const PENDING = new Set(["queued", "running"]);
@@ -62,7 +62,7 @@ export function paramsText(r) {
 export function textOf(r) {
   let s = hoverText[r];
   if (s === undefined) {
-    s = `#${C.id[r]} gen ${C.gen[r]} (${C.agents[C.agent[r]]})<br>${paramsText(r)}`;
+    s = `#${C.id[r]} gen ${C.gen[r]} (${plotText(C.agents[C.agent[r]])})<br>${plotText(paramsText(r))}`;
     hoverText[r] = s;
   }
   return s;

@@ -16,6 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from kernels.backends import capabilities
+from kernels.space import label_text
 from swarm.goals import replay
 from swarm.goals.lifecycle import get_or_create_default_goal
 from swarm.management.run_checks import agent_mix, check_runnable, int_in, seconds
@@ -246,7 +247,7 @@ class Command(BaseCommand):
             table.add_column(escape({"gbps": "GB/s", "gflops": "GFLOP/s"}.get(col, col)))
         for c in summary["frontier"]:
             m = c["metrics"]
-            table.add_row(str(c["id"]), escape(" ".join(f"{k}={v}" for k, v in c["labelled_params"].items())),
+            table.add_row(str(c["id"]), escape(" ".join(f"{k}={label_text(v)}" for k, v in c["labelled_params"].items())),
                           *(_cell(k, m.get(k)) for k in columns))
         console.print(table)
         if summary["best"]:
