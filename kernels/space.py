@@ -25,7 +25,7 @@ from kernels.restrictions import Restriction, RestrictionError
 if TYPE_CHECKING:
     import numpy as np
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" would admit a trailing newline
 # Below this many points, sampling enumerates the valid points (exact, no rejection misses).
 _ENUMERATE_LIMIT = 50_000
 MAX_VALUES = 4096  # per parameter

@@ -69,7 +69,7 @@ __all__ = [
     "target_arch",
 ]
 
-_TARGET = re.compile(r"^cuda-sm(\d{2,3})(a?)$")
+_TARGET = re.compile(r"^cuda-sm(\d{2,3})(a?)\Z")
 DEFAULT_TARGET = "cuda-sm90"
 CUPY_HINT = (
     "the cuda backend needs cupy: pip install 'int21-kernel-factory[gpu]' "

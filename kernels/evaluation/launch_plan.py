@@ -36,7 +36,7 @@ __all__ = [
     "plan_names",
 ]
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" would admit a trailing newline
 
 
 class LaunchPlanError(ValueError):

@@ -40,7 +40,7 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 FIELDS = ("id", "generation", "agent", "status", "evaluated_at")
 NUMERIC_FIELDS = ("id", "generation")
-NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 KNOWN_PARAMS = ("columns", "sort", "status", "agent", "limit", "offset")
 RANGE_PREFIX = "range."
 

@@ -31,7 +31,7 @@ from swarm.web import display
 # GFLOP/s and % of roofline are, like GB/s, the inverse of the latency for a fixed workload and
 # shape set: one of them is enough for the charts (the candidate page has them all).
 CORE_METRICS = ("latency_ms", "max_rel_error", "gbps")
-METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 SHARE_HISTORY = 300  # generations of budget shares sent (the newest)
 
 # Direction of each known metric, for frontier and convergence on any pair of axes.

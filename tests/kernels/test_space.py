@@ -80,6 +80,7 @@ def test_huge_powers_are_refused_before_they_are_computed():
 
 @pytest.mark.parametrize("params, message", [
     ({"1X": [1]}, "must be a C identifier"),
+    ({"A\n": [1]}, "must be a C identifier"),  # else "#define A\n 1" breaks every kernel
     ({"A": []}, "needs at least one value"),
     ({"A": [1, 1]}, "duplicate values"),
     ({"A": [True]}, "must be an int or a float"),
