@@ -181,6 +181,34 @@ def test_a_run_exports_as_csv_and_json(engineer, synthetic_run):
 
 
 @pytest.mark.django_db
+def test_exports_stay_streamed_under_asgi(engineer, synthetic_run, owner):
+    """Through Django's ASGI request handling (the production server's): each export comes as an
+    asynchronous iterator, not a synchronous one that Django would consume whole before the
+    first byte (and warn), with the same content as under WSGI."""
+    import warnings
+
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+
+    key = Token.objects.get(user=owner).key
+
+    async def fetch(path: str) -> tuple[bool, bytes]:
+        r = await AsyncClient().get(path, headers={"Authorization": f"Token {key}"})
+        if not r.is_async:
+            return False, b""
+        return True, b"".join([chunk async for chunk in r.streaming_content])
+
+    for name in ("candidates.csv", "candidates.json", "kernel_tuner_cache.json"):
+        path = f"/api/runs/{synthetic_run.pk}/export/{name}"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            is_async, body = async_to_sync(fetch)(path)
+        assert is_async, name
+        assert not [w for w in caught if "iterators" in str(w.message)], [str(w.message) for w in caught]
+        assert body == b"".join(engineer.get(path).streaming_content), name
+
+
+@pytest.mark.django_db
 def test_a_run_exports_as_a_kernel_tuner_cache_that_reads_back(engineer, synthetic_run, tmp_path):
     r = engineer.get(f"/api/runs/{synthetic_run.pk}/export/kernel_tuner_cache.json")
     data = json.loads(b"".join(r.streaming_content))

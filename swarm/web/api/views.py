@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from django.db import transaction
-from django.http import Http404, StreamingHttpResponse
+from django.http import Http404
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -35,6 +35,7 @@ from swarm.web.api.serializers import (
     RunCreateSerializer,
     RunSerializer,
 )
+from swarm.web.api.streaming import streamed
 from swarm.web.cuda_static import candidate_static
 
 EVENTS_PAGE = 5000  # events per page of /api/runs/<id>/events/
@@ -236,27 +237,21 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     def export_csv(self, request, pk=None):
         """All candidates as CSV (streamed)."""
         run = self.get_object()
-        response = StreamingHttpResponse(exports.csv_lines(run), content_type="text/csv")
-        response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-candidates.csv"'
-        return response
+        return streamed(request._request, exports.csv_lines(run), "text/csv", f"run-{run.pk}-candidates.csv")
 
     @extend_schema(responses=OpenApiTypes.OBJECT)
     def export_json(self, request, pk=None):
         """All candidates as JSON (streamed)."""
         run = self.get_object()
-        response = StreamingHttpResponse(exports.json_chunks(run), content_type="application/json")
-        response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-candidates.json"'
-        return response
+        return streamed(request._request, exports.json_chunks(run), "application/json", f"run-{run.pk}-candidates.json")
 
     @extend_schema(responses=OpenApiTypes.OBJECT)
     def export_kernel_tuner(self, request, pk=None):
         """The candidates as a Kernel Tuner cache file (``tune_params_keys``, ``tune_params``,
         ``cache`` with ``time``/``times`` or Kernel Tuner's failure strings)."""
         run = self.get_object()
-        response = StreamingHttpResponse([json.dumps(exports.kernel_tuner_cache(run), indent=1)],
-                                         content_type="application/json")
-        response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-kernel_tuner_cache.json"'
-        return response
+        return streamed(request._request, iter([json.dumps(exports.kernel_tuner_cache(run), indent=1)]),
+                        "application/json", f"run-{run.pk}-kernel_tuner_cache.json")
 
 
 class CandidateViewSet(viewsets.ReadOnlyModelViewSet):
