@@ -80,10 +80,30 @@ def labels_of(space: Mapping[str, Any] | None, params: Mapping[str, Any]) -> dic
     return out
 
 
+def label_space(*spaces: Mapping[str, Any] | None) -> dict[str, Any]:
+    """One stored-space form (``{"parameters": [{"name", "values", "labels"}]}``) holding every
+    labelled value of ``spaces``, later ones first: what a run's candidates stand for when its
+    space was narrowed since (pass the goal's space, then the run's), for :func:`labels_of`.
+    Parameters without labels are left out; its values are in first-seen order."""
+    merged: dict[Any, dict[Any, Any]] = {}
+    for space in spaces:
+        for p in (space or {}).get("parameters") or ():
+            if isinstance(p, Mapping) and isinstance(p.get("labels"), list | tuple) and isinstance(p.get("values"), list | tuple):
+                by_value = merged.setdefault(p.get("name"), {})
+                by_value.update((v, label) for v, label in zip(p["values"], p["labels"]) if not isinstance(v, bool))
+    return {"parameters": [{"name": name, "values": list(m), "labels": list(m.values())} for name, m in merged.items()]}
+
+
 def labelled_params(space: Mapping[str, Any] | None, params: Mapping[str, Any]) -> dict[str, Any]:
     """``params`` with each value that ``space`` labels replaced by its label (:func:`labels_of`):
     what a point stands for, e.g. ``{"method": "best1bin", "unroll": 2}``."""
     return {**params, **labels_of(space, params)}
+
+
+def shown_params(space: Mapping[str, Any] | None, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` as a page shows them: each value that ``space`` labels as its label's
+    :func:`label_text`, the others as given."""
+    return {**params, **{k: label_text(v) for k, v in labels_of(space, params).items()}}
 
 
 def label_text(v: Any) -> str:

@@ -10,6 +10,7 @@ call it and show its messages in their own error formats.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ import numpy as np
 
 import kernels
 import kernels.backends
+from kernels.backends import replay as replay_backend
 from swarm.models import Goal, target_backend
 
 NAME_MAX_LENGTH = 200
@@ -145,7 +147,39 @@ def check_space(value: Any, *, goal: Goal | None = None) -> tuple[kernels.Design
             "'domain' belongs to replay goals (made by manage.py factory import-cache); leave it out"))])
     if domain:
         goal.ensure_dataset()  # the domain's points come from the recorded file
+        space = _recorded_labels(space, goal)
     return space, space_size(space)
+
+
+def _recorded_labels(space: kernels.DesignSpace, goal: Goal) -> kernels.DesignSpace:
+    """``space`` of the replay ``goal`` with each parameter that its file records by name given
+    the names of its values (:attr:`~kernels.interchange.tuning_cache.TuningCache.labels`): the
+    file, not the request, says what each position stands for.
+
+    Raises:
+        GoalInvalid: a value that is no position of a recorded name, or labels that differ from
+            the file's names (left out, they are filled in).
+    """
+    recorded = replay_backend.get_dataset(goal.target[len(replay_backend.PREFIX):]).labels
+    params = []
+    for p in space.parameters:
+        names = recorded.get(p.name)
+        if names is None:
+            if p.labels is not None:
+                raise GoalInvalid([FieldError("parameters", f"parameter '{p.name}': the recorded file gives its values "
+                                                            "as numbers; leave its labels out")])
+            params.append(p)
+            continue
+        outside = [v for v in p.values if not (isinstance(v, int) and 0 <= v < len(names))]
+        if outside:
+            raise GoalInvalid([FieldError("parameters", f"parameter '{p.name}': value(s) {outside} are no recorded name's "
+                                                        f"position; 0 .. {len(names) - 1} stand for {list(names)}")])
+        labels = tuple(names[v] for v in p.values)
+        if p.labels is not None and json.dumps(p.labels) != json.dumps(labels):  # true is not 1
+            raise GoalInvalid([FieldError("parameters", f"parameter '{p.name}': its labels are the recorded names of "
+                                                        f"its values, {list(labels)}; leave them out or give those")])
+        params.append(kernels.Parameter(p.name, p.values, labels))
+    return kernels.DesignSpace(tuple(params), space.restrictions, space.domain)
 
 
 def _workload_problem(value: Any) -> str | None:

@@ -9,7 +9,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from kernels import DesignSpace, Parameter, SpaceError
+from kernels import DesignSpace, SpaceError
+from kernels.space import labelled_value
 from swarm.models import AgentRecord, AuditEvent, CandidateStatus, Direction, Run
 from swarm.runs import remaining
 from swarm.runs.history import goal_rows
@@ -36,6 +37,8 @@ def submit(run: Run, kind: str, payload: dict[str, Any], author=None) -> Directi
     if kind not in Kind.values:
         raise DirectionError(f"unknown direction {kind!r}; known: {', '.join(Kind.values)}")
     payload = dict(payload or {})
+    if kind in (Kind.NARROW, Kind.EXCLUDE):  # named by label or value now, stored as values
+        payload = _resolved(run.design_space(), payload)
     _effect(run, kind, payload)  # dry run: raises on anything that would not apply
     with transaction.atomic():
         d = Direction.objects.create(run=run, kind=kind, payload=payload, author=author)
@@ -69,14 +72,40 @@ def apply_pending(run: Run, generation: int) -> list[Direction]:
     return done
 
 
-def _value_of(param: Parameter, v: Any) -> Any:
-    """The value of ``param`` that a direction names: ``v`` itself, or the value whose label is
-    ``v`` (a recorded name, say) where ``v`` is no value of it; a bool is only ever a label."""
-    if param.labels and (isinstance(v, bool) or v not in param.values):
-        for value, label in zip(param.values, param.labels):
-            if label == v and isinstance(label, bool) == isinstance(v, bool):
-                return value
-    return v
+def _resolved(space: DesignSpace, payload: dict[str, Any]) -> dict[str, Any]:
+    """A narrowing's or exclusion's ``payload`` with each of its ``values`` named as a value of
+    the parameter: a labelled parameter (a recorded name per value, say) may be named by its
+    labels, as every page shows it, or by its values.
+
+    Raises:
+        DirectionError: a name that is both the label of one value and another value (name it
+            by its label instead), or a bool that is no label (a bool is never a value).
+    """
+    param = next((x for x in space.parameters if x.name == payload.get("param")), None)
+    values = payload.get("values")
+    if param is None or not param.labels or not isinstance(values, list):
+        return payload  # _effect names what is wrong
+    out = []
+    for v in values:
+        by_label = [value for value, label in zip(param.values, param.labels) if _same(label, v)]
+        is_value = not isinstance(v, bool) and isinstance(v, int | float) and v in param.values
+        if by_label and is_value and by_label[0] != v:
+            raise DirectionError(f"{param.name}: {v!r} is both the label of value {by_label[0]!r} and value {v!r} "
+                                 f"(labelled {labelled_value(param.labels, v, param.values)!r}); name values by their "
+                                 f"labels: {list(param.labels)}")
+        if isinstance(v, bool) and not by_label:
+            raise DirectionError(f"{param.name} has no label {v!r}; labels: {list(param.labels)}")
+        out.append(by_label[0] if by_label else v)
+    return {**payload, "values": out}
+
+
+def _same(label: Any, v: Any) -> bool:
+    """Whether ``v`` names ``label``, as JSON tells them apart (``true`` is not ``1``, nor ``"1"``)."""
+    if isinstance(label, bool) or isinstance(v, bool):
+        return isinstance(label, bool) and isinstance(v, bool) and label == v
+    if isinstance(label, int | float) and isinstance(v, int | float):
+        return label == v
+    return type(label) is type(v) and label == v
 
 
 def _effect(run: Run, kind: str, p: dict[str, Any], apply: bool = False,
@@ -89,8 +118,7 @@ def _effect(run: Run, kind: str, p: dict[str, Any], apply: bool = False,
             raise DirectionError(f"unknown parameter {name!r}; known: {', '.join(space.names)}")
         if not isinstance(values, list) or not values:
             raise DirectionError("'values' must be a non-empty list")
-        values = [_value_of(param, v) for v in values]
-        unknown = [v for v in values if v not in param.values]
+        unknown = [v for v in values if isinstance(v, bool) or v not in param.values]
         if unknown:
             raise DirectionError(f"{name} has no value(s) {unknown}; values: {list(param.values)}"
                                  + (f" (labels: {list(param.labels)})" if param.labels else ""))

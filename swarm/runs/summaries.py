@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernels.space import labelled_params
+from kernels.space import label_space, labelled_params
 from swarm.models import Candidate, CandidateStatus, Run
 from swarm.pareto import pareto_front
 from swarm.runs import baselines
@@ -44,8 +44,8 @@ def best(run: Run, candidates: list[Candidate]) -> Candidate | None:
 
 def _annotated(res: dict[str, Any], tied: set[int], space: dict[str, Any] | None) -> dict[str, Any]:
     """``res`` of :func:`swarm.runs.results.results` with ``tied_with_best`` and
-    ``labelled_params`` (:func:`kernels.space.labelled_params` in the run's ``space``) on its best
-    and frontier."""
+    ``labelled_params`` (:func:`kernels.space.labelled_params` in ``space``, the labels of the
+    goal's and the run's spaces) on its best and frontier."""
     def shown(c: dict[str, Any]) -> dict[str, Any]:
         return {**c, "tied_with_best": c["id"] in tied, "labelled_params": labelled_params(space, c.get("params") or {})}
 
@@ -81,7 +81,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         target=run.goal.target,
         shape_set=run.goal.shape_set,
         seed=run.seed,
-        **_annotated(results(run, ok=summary["status_counts"].get(CandidateStatus.OK, 0)), tied, run.space),
+        **_annotated(results(run, ok=summary["status_counts"].get(CandidateStatus.OK, 0)), tied, label_space(run.goal.space, run.space)),
         noise_floor=ties["noise_floor"],
         tied_with_best=ties["tied_with_best"],
         agents=[a.to_dict() for a in run.agents.all()],

@@ -32,7 +32,7 @@ from typing import Any
 
 from django.db.models import F, FloatField, Func, QuerySet, TextField
 
-from kernels.space import label_text, labels_of
+from kernels.space import label_space, label_text, labels_of
 from swarm.models import STORED_METRICS, CandidateStatus, Run
 from swarm.web import display
 
@@ -321,11 +321,12 @@ def page(run: Run, q: Query) -> dict[str, Any]:
     fields = ("id", "generation", "agent", "status", "evaluated_at", "params", "evidence__metrics")
     by_id = {row[0]: row for row in run.candidates.filter(id__in=ids).order_by().values_list(*fields)}
     rows = []
+    labelled = label_space(run.goal.space, run.space)
     for row in (by_id[i] for i in ids):
         values = {c.name: _value(c, row) for c in q.columns}
         text = {c.name: _text(c, values[c.name]) for c in q.columns}
         # a labelled parameter sorts and filters by its value and reads as its label
-        text.update((k, label_text(v)) for k, v in labels_of(run.space, {c.name: values[c.name] for c in q.columns if c.kind == "param"}).items())
+        text.update((k, label_text(v)) for k, v in labels_of(labelled, {c.name: values[c.name] for c in q.columns if c.kind == "param"}).items())
         rows.append({"id": row[0], "values": values, "text": text})
     return {
         "run": run.pk, "count": count, "limit": q.limit, "offset": q.offset,

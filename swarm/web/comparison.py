@@ -7,7 +7,7 @@ import difflib
 import statistics
 from typing import Any
 
-from kernels.space import format_defines, label_text, labels_of
+from kernels.space import format_defines, label_space, shown_params
 
 MAX_COMPARED = 6
 
@@ -26,14 +26,15 @@ def source_diff_html(a, b) -> str:
 def parameter_rows(candidates) -> list[dict[str, Any]]:
     """Per parameter, each candidate's value as its run's space labels it (``None`` where it has
     none), and whether they differ: ``[{"name", "values", "differs"}]``."""
-    shown = [{**c.params, **{k: label_text(v) for k, v in labels_of(c.run.space, c.params).items()}} for c in candidates]
+    shown = [shown_params(label_space(c.goal.space, c.run.space), c.params) for c in candidates]
     names: list[str] = []
     for p in shown:
         names += [n for n in p if n not in names]
     rows = []
     for n in names:
         values = [p.get(n) for p in shown]
-        rows.append({"name": n, "values": values, "differs": len({repr(v) for v in values}) > 1})
+        raw = [c.params.get(n) for c in candidates]  # differs by value, not by how a label reads
+        rows.append({"name": n, "values": values, "differs": len({repr(v) for v in raw}) > 1})
     return rows
 
 

@@ -190,7 +190,9 @@ class GoalForm(forms.Form):
             fields["space"] = {"parameters": data["parameters"], "restrictions": restrictions}
             if self.instance is not None and self.instance.space.get("domain"):
                 fields["space"]["domain"] = self.instance.space["domain"]  # a replay goal's recorded points
-            if self.instance is not None and not self._keep_labels(data["parameters"], self.instance.space):
+            # a replay goal's labels are its file's (swarm.goals.validation fills them in)
+            if self.instance is not None and "domain" not in fields["space"] \
+                    and not self._keep_labels(data["parameters"], self.instance.space):
                 return data
         try:
             cleaned = validate_goal(fields, goal=self.instance)
@@ -202,8 +204,8 @@ class GoalForm(forms.Form):
         return data
 
     def _keep_labels(self, parameters: list[dict], stored: dict[str, Any]) -> bool:
-        """Give each edited parameter that the goal's stored space labels (a recorded name per
-        value, say) the labels of its values, in ``parameters``; False, with the error on
+        """Give each edited parameter that the goal's stored space labels the labels of its
+        values, in ``parameters`` (the form shows values only); False, with the error on
         ``parameters``, where a value has no label."""
         stored_params = {p["name"]: p for p in stored.get("parameters", []) if p.get("labels")}
         for p in parameters:
@@ -290,7 +292,7 @@ class DirectionForm(forms.Form):
                     try:
                         values.append(float(v))
                     except ValueError:
-                        raise forms.ValidationError(f"value {v!r} is not a number") from None
+                        values.append(v)  # a label (a recorded name); swarm.runs.directions checks it
             return {"param": d.get("param"), "values": values}
         if kind == Direction.Kind.ADD_RESTRICTION:
             return {"expression": d.get("expression") or ""}

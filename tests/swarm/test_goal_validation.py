@@ -167,7 +167,7 @@ def test_a_replay_goal_is_renamed_through_the_form(client, owner):
 
 
 @pytest.mark.django_db
-def test_a_replay_goal_edited_through_the_form_keeps_its_parameters_labels(client, owner, tmp_path):
+def test_a_replay_goal_edited_through_the_form_or_api_keeps_its_files_labels(client, owner, tmp_path, api):
     import json
 
     path = tmp_path / "form-labels.json"
@@ -189,8 +189,21 @@ def test_a_replay_goal_edited_through_the_form_keeps_its_parameters_labels(clien
     assert r.status_code == 302
     goal.refresh_from_db()
     assert goal.space["parameters"][0] == {"name": "method", "values": [0, 2], "labels": ["best1bin", "best2exp"]}
-    refused = client.post(reverse("goal-edit", args=[goal.pk]), {**form, "parameters": "method: 0, 7\nunroll: 1, 2"})
-    assert refused.status_code == 200 and "value(s) [7] have no label" in str(refused.context["form"].errors["parameters"])
+    r = client.post(reverse("goal-edit", args=[goal.pk]), {**form, "parameters": "method: 0, 1, 2\nunroll: 1, 2"})
+    assert r.status_code == 302  # widened again: the file still names position 1
     goal.refresh_from_db()
-    assert goal.space["parameters"][0]["values"] == [0, 2]  # nothing lost
+    assert goal.space["parameters"][0]["labels"] == ["best1bin", "rand1bin", "best2exp"]
+    refused = client.post(reverse("goal-edit", args=[goal.pk]), {**form, "parameters": "method: 0, 7\nunroll: 1, 2"})
+    assert refused.status_code == 200
+    assert "value(s) [7] are no recorded name's position" in refused.context["form"].errors["parameters"][0]
+    # the API may leave the labels out (they are filled in) but not give others
+    space = {**goal.space, "parameters": [{"name": "method", "values": [2, 0]}, goal.space["parameters"][1]]}
+    assert api.patch(f"/api/goals/{goal.pk}/", {"space": space}, format="json").status_code == 200
+    goal.refresh_from_db()
+    assert goal.space["parameters"][0] == {"name": "method", "values": [2, 0], "labels": ["best2exp", "best1bin"]}
+    space["parameters"][0]["labels"] = ["best1bin", "best2exp"]
+    r = api.patch(f"/api/goals/{goal.pk}/", {"space": space}, format="json")
+    assert r.status_code == 400 and "recorded names of its values, ['best2exp', 'best1bin']" in json.dumps(r.json())
+    goal.refresh_from_db()
+    assert goal.space["parameters"][0]["labels"] == ["best2exp", "best1bin"]  # nothing lost
 

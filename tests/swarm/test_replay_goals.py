@@ -181,10 +181,12 @@ def test_a_label_that_a_terminal_or_page_would_act_on_reads_as_json(tmp_path, cl
     rows = client.get(f"/api/runs/{run.pk}/table/", {"columns": "id,mode", "sort": "mode"}).json()["rows"]
     assert [r["text"]["mode"] for r in rows] == ['"\\u001b[2J\\u001b[31mred"', "null", "true"]
     assert [r["values"]["mode"] for r in rows] == [0, 1, 2]
+    page = client.get(f"/goals/{goal}/").content.decode()
+    assert '&quot;\\u001b[2J\\u001b[31mred&quot;, null, true (searched as 0, 1, 2)' in page
 
 
 @pytest.mark.django_db
-def test_a_labelled_parameter_is_narrowed_by_name_or_value_and_keeps_its_labels(tmp_path, owner):
+def test_a_labelled_parameter_is_narrowed_by_name_or_value_and_keeps_its_labels(tmp_path, owner, client):
     from swarm.runs import directions, orchestrator
     from swarm.runs.directions import DirectionError
 
@@ -197,15 +199,48 @@ def test_a_labelled_parameter_is_narrowed_by_name_or_value_and_keeps_its_labels(
     goal = Goal.objects.get(pk=factory("import-cache", str(path))["goal"])
     run, pending = orchestrator.start_run(goal, budget=16, seed=3, batch_size=4)
     orchestrator.evaluate_batch([c.pk for c in pending])
-    directions.submit(run, "narrow", {"param": "method", "values": ["rand1bin", 2, "currenttobest1bin"]}, owner)
+    narrowed = directions.submit(run, "narrow", {"param": "method", "values": ["rand1bin", 2, "currenttobest1bin"]}, owner)
+    assert narrowed.payload["values"] == [1, 2, 3]  # resolved when given: what was meant then
     directions.submit(run, "exclude", {"param": "method", "values": ["currenttobest1bin"]}, owner)
     with pytest.raises(DirectionError, match=r"no value\(s\) \['nelder-mead'\].*labels: \['best1bin'"):
         directions.submit(run, "narrow", {"param": "method", "values": ["nelder-mead"]}, owner)
+    with pytest.raises(DirectionError, match=r"has no label True"):  # a bool is no value, not 1
+        directions.submit(run, "narrow", {"param": "method", "values": [True]}, owner)
+    client.force_login(owner)  # the run page's form takes the names as typed
+    typed = client.post(f"/runs/{run.pk}/directions/", {"kind": "narrow", "param": "method", "values": "rand1bin, best2exp"},
+                        HTTP_ACCEPT="application/json")
+    assert typed.status_code == 201 and typed.json()["direction"]["payload"]["values"] == [1, 2]
+    evaluated_before = {c.pk: c.params["method"] for c in run.candidates.all()}
     new = orchestrator.advance(run.pk)
     run.refresh_from_db()
     method = next(p for p in run.space["parameters"] if p["name"] == "method")
     assert method == {"name": "method", "values": [1, 2], "labels": ["rand1bin", "best2exp"]}
     assert new and {c.params["method"] for c in new} <= {1, 2}
+    # the candidates of values narrowed away keep their names on the pages and in the export
+    rows = client.get(f"/api/runs/{run.pk}/table/", {"columns": "id,method", "limit": 100}).json()["rows"]
+    assert {r["text"]["method"] for r in rows if r["id"] in evaluated_before} \
+        == {methods[v] for v in evaluated_before.values()}
+    from swarm.web.api.exports import kernel_tuner_cache
+
+    exported = kernel_tuner_cache(run)
+    assert exported["tune_params"]["method"] == methods
+    assert {e["method"] for e in exported["cache"].values()} == {methods[v] for v in evaluated_before.values()} | \
+        {methods[c.params["method"]] for c in new if c.status == "ok"}
+
+
+@pytest.mark.django_db
+def test_a_direction_naming_a_label_that_is_another_value_is_refused(tmp_path, owner):
+    from swarm.runs import directions, orchestrator
+    from swarm.runs.directions import DirectionError
+
+    path = tmp_path / "unroll-full.json"
+    path.write_text(json.dumps({"tune_params_keys": ["unroll"], "tune_params": {"unroll": [1, 2, 4, "full"]},
+                                "cache": {str(u): {"unroll": u, "time": 1.0 + i} for i, u in enumerate([1, 2, 4, "full"])}}))
+    goal = Goal.objects.get(pk=factory("import-cache", str(path))["goal"])
+    run, pending = orchestrator.start_run(goal, budget=4, seed=1, batch_size=1)
+    with pytest.raises(DirectionError, match=r"1 is both the label of value 0 and value 1 \(labelled 2\)"):
+        directions.submit(run, "narrow", {"param": "unroll", "values": [1, 2]}, owner)
+    assert directions.submit(run, "narrow", {"param": "unroll", "values": [4, "full"]}, owner).payload["values"] == [2, 3]
 
 
 @pytest.mark.django_db

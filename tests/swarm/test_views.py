@@ -219,6 +219,8 @@ def test_a_direction_is_recorded_or_its_error_returned_in_place(client, owner, r
     json_headers = {"HTTP_ACCEPT": "application/json"}
     bad = client.post(url, {"kind": "narrow", "param": "UNROLL", "values": "3"}, **json_headers)
     assert bad.status_code == 400 and "UNROLL has no value(s) [3]" in bad.json()["error"]
+    word = client.post(url, {"kind": "narrow", "param": "UNROLL", "values": "two"}, **json_headers)
+    assert word.status_code == 400 and "UNROLL has no value(s) ['two']" in word.json()["error"]
     empty = client.post(url, {"kind": "exclude", "param": "ACC_DOUBLE", "values": "0, 1"}, **json_headers)
     assert "without any value" in empty.json()["error"]
     good = client.post(url, {"kind": "narrow", "param": "UNROLL", "values": "1, 2"}, **json_headers)

@@ -68,7 +68,7 @@ export function initSteering() {
   const paramSel = form.querySelector("select[name=param]");
   paramSel.addEventListener("change", () => {
     const p = meta && (meta.space.parameters || []).find((x) => x.name === paramSel.value);
-    $("param-values").textContent = p ? `values: ${p.values.join(", ")}` : "";
+    $("param-values").textContent = !p ? "" : p.labels ? `values (by label): ${p.labels.join(", ")}` : `values: ${p.values.join(", ")}`;
   });
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();

@@ -49,9 +49,11 @@ export function feasible(r) {
 }
 // "name=value" of one parameter value as the space labels it: a labelled parameter's value
 // reads as its label, e.g. a recorded name (kernels.space.labelled_value).
+// meta.labels: the goal's and the run's labelled values (a run narrowed since keeps the names
+// of what it evaluated before).
 export function paramText(name, v) {
-  const p = meta && (meta.space.parameters || []).find((q) => q.name === name);
-  const i = p && p.labels && typeof v === "number" ? p.values.indexOf(v) : -1;
+  const p = meta && (meta.labels || []).find((q) => q.name === name);
+  const i = p && typeof v === "number" ? p.values.indexOf(v) : -1;
   return `${name}=${i >= 0 ? p.labels[i] : v}`;
 }
 export function paramsText(r) {

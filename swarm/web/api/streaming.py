@@ -30,5 +30,9 @@ def streamed(request: HttpRequest, chunks: Iterator[str], content_type: str, fil
 
 async def _pulled(chunks: Iterator[str]) -> AsyncIterator[str]:
     take = sync_to_async(lambda: "".join(itertools.islice(chunks, BATCH)), thread_sensitive=True)
-    while piece := await take():
-        yield piece
+    try:
+        while piece := await take():
+            yield piece
+    finally:  # a client gone mid-download: its cursor is closed now, in its own thread
+        if hasattr(chunks, "close"):
+            await sync_to_async(chunks.close, thread_sensitive=True)()

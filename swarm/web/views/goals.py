@@ -11,6 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 import kernels
+from kernels.space import label_text
 from swarm.goals import lifecycle
 from swarm.goals.validation import space_size
 from swarm.models import AuditEvent, Goal, Run
@@ -105,6 +106,8 @@ def _detail(request: HttpRequest, goal: Goal, form: RunForm, status: int = 200) 
     size = space_size(goal.design_space())
     return render(request, "swarm/goal_detail.html", {
         "goal": goal, "runs": goal.runs.all(), "form": form, "space_size": size["cartesian"], "size": size,
+        "space_rows": [{"name": p["name"], "values": p["values"], "labels": [label_text(v) for v in p.get("labels") or ()]}
+                       for p in goal.space.get("parameters", [])],
         "best": best, "baseline": stored,
         "speedup": baselines.speedup(goal, best.evidence.metrics.get("latency_ms") if best else None,
                                      rows={baselines.key_of(goal): stored} if stored else {}),
