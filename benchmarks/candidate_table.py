@@ -17,17 +17,17 @@ date) and ``<out>/candidate_table.json``.
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from benchmarks._django import bench_django  # noqa: E402 - after the path
 
 TARGET_MS = 500.0
 
@@ -54,18 +54,13 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
     args = ap.parse_args()
-
     started = time.perf_counter()
-    tmp = Path(tempfile.mkdtemp(prefix="int21-bench-"))
-    os.environ["INT21_VAR_DIR"] = str(tmp)
-    os.environ["DATABASE_URL"] = args.database_url or f"sqlite:///{tmp / 'bench.sqlite3'}"
-    os.environ.pop("REDIS_URL", None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "int21_site.settings")
-    import django
+    with bench_django(args.database_url, engines=False):
+        return _measure(args, started)
 
-    django.setup()
+
+def _measure(args: argparse.Namespace, started: float) -> int:
     from django.conf import settings
-    from django.core.management import call_command
     from django.db import connection
     from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
@@ -76,8 +71,6 @@ def main() -> int:
     from swarm.goals.lifecycle import default_goal
 
     settings.ALLOWED_HOSTS = ["*"]
-    call_command("migrate", verbosity=0)
-    call_command("setup_demo", "--username", "bench", "--password", "bench", "--no-engines", stdout=open(os.devnull, "w"))
     from django.contrib.auth import get_user_model
 
     user = get_user_model().objects.get(username="bench")

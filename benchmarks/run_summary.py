@@ -26,19 +26,17 @@ candidate. Results: ``<out>/run_summary.md`` (headed by host and date) and
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
-
-from swarm.runs import summaries
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from benchmarks._django import bench_django  # noqa: E402 - after the path
 
 TARGET_MS = 500.0
 
@@ -57,7 +55,7 @@ def _timed(fn, reps: int) -> tuple[list[float], object]:
 def _in_memory_summary(run) -> dict:
     """The summary as the endpoint built it before (every candidate as a model instance)."""
     from swarm.models import PENDING_STATUSES
-    from swarm.runs import orchestrator
+    from swarm.runs import orchestrator, summaries
 
     run.refresh_from_db()
     cands = list(run.candidates.select_related("evidence").exclude(status__in=PENDING_STATUSES))
@@ -78,18 +76,13 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
     args = ap.parse_args()
-
     started = time.perf_counter()
-    tmp = Path(tempfile.mkdtemp(prefix="int21-bench-"))
-    os.environ["INT21_VAR_DIR"] = str(tmp)
-    os.environ["DATABASE_URL"] = args.database_url or f"sqlite:///{tmp / 'bench.sqlite3'}"
-    os.environ.pop("REDIS_URL", None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "int21_site.settings")
-    import django
+    with bench_django(args.database_url):
+        return _measure(args, started)
 
-    django.setup()
+
+def _measure(args: argparse.Namespace, started: float) -> int:
     from django.conf import settings
-    from django.core.management import call_command
     from django.db import connection
     from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
@@ -99,8 +92,6 @@ def main() -> int:
     from swarm.goals.lifecycle import default_goal
 
     settings.ALLOWED_HOSTS = ["*"]
-    call_command("migrate", verbosity=0)
-    call_command("setup_demo", "--username", "bench", "--password", "bench", stdout=open(os.devnull, "w"))
     from django.contrib.auth import get_user_model
 
     user = get_user_model().objects.get(username="bench")
