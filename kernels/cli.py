@@ -288,7 +288,7 @@ def _cmd_workloads(args: argparse.Namespace) -> int:
 
     table = Table(title="workloads")
     for col in ("workload", "shape set", "timed shapes", "odd shapes (validated)"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")  # a name cut short with "…" cannot be typed back
     for r in rows:
         for s, shapes in r["shape_sets"].items():
             table.add_row(r["name"], s, "; ".join(shape_label(x) for x in shapes),

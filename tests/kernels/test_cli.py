@@ -30,6 +30,9 @@ def test_workloads_lists_every_workload_with_its_shape_sets():
     assert by_name["rmsnorm"]["validation_shapes"]["test-small"] == [{"rows": 7, "hidden": 259}]
     table = cli("workloads").stdout
     assert "rmsnorm" in table and "llama3-8b" in table
+    narrow = subprocess.run([sys.executable, "-m", "kernels", "workloads"], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "COLUMNS": "80"}, timeout=170).stdout
+    assert "…" not in narrow  # a long name folds onto the next line rather than being cut short
 
 
 def test_evaluate_prints_one_json_object_with_the_evidence(tmp_path):
