@@ -58,7 +58,7 @@ def _annotated(res: dict[str, Any], tied: set[int], space: dict[str, Any] | None
 def run_summary(run: Run) -> dict[str, Any]:
     """Result of a run: progress, best candidate, Pareto frontier (each with ``tied_with_best``:
     its latency within the noise floor of the best's; and ``labelled_params``: its ``params``
-    with a labelled parameter's position replaced by its label, e.g. a recorded name),
+    with a labelled parameter's value replaced by its label, e.g. a recorded name),
     ``noise_floor``, ``tied_with_best``
     (candidate ids), agents, ``baseline`` (the ``factory run`` JSON).
 

@@ -47,10 +47,9 @@ export function feasible(r) {
   }
   return true;
 }
-// "name=value" of one parameter value as the space labels it: a labelled parameter's value
-// reads as its label, e.g. a recorded name (kernels.space.labelled_value).
-// meta.labels: the goal's and the run's labelled values (a run narrowed since keeps the names
-// of what it evaluated before).
+// "name=value" of one parameter value: a labelled parameter's value reads as its label, e.g. a
+// recorded name (kernels.space.labels_of). meta.labels holds the goal's and the run's labelled
+// values, so that a run narrowed since keeps the names of what it evaluated before.
 export function paramText(name, v) {
   const p = meta && (meta.labels || []).find((q) => q.name === name);
   const i = p && typeof v === "number" ? p.values.indexOf(v) : -1;
