@@ -331,11 +331,6 @@ class DesignSpace:
         object.__setattr__(self, "_compiled", compiled)
         object.__setattr__(self, "_value_sets", tuple((p.name, frozenset(p.values)) for p in params))
 
-    def _domain_points(self) -> tuple[dict[str, Value], ...] | None:
-        if self.domain is None:
-            return None
-        return resolve_domain(self.domain).points
-
     def _domain_keys(self) -> frozenset[str] | None:
         if self.domain is None:
             return None
@@ -434,28 +429,23 @@ class DesignSpace:
     def iter_valid_keyed(self) -> Iterator[tuple[str, dict[str, Value]]]:
         """(:meth:`point_key`, point) of :meth:`iter_valid`'s points, in its order; a domain's
         keys are the ones it holds, not computed again."""
-        domain = self._domain_keyed()
-        if domain is None:
-            for point in self.iter_valid():
-                yield point_key(point), point
+        if self.domain is not None:
+            yield from self._valid_in_domain()
             return
-        for point, key in zip(*domain):
+        for point in self.iter_valid():
+            yield point_key(point), point
+
+    def _valid_in_domain(self) -> Iterator[tuple[str, dict[str, Value]]]:
+        """(key, point) of the domain's points that take this space's values and meet its restrictions."""
+        found = resolve_domain(self.domain)
+        for point, key in zip(found.points, found.point_keys):
             if self._in_values(point) and self.satisfies_restrictions(point):
                 yield key, dict(point)
 
-    def _domain_keyed(self) -> tuple[tuple[dict[str, Value], ...], tuple[str, ...]] | None:
-        if self.domain is None:
-            return None
-        found = resolve_domain(self.domain)
-        return found.points, found.point_keys
-
     def iter_valid(self) -> Iterator[dict[str, Value]]:
         """All valid points: the domain's in recorded order, else lexicographic (small spaces only)."""
-        domain = self._domain_points()
-        if domain is not None:
-            for point in domain:
-                if self._in_values(point) and self.satisfies_restrictions(point):
-                    yield dict(point)
+        if self.domain is not None:
+            yield from (point for _, point in self._valid_in_domain())
             return
         for combo in itertools.product(*(p.values for p in self.parameters)):
             point = dict(zip(self.names, combo))

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from kernels import DesignSpace
 from kernels.backends import Capabilities, backend_for_target, capabilities, replay
+from kernels.space import label_space
 from swarm.launch import launch_plan
 
 
@@ -184,6 +185,11 @@ class Run(models.Model):
     def design_space(self) -> DesignSpace:
         self.goal.ensure_dataset()
         return DesignSpace.from_dict(self.space)
+
+    def label_space(self) -> dict[str, Any]:
+        """What the labelled values of this run's candidates stand for: its goal's labels and its
+        own (:func:`kernels.space.label_space`), so that values narrowed away since keep theirs."""
+        return label_space(self.goal.space, self.space)
 
     def is_feasible(self, metrics: dict[str, float]) -> bool:
         """True when ``metrics`` meet the run's effective constraints."""

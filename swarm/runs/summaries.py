@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernels.space import label_space, labelled_params
+from kernels.space import labelled_params
 from swarm.models import Candidate, CandidateStatus, Run
 from swarm.pareto import pareto_front
 from swarm.runs import baselines
@@ -81,7 +81,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         target=run.goal.target,
         shape_set=run.goal.shape_set,
         seed=run.seed,
-        **_annotated(results(run, ok=summary["status_counts"].get(CandidateStatus.OK, 0)), tied, label_space(run.goal.space, run.space)),
+        **_annotated(results(run, ok=summary["status_counts"].get(CandidateStatus.OK, 0)), tied, run.label_space()),
         noise_floor=ties["noise_floor"],
         tied_with_best=ties["tied_with_best"],
         agents=[a.to_dict() for a in run.agents.all()],

@@ -32,7 +32,7 @@ from typing import Any
 
 from django.db.models import F, FloatField, Func, QuerySet, TextField
 
-from kernels.space import label_space, label_text, labels_of
+from kernels.space import label_text, labels_of
 from swarm.models import STORED_METRICS, CandidateStatus, Run
 from swarm.web import display
 
@@ -321,7 +321,7 @@ def page(run: Run, q: Query) -> dict[str, Any]:
     fields = ("id", "generation", "agent", "status", "evaluated_at", "params", "evidence__metrics")
     by_id = {row[0]: row for row in run.candidates.filter(id__in=ids).order_by().values_list(*fields)}
     rows = []
-    labelled = label_space(run.goal.space, run.space)
+    labelled = run.label_space()
     for row in (by_id[i] for i in ids):
         values = {c.name: _value(c, row) for c in q.columns}
         text = {c.name: _text(c, values[c.name]) for c in q.columns}

@@ -7,7 +7,7 @@ import difflib
 import statistics
 from typing import Any
 
-from kernels.space import format_defines, label_space, shown_params
+from kernels.space import format_defines, shown_params
 
 MAX_COMPARED = 6
 
@@ -26,7 +26,7 @@ def source_diff_html(a, b) -> str:
 def parameter_rows(candidates) -> list[dict[str, Any]]:
     """Per parameter, each candidate's value as its run's space labels it (``None`` where it has
     none), and whether they differ: ``[{"name", "values", "differs"}]``."""
-    shown = [shown_params(label_space(c.goal.space, c.run.space), c.params) for c in candidates]
+    shown = [shown_params(c.run.label_space(), c.params) for c in candidates]
     names: list[str] = []
     for p in shown:
         names += [n for n in p if n not in names]

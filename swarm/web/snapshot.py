@@ -21,7 +21,6 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from kernels.space import label_space
 from swarm.learning import store as insight_store
 from swarm.models import PENDING_STATUSES, CandidateStatus, Generation, Run
 from swarm.runs.noise_floors import tied_with_best
@@ -91,7 +90,7 @@ def run_meta(run: Run) -> dict[str, Any]:
         "objectives": goal.objectives,
         "constraints": run.constraints,
         "space": run.space,
-        "labels": label_space(goal.space, run.space)["parameters"],  # what labelled values stand for
+        "labels": run.label_space()["parameters"],  # what labelled values stand for
         "agents": [a.to_dict() for a in run.agents.all()],
         "generations": generations,
         "insights": insight_store.latest_insights(goal.workload, goal.target),

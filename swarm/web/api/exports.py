@@ -22,7 +22,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from kernels.space import label_space, labelled_params
+from kernels.space import labelled_params
 from swarm.models import PENDING_STATUSES, UNJUDGED_STATUSES, Candidate, Run
 from swarm.runs.progress import run_state
 
@@ -98,10 +98,10 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
     goal = run.goal
     params = [p["name"] for p in run.space.get("parameters", [])]
     # the goal's values too: a run narrowed since may have candidates of values it no longer has
-    labelled = label_space(goal.space, run.space)
+    labelled = run.label_space()
     goal_values = {p["name"]: p["values"] for p in goal.space.get("parameters", [])}
-    tune_params = {p["name"]: list(labelled_params(labelled, {p["name"]: v})[p["name"]]
-                                   for v in dict.fromkeys([*goal_values.get(p["name"], []), *p["values"]]))
+    tune_params = {p["name"]: [labelled_params(labelled, {p["name"]: v})[p["name"]]
+                               for v in dict.fromkeys([*goal_values.get(p["name"], []), *p["values"]])]
                    for p in run.space.get("parameters", [])}
     problem_size: list[int] = []
     try:

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from kernels.evaluation.first_call import first_call_note, is_set_up_cost
-from kernels.space import label_space, shown_params
+from kernels.space import shown_params
 from swarm.launch import launch_plan
 from swarm.models import Candidate, PairedComparisonRun, PromotionRequest
 from swarm.production import paired_runs
@@ -45,7 +45,7 @@ def candidate_detail(request: HttpRequest, pk: int) -> HttpResponse:
     }
     return render(request, "swarm/candidate_detail.html", {
         "candidate": candidate,
-        "params": shown_params(label_space(goal.space, candidate.run.space), candidate.params),
+        "params": shown_params(candidate.run.label_space(), candidate.params),
         "goal": goal,
         "evidence": evidence,
         "source_html": highlighted(comparison.full_source(candidate), goal.backend),
