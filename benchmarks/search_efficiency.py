@@ -43,6 +43,13 @@ configuration (Kernel Tuner's GA and PSO revisit their cache) are counted once.
   evaluated and added as a trial; recorded failures count and are told FAIL), one run at the
   largest budget (budget-independent).
 
+A file whose entries record no time is searched on its objective (Kernel Tuner's hyperparameter
+tuner records a ``score``, maximised): every strategy then searches that field in its direction,
+and the figures below read its *cost* where they say time: the value itself when it is
+minimised and positive, its reciprocal when it is maximised and positive (best/optimum is then
+optimum/best, as for a time), else 1 plus the distance from the recorded optimum as a fraction
+of the recorded range (best/optimum 1.01: within 1% of the range), :meth:`Dataset.cost`.
+
 Per (dataset, strategy, budget), over seeds: the median and IQR of best-found time / recorded
 optimum, the median number of evaluations to come within 5% and 1% of the optimum (``null``
 when the median run does not get there) and how many runs are within 1% at that budget (on a
@@ -162,7 +169,7 @@ OUR_AGENTS = ("random", "evolutionary", "optuna", "local", "forest", "gp")
 OUR_MIXES = ("swarm", "swarm:transfer")
 #: Evaluations of each earlier run of a transfer run.
 PRIOR_BUDGET = 100
-Trace = list[tuple[bool, float | None, float | None]]  # (ok, time ms, energy J) per evaluation
+Trace = list[tuple[bool, float | None, float | None]]  # (ok, cost: time ms, energy J) per evaluation
 
 
 def default_caches() -> list[Path]:
@@ -192,6 +199,28 @@ class Dataset:
     reference: tuple[float, float] | None
     kernel: str = ""  # the file's kernel_name ("" when it records none)
     sha256: str = ""  # of the file's content (what tells two files of one name apart)
+    field: str = "time"  # the recorded field searched (TuningCache.searched)
+    metric: str = "latency_ms"  # its name in our evidence (TuningCache.metric)
+    maximize: bool = False
+    # (optimum, worst) recorded values when the cost is the distance on the recorded range
+    span: tuple[float, float] | None = None
+
+    def cost(self, value: float | None) -> float | None:
+        """The value of :attr:`field` as a cost to minimise: :func:`cost`."""
+        return cost(value, self.maximize, self.span)
+
+
+def cost(value: float | None, maximize: bool, span: tuple[float, float] | None) -> float | None:
+    """A recorded value as a cost to minimise, > 0, least at the optimum: the value itself when
+    minimised (a time, ms), ``1 / value`` when maximised (positive values), and with ``span``
+    (the recorded optimum and worst, for values not all positive) ``1 + (value - optimum) /
+    (worst - optimum)``: 1 at the optimum, 2 at the worst recorded. None stays None."""
+    if value is None:
+        return None
+    if span is not None:
+        best, worst = span
+        return 1.0 + ((value - best) / (worst - best) if worst != best else 0.0)
+    return 1.0 / value if maximize else value
 
 
 def load_dataset(path: Path, workdir: Path) -> Dataset:
@@ -200,37 +229,46 @@ def load_dataset(path: Path, workdir: Path) -> Dataset:
     The copy is written from what :func:`kernels.interchange.tuning_cache.load_cache` read, so
     that Kernel Tuner, the random baseline and our runs give each entry the same verdict: an
     entry the loader counts as failed (a legacy ``1e20`` time, a negative or missing one)
-    records Kernel Tuner's failure string as its ``time`` (Kernel Tuner leaves such entries out
-    of its space, where our runs may still evaluate them), the keys are the loader's, and
-    ``cache`` is the last field (Kernel Tuner recognises a closed file by its last characters).
+    records Kernel Tuner's failure string in the searched field (``time``, or the objective of
+    a file that records no time; Kernel Tuner leaves such entries out of its space, where our
+    runs may still evaluate them), the keys are the loader's, and ``cache`` is the last field
+    (Kernel Tuner recognises a closed file by its last characters). The optimum is the least
+    :func:`cost`.
 
     Raises:
         OSError: the file cannot be read.
         kernels.interchange.tuning_cache.TuningCacheError: not a readable cache (the loader's message).
-        ValueError: fewer than two valid configurations record a time, or a recorded time is 0.
+        ValueError: fewer than two valid configurations record the searched field, or a recorded time is 0.
     """
     from kernels.interchange.tuning_cache import load_cache
 
     cache = load_cache(path)
-    valid = _valid_times(cache)
-    if len(valid) < 2:
-        raise ValueError(f"{path}: {len(valid)} valid configuration(s) record a time; a search needs at least two")
-    if min(valid.values()) <= 0:
-        raise ValueError(f"{path}: a valid configuration records a time of {min(valid.values()):g} ms; times must be > 0")
+    field_name = cache.searched
+    raw = _valid_values(cache)
+    what = "a time" if field_name == "time" else f"its objective '{field_name}'"
+    if len(raw) < 2:
+        raise ValueError(f"{path}: {len(raw)} valid configuration(s) record {what}; a search needs at least two")
+    if field_name == "time" and min(raw.values()) <= 0:
+        raise ValueError(f"{path}: a valid configuration records a time of {min(raw.values()):g} ms; times must be > 0")
+    span = None
+    if field_name != "time" and min(raw.values()) <= 0:  # no ratio to speak of: the distance on the range
+        lo, hi = min(raw.values()), max(raw.values())
+        span = (hi, lo) if cache.maximize else (lo, hi)
     entries = {}
     for key, entry in cache.entries.items():
         out = {**entry, **cache.params_of(key)}
-        if key not in valid:
-            out["time"] = _KT_FAILURE.get(cache.status(key)[0], "RuntimeFailedConfig")
+        if key not in raw:
+            out[field_name] = _KT_FAILURE.get(cache.status(key)[0], "RuntimeFailedConfig")
         entries[key] = out
     data = {"device_name": cache.device_name, "kernel_name": cache.kernel_name,
             "problem_size": list(cache.problem_size or [1]),  # Kernel Tuner's tune_cache needs one; unused in replay
             "tune_params_keys": list(cache.tune_params_keys),
-            "tune_params": {k: list(v) for k, v in cache.tune_params.items()}, "objective": "time", "cache": entries}
+            "tune_params": {k: list(v) for k, v in cache.tune_params.items()}, "objective": field_name, "cache": entries}
     json_path = workdir / f"{cache.name}.json"
     json_path.write_text(json.dumps(data, indent=1))  # NaN as Kernel Tuner writes and reads it
+    valid = {k: cost(v, cache.maximize, span) for k, v in raw.items()}
     optimum = min(valid.values())
-    energy = "nvml_energy" in cache.objectives_available
+    energy = field_name == "time" and "nvml_energy" in cache.objectives_available
     front_hv = reference = None
     if energy:
         pts = [(t, float(cache.entries[k]["nvml_energy"])) for k, t in valid.items()
@@ -238,14 +276,16 @@ def load_dataset(path: Path, workdir: Path) -> Dataset:
         reference = (max(p[0] for p in pts), max(p[1] for p in pts))
         front_hv = hypervolume(pts, reference)
     return Dataset(cache.name, path, json_path, tuple(cache.tune_params_keys), optimum, energy, front_hv, reference,
-                   cache.kernel_name or "", cache.sha256)
+                   cache.kernel_name or "", cache.sha256, field_name, cache.metric, cache.maximize, span)
 
 
-def _valid_times(cache: Any) -> dict[str, float]:
-    """Recorded time (ms) of each entry the loader counts as valid, by key: the one verdict that
-    Kernel Tuner's copy (:func:`load_dataset`) and the random baseline (:func:`random_curves`) use."""
-    times = {k: _num(e.get("time")) for k, e in cache.entries.items() if cache.status(k)[0] == "ok"}
-    return {k: t for k, t in times.items() if t is not None}
+def _valid_values(cache: Any) -> dict[str, float]:
+    """Recorded value of the searched field (``time``, ms, or the file's objective, see
+    ``TuningCache.searched``) of each entry the loader counts as valid, by key: the one verdict
+    that Kernel Tuner's copy (:func:`load_dataset`) and the random baseline
+    (:func:`random_curves`) use."""
+    values = {k: _num(e.get(cache.searched)) for k, e in cache.entries.items() if cache.status(k)[0] == "ok"}
+    return {k: v for k, v in values.items() if v is not None}
 
 
 #: Kernel Tuner's failure string for each failed outcome the loader reads (``kernel_tuner/util.py``).
@@ -328,7 +368,7 @@ def run_ours(ds: Dataset, agents: tuple[str, ...] | list[dict], seed: int, budge
         started()
     run = _run_on(ds, mix, seed, budget, batch_size)
     rows = run.candidates.order_by("id").values_list("status", "evidence__metrics")
-    return [(s == "ok", (m or {}).get("latency_ms"), (m or {}).get("energy_j")) for s, m in rows]
+    return [(s == "ok", ds.cost((m or {}).get(ds.metric)), (m or {}).get("energy_j")) for s, m in rows]
 
 
 def _run_on(ds: Dataset, mix: list[dict], seed: int, budget: int, batch_size: int):
@@ -383,7 +423,8 @@ def run_kt(ds: Dataset, strategy: str, seed: int, budget: int) -> Trace:
     random.seed(seed)
     np.random.seed(seed)
     results, _ = kernel_tuner.tune_cache(
-        str(ds.json_path), strategy=strategy, strategy_options={"max_fevals": budget}, verbose=False, quiet=True
+        str(ds.json_path), strategy=strategy, strategy_options={"max_fevals": budget}, verbose=False, quiet=True,
+        objective=ds.field, objective_higher_is_better=ds.maximize,
     )
     seen, trace = set(), []
     for r in results:
@@ -391,7 +432,7 @@ def run_kt(ds: Dataset, strategy: str, seed: int, budget: int) -> Trace:
         if key in seen:
             continue
         seen.add(key)
-        t = _num(r.get("time"))
+        t = ds.cost(_num(r.get(ds.field)))
         trace.append((t is not None, t, _num(r.get("nvml_energy"))))
     return trace[:budget]
 
@@ -494,7 +535,7 @@ def run_optuna(ds: Dataset, sampler: str, seed: int, budget: int) -> Trace:
             key, params = recorded.keys[row], recorded.params[row]
         recorded.take(key)
         ev = cache.lookup(params)
-        t = ev.metrics.get("latency_ms") if ev.status == "ok" else None
+        t = ds.cost(ev.metrics.get(ds.metric)) if ev.status == "ok" else None
         seen[key] = t
         trace.append((t is not None, t, ev.metrics.get("energy_j")))
         if not repaired:
@@ -1023,14 +1064,15 @@ def _identity(job: tuple) -> str:
 
 def random_curves(datasets: dict[str, Dataset], horizon: int) -> dict[str, Any]:
     """Per dataset: the random-search curve of :mod:`benchmarks.methodology_score` and the
-    worst valid recorded time (ms) that fills a run's curve before its first valid find."""
+    worst valid recorded cost (:meth:`Dataset.cost`; time in ms) that fills a run's curve before
+    its first valid find."""
     from kernels.interchange.tuning_cache import load_cache
 
     out = {}
     for name, ds in datasets.items():
         cache = load_cache(ds.path)
-        valid = _valid_times(cache)
-        times = [valid.get(k) for k in cache.entries]
+        valid = _valid_values(cache)
+        times = [ds.cost(valid.get(k)) for k in cache.entries]
         worst = max(t for t in times if t is not None)
         out[name] = (random_search_curve(times, horizon), worst)
     return out
@@ -1315,6 +1357,23 @@ def _run_jobs(jobs: list[tuple], stored: dict[tuple, tuple], traces_path: Path |
     return done
 
 
+def _objective_of(ds: Dataset) -> dict[str, Any]:
+    """What ``ds`` is searched on: the recorded ``field``, ``maximize``, and the ``cost`` its
+    best/optimum ratios read (``"value"``, ``"reciprocal"`` or ``"range"``, :func:`cost`)."""
+    how = "range" if ds.span is not None else "reciprocal" if ds.maximize else "value"
+    return {"field": ds.field, "maximize": ds.maximize, "cost": how}
+
+
+def _objective_note(datasets: dict[str, Dataset]) -> str:
+    """A report paragraph naming the files searched on an objective other than time, and how
+    their best/optimum reads; empty when every file is searched on time."""
+    read = {"value": "the value's ratio", "reciprocal": "optimum/best",
+            "range": "1 + the distance from the optimum as a fraction of the recorded range"}
+    other = [f"{d.name} ({d.field}, {'maximised' if d.maximize else 'minimised'}; best/optimum is "
+             f"{read[_objective_of(d)['cost']]})" for d in datasets.values() if d.field != "time"]
+    return f"\n\nSearched on their objective, which is not a time: {'; '.join(other)}." if other else ""
+
+
 def _write_report(args: argparse.Namespace, argv: list[str] | None, datasets: dict[str, Dataset], strategies: list[str],
             budgets: list[int], seeds: int, left_out: dict[str, str], reused_report: dict | None, done: _Done,
             started: float) -> None:
@@ -1357,6 +1416,7 @@ def _write_report(args: argparse.Namespace, argv: list[str] | None, datasets: di
         + f".\n\n`swarm` is a first run of the kernel (nothing learned before); `swarm:transfer` runs after "
         f"{PRIOR_BUDGET}-evaluation runs on the kernel's other files of the same parameters, and starts from their "
         "evidence (the same as `swarm` where a file has none)."
+        + _objective_note(datasets)
         + f"\n\n## Aggregate score (autotuning methodology, evaluations 1..{budgets[-1]})\n\n"
         + "The standard error is over runs (seeds), the files held fixed: with five or more runs per file, a "
         "difference between two strategies smaller than about twice the root of the sum of their squares is not "
@@ -1368,7 +1428,8 @@ def _write_report(args: argparse.Namespace, argv: list[str] | None, datasets: di
         + "\n\n## Every strategy\n\n" + markdown(rows) + "\n"
     )
     payload = json.dumps({"host": host, "command": command, "first_seed": args.first_seed,
-                          "files": {d.name: d.sha256 for d in datasets.values()}, "results": [_row_to_json(r) for r in rows], "targets": lines, "scores": score,
+                          "files": {d.name: d.sha256 for d in datasets.values()},
+                          "objectives": {d.name: _objective_of(d) for d in datasets.values()}, "results": [_row_to_json(r) for r in rows], "targets": lines, "scores": score,
                           "score_standard_errors": errors, "seconds": elapsed, "our_runs": _our_settings(args),
                           "cpu_by_strategy": {k: {**v, "cpu_ms_per_evaluation": 1000 * v["cpu_s"] / max(v["evaluations"], 1)}
                                               for k, v in cpu.items()},

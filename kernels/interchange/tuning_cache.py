@@ -20,6 +20,9 @@ Format (Kernel Tuner's ``cachefile``, see ``shared/datasets/tuning-cache/README.
 - Kernel Tuner appends entries while tuning, so a file may end with ``,`` and lack the closing
   ``}\\n}``; :func:`load_cache` repairs that (and drops a half-written last line).
 - Older files lack header fields (e.g. no ``problem_size`` / ``objective``).
+- A file whose entries record no ``time`` is searched on its ``objective`` field instead
+  (Kernel Tuner's hyperparameter tuner writes ``"objective": "score"``, higher is better):
+  :attr:`TuningCache.searched`, :attr:`TuningCache.maximize`, :attr:`TuningCache.metric`.
 """
 
 from __future__ import annotations
@@ -51,7 +54,9 @@ __all__ = [
     "TuningCache",
     "TuningCacheError",
     "dataset_name",
+    "higher_is_better",
     "load_cache",
+    "metric_name",
 ]
 
 NOT_RECORDED_LOG = "configuration not in the recorded space (Kernel Tuner restrictions exclude it)"
@@ -87,6 +92,15 @@ _MEASURED = {
 # Our metric names accepted by :meth:`TuningCache.optimum` for recorded fields.
 _METRIC_ALIASES = {"latency_ms": "time", "energy_j": "nvml_energy", "gflops": "GFLOP/s",
                    "power_w": "nvml_power", "gflops_per_w": "GFLOPS/W"}
+#: Whether a higher value is better, for the objectives Kernel Tuner knows by name
+#: (``objective_default_map`` in ``kernel_tuner/util.py``) and ``score``, the objective its
+#: hyperparameter tuner maximises (``kernel_tuner/hyper.py``).
+_HIGHER_IS_BETTER = {
+    "time": False, "energy": False, "fitness": True, "cost": False, "loss": False, "score": True,
+    "GFLOP/s": True, "TFLOP/s": True, "GB/s": True, "TB/s": True,
+    "GFLOPS/W": True, "TFLOPS/W": True, "GFLOP/J": True, "TFLOP/J": True,
+    "nvml_energy": False, "nvml_power": False,
+}
 # Bookkeeping and operating conditions: recorded, reported as metrics, but not objectives.
 _NOT_OBJECTIVES = frozenset(_COSTS) | {"timestamp", "__error__", "temperature", "core_freq", "mem_freq"}
 
@@ -107,6 +121,53 @@ def dataset_name(path: str | os.PathLike[str]) -> str:
     return name
 
 
+def higher_is_better(field_name: str) -> bool | None:
+    """Whether a higher value of the recorded field ``field_name`` is better: Kernel Tuner's
+    defaults for the objectives it knows by name (see :data:`_HIGHER_IS_BETTER`), True for
+    other rates (a name with ``/s``, ``/W`` or ``/J``), None when the name does not say."""
+    known = _HIGHER_IS_BETTER.get(field_name)
+    if known is not None:
+        return known
+    if any(unit in field_name for unit in ("/s", "/W", "/J")):
+        return True
+    return None
+
+
+def metric_name(field_name: str) -> str:
+    """Our metric name for a recorded field: ``time`` -> ``latency_ms``, the recorded rates and
+    energy by :data:`_MEASURED` (``GFLOP/s`` -> ``gflops``), any other field with each
+    character that is not a letter, digit or ``_`` made ``_`` (``score`` stays ``score``)."""
+    if field_name == "time":
+        return "latency_ms"
+    if field_name in _MEASURED:
+        return _MEASURED[field_name]
+    name = re.sub(r"[^A-Za-z0-9_]", "_", field_name) or "objective"
+    return name if not name[0].isdigit() else f"m_{name}"
+
+
+def _searched_field(data: Mapping[str, Any], cache: Mapping[str, Any], path: Path) -> tuple[str, bool]:
+    """The recorded field a replay of this file searches, and whether higher is better.
+
+    ``time`` (minimised) when the header's objective is ``time`` or any entry records a
+    ``time``; otherwise the header's ``objective`` (a file of Kernel Tuner's hyperparameter
+    tuner records only ``score``), in its direction (:func:`higher_is_better`).
+
+    Raises:
+        TuningCacheError: the entries record no ``time`` and the objective's direction is not
+            known from its name.
+    """
+    objective = str(data.get("objective") or "time")
+    if objective == "time" or any(isinstance(rec, dict) and "time" in rec for rec in cache.values()):
+        return "time", False
+    maximize = higher_is_better(objective)
+    if maximize is None:
+        known = ", ".join(sorted(_HIGHER_IS_BETTER, key=str.lower))
+        raise TuningCacheError(
+            f"{path}: the entries record no 'time' and the objective {objective!r} does not say whether higher is "
+            f"better (known objectives: {known}; rates ending in /s, /W or /J are maximised)")
+    return objective, maximize
+
+
 def _legacy_failure(value: Any) -> float | None:
     """The value if it is Kernel Tuner's legacy failure time (at least :data:`LEGACY_FAILED_TIME`
     ms, as a number or a numeric string), else None."""
@@ -121,12 +182,13 @@ def _legacy_failure(value: Any) -> float | None:
     return v if v >= LEGACY_FAILED_TIME else None
 
 
-def _classify(record: Mapping[str, Any], objective: str, measured: tuple[str, ...]) -> tuple[Outcome, str]:
+def _classify(record: Mapping[str, Any], searched: str, measured: tuple[str, ...]) -> tuple[Outcome, str]:
     """The one place that maps a recorded entry to an :class:`Outcome` (and a reason).
 
     A failure is an ``__error__`` field, a string where a measurement belongs (``measured``:
     the objective, ``time`` and the recorded rates/energy, see :func:`_measured_fields`; Kernel
-    Tuner writes its ``ErrorConfig`` there), or a ``time`` of at least
+    Tuner writes its ``ErrorConfig`` there), no finite number in the ``searched`` field
+    (:func:`_searched_field`), or, when that is ``time``, a negative one or one of at least
     :data:`LEGACY_FAILED_TIME` ms (the marker of old caches). The marker maps through
     :data:`_FAILURES`; an unknown or legacy one is a ``runtime_error``.
     """
@@ -147,12 +209,16 @@ def _classify(record: Mapping[str, Any], objective: str, measured: tuple[str, ..
             return Outcome.runtime_error, (f"recorded as failed: {where} = {text!r} is the legacy failure "
                                            f"marker (at least {LEGACY_FAILED_TIME:g} ms; which failure is not recorded)")
         return Outcome.runtime_error, f"recorded error: {text}"
-    t = record.get("time", record.get(objective))
-    if (legacy := _legacy_failure(t)) is not None:
+    v = record.get(searched)
+    if searched != "time":
+        if _number(v) is None:
+            return Outcome.runtime_error, f"recorded entry has no usable {searched} ({v!r:.40})"
+        return Outcome.ok, "recorded measurement"
+    if (legacy := _legacy_failure(v)) is not None:
         return Outcome.runtime_error, (f"recorded as failed: time = {legacy:g} ms is the legacy failure marker "
                                        f"(at least {LEGACY_FAILED_TIME:g} ms; which failure is not recorded)")
-    if _number(t) is None or t < 0:
-        return Outcome.runtime_error, f"recorded entry has no usable time ({t!r:.40})"
+    if _number(v) is None or v < 0:
+        return Outcome.runtime_error, f"recorded entry has no usable time ({v!r:.40})"
     return Outcome.ok, "recorded measurement"
 
 
@@ -285,6 +351,9 @@ class TuningCache:
         tune_params_keys: parameter names in key order.
         tune_params: name -> recorded values (tuple, the file's order).
         objective: the run's objective field (``"time"`` when absent).
+        searched: the recorded field a replay searches: ``"time"``, or the objective when the
+            entries record no time (e.g. ``"score"``).
+        maximize: whether a higher value of ``searched`` is better (False for time).
         objectives_available: numeric fields recorded on valid entries, ``"time"`` first
             (e.g. ``time``, ``GFLOP/s``, ``nvml_energy``); run bookkeeping
             (``compile_time`` ...) excluded.
@@ -309,6 +378,8 @@ class TuningCache:
     objective: str
     objectives_available: tuple[str, ...]
     entries: Mapping[str, Mapping[str, Any]]
+    searched: str = "time"
+    maximize: bool = False
     repaired: str = ""
     warnings: tuple[str, ...] = ()
     load_ms: float = 0.0
@@ -323,6 +394,11 @@ class TuningCache:
     def size(self) -> int:
         """Number of recorded entries (valid plus failed)."""
         return len(self.entries)
+
+    @property
+    def metric(self) -> str:
+        """Our metric name for :attr:`searched` (``latency_ms`` for time; see :func:`metric_name`)."""
+        return metric_name(self.searched)
 
     @property
     def valid_count(self) -> int:
@@ -465,6 +541,9 @@ class TuningCache:
               run) and ``power_w`` (``nvml_power`` if recorded, else ``energy_j`` divided
               by the time, W), ``temperature_c``, ``core_freq_mhz``, ``mem_freq_mhz`` when
               recorded; ``samples_ms = {label: times}``;
+            - a valid entry of a file searched on another field (:attr:`searched`, e.g.
+              ``score``): ``ok`` with that value as :attr:`metric`, the recorded rates and
+              energy, no latency and no samples;
             - a recorded failure: ``compile_error`` / ``runtime_error`` / ``invalid``
               according to Kernel Tuner's marker;
             - a configuration with recorded values that the file lacks: ``invalid``, log
@@ -513,7 +592,13 @@ class TuningCache:
             reason += " (outputs verified by Kernel Tuner when recorded)"
         else:
             reason += " (no output verification recorded)"
-        t = float(rec.get("time", rec.get(self.objective)))
+        if self.searched != "time":  # a file of another objective (a score): no latency to report
+            for src, dst in _MEASURED.items():
+                if (v := _number(rec.get(src))) is not None:
+                    metrics[dst] = v
+            metrics[self.metric] = float(rec[self.searched])
+            return evidence(Outcome.ok, reason, metrics=metrics)
+        t = float(rec["time"])
         label = self.sample_label
         metrics["latency_ms"] = t
         metrics[f"latency_ms[{label}]"] = t
@@ -536,14 +621,15 @@ class TuningCache:
             metrics["power_w"] = metrics["energy_j"] / (t * 1e-3)
         return evidence(Outcome.ok, reason, metrics=metrics, samples_ms=samples)
 
-    def optimum(self, metric: str = "time", *, maximize: bool | None = None) -> tuple[dict[str, Any], float]:
+    def optimum(self, metric: str | None = None, *, maximize: bool | None = None) -> tuple[dict[str, Any], float]:
         """Best valid recorded configuration for one recorded field.
 
         Args:
             metric: a recorded field (``"time"``, ``"nvml_energy"``, ``"GFLOP/s"`` ...) or
-                our metric name (``"latency_ms"``, ``"energy_j"``, ``"gflops"``).
-            maximize: direction; default maximises rates (names containing ``/s`` or
-                ``/W``) and minimises everything else.
+                our metric name (``"latency_ms"``, ``"energy_j"``, ``"gflops"``); default
+                :attr:`searched`.
+            maximize: direction; default :func:`higher_is_better` of the field (minimised
+                when its name does not say).
 
         Returns:
             (parameters of the best entry, its recorded value).
@@ -551,9 +637,9 @@ class TuningCache:
         Raises:
             KeyError: no valid entry records ``metric`` (lists what is recorded).
         """
-        field_name = _METRIC_ALIASES.get(metric, metric)
+        field_name = self.searched if metric is None else _METRIC_ALIASES.get(metric, metric)
         if maximize is None:
-            maximize = "/s" in field_name or "/W" in field_name
+            maximize = bool(higher_is_better(field_name))
         best_key, best = None, None
         for key, (status, _) in self._status.items():
             if status is not Outcome.ok:
@@ -653,10 +739,12 @@ def _header_warnings(data: Mapping[str, Any]) -> list[str]:
             if data.get(name) in (None, "", [], {})]
 
 
-def _entry_warnings(entries: Mapping[str, Mapping[str, Any]], status: Mapping[str, tuple[Outcome, str]]) -> list[str]:
+def _entry_warnings(entries: Mapping[str, Mapping[str, Any]], status: Mapping[str, tuple[Outcome, str]],
+                    searched: str) -> list[str]:
     """Warnings for entry fields some recorded entries lack (``times`` only counted on
-    valid entries: a failure has none), and for failures read from the legacy marker."""
-    missing = dict.fromkeys(_ENTRY_FIELDS, 0)
+    valid entries, a failure has none, and only when ``searched`` is the time: the samples
+    are of the time), and for failures read from the legacy marker."""
+    missing = dict.fromkeys((f for f in _ENTRY_FIELDS if searched == "time" or f != "times"), 0)
     valid = legacy = 0
     for key, rec in entries.items():
         ok = status[key][0] is Outcome.ok
@@ -807,6 +895,7 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
              for k in keys if not all(map(is_value, params[k]))}
     objective = str(data.get("objective") or "time")
     measured = _measured_fields(objective)
+    searched, maximize = _searched_field(data, cache, path)
 
     rekey = not _keys_match(cache, keys, formats)
     entries: dict[str, types.MappingProxyType] = {}
@@ -817,7 +906,7 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
             continue
         key = _canonical(rec, keys, formats, file_key) if rekey else file_key
         entries[key] = types.MappingProxyType(rec)
-        status[key] = verdict = _classify(rec, objective, measured)
+        status[key] = verdict = _classify(rec, searched, measured)
         if verdict[0] is Outcome.ok:
             fields.update(rec.keys())
     numeric = []
@@ -840,9 +929,11 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
         tune_params=types.MappingProxyType(params),
         objective=objective,
         objectives_available=tuple(numeric),
+        searched=searched,
+        maximize=maximize,
         entries=types.MappingProxyType(entries),
         repaired="; ".join(repairs),
-        warnings=tuple(warned + _entry_warnings(entries, status) + _outside_warnings(entries, keys, params)),
+        warnings=tuple(warned + _entry_warnings(entries, status, searched) + _outside_warnings(entries, keys, params)),
         load_ms=(time.perf_counter() - start) * 1e3,
         _status=types.MappingProxyType(status),
         _formats=formats,

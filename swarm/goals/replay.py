@@ -23,7 +23,10 @@ def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tup
     The design space is recovered from the file's ``tune_params``; configurations the file
     does not record evaluate as ``invalid`` (Kernel Tuner's restrictions excluded them). The
     objective is the recorded time (``latency_ms``), plus energy (``energy_j``) when the file
-    records NVML energy: then the frontier is time against energy.
+    records NVML energy: then the frontier is time against energy. A file whose entries
+    record no time is searched on its objective field in that field's direction (Kernel
+    Tuner's hyperparameter tuner records a ``score``, maximised; see
+    :attr:`~kernels.interchange.tuning_cache.TuningCache.searched`).
 
     Importing a file that already has a goal on the same data set and recorded space reuses
     that goal (the file is read again, so the summary is current); the summary then says
@@ -37,8 +40,9 @@ def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tup
 
     Returns:
         The goal and a summary: dataset, device, kernel, entries, valid/failed counts,
-        Cartesian size, the recorded optimum (ms) and its parameters (as a point of the goal's
-        space), ``labels`` (parameter -> recorded values, for the parameters searched by
+        Cartesian size, ``objective`` (``metric``, ``direction``, the recorded ``field``), the
+        recorded ``optimum`` in that metric (``optimum_ms`` when it is the time, else null) and
+        its parameters (as a point of the goal's space), ``labels`` (parameter -> recorded values, for the parameters searched by
         position), ``reused`` and ``warnings`` (the cache's
         :attr:`~kernels.interchange.tuning_cache.TuningCache.warnings`: repairs such as a dropped
         half-written entry with its key and line, missing fields of older layouts, legacy
@@ -54,7 +58,7 @@ def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tup
     path = Path(path).expanduser().resolve()
     cache = load_cache(path)
     try:
-        optimum_params, optimum = cache.optimum("time")
+        optimum_params, optimum = cache.optimum()
     except KeyError as exc:  # nothing to replay: no goal, no registered data set
         raise TuningCacheError(f"{path}: {exc.args[0] if exc.args else exc}") from None
     dataset = check_name(name, path, default=cache.name)
@@ -68,8 +72,8 @@ def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tup
         f"({', '.join(f'{i} = {json.dumps(v)}' for i, v in enumerate(values))})"
         for name, values in cache.labels.items()]
     optimum_params = cache.space_point(optimum_params)
-    objectives = [{"metric": "latency_ms", "direction": "minimize"}]
-    if "nvml_energy" in cache.objectives_available:
+    objectives = [{"metric": cache.metric, "direction": "maximize" if cache.maximize else "minimize"}]
+    if cache.searched == "time" and "nvml_energy" in cache.objectives_available:
         objectives.append({"metric": "energy_j", "direction": "minimize"})
     same_file = Goal.objects.filter(dataset_path=str(path)).order_by("pk")
     for other in same_file:
@@ -158,7 +162,10 @@ def _summary(goal: Goal, cache: TuningCache, dataset: str, optimum: float, optim
         "failures": cache.failures(),
         "space_size": cache.cartesian_size(),
         "objectives": [o["metric"] for o in goal.objectives],
-        "optimum_ms": optimum,
+        "objective": {"metric": cache.metric, "direction": "maximize" if cache.maximize else "minimize",
+                      "field": cache.searched},
+        "optimum": optimum,
+        "optimum_ms": optimum if cache.searched == "time" else None,
         "optimum_params": optimum_params,
         "labels": {name: list(values) for name, values in cache.labels.items()},
         "warnings": warnings,

@@ -630,3 +630,52 @@ def test_reuse_and_traces_refuse_values_no_run_can_have(tmp_path):
         (tmp_path / "t.jsonl").write_text(json.dumps(record) + "\n" + json.dumps(bad) + "\n")
         with pytest.raises(ValueError, match="line 2 is not a finished run"):
             _read_traces(tmp_path / "t.jsonl")
+
+
+def _score_cache(path: Path, scores: dict[int, float | str], objective: str = "score") -> Path:
+    """A one-parameter file as Kernel Tuner's hyperparameter tuner writes it: no ``time``, the
+    objective field (``score``, higher is better) and its ``scores``; a string is a failure."""
+    entries = {f"{a}": {"a": a, objective: s, f"{objective}s": [s], "compile_time": 1.0} for a, s in scores.items()}
+    path.write_text(json.dumps({"device_name": "x86_64", "kernel_name": "hyperparamtuning_pso", "problem_size": [],
+                                "tune_params_keys": ["a"], "tune_params": {"a": sorted(scores)},
+                                "objective": objective, "cache": entries}))
+    return path
+
+
+@pytest.mark.django_db
+def test_a_file_of_scores_is_searched_for_the_highest_score_by_every_strategy(tmp_path, monkeypatch):
+    # Scores of Kernel Tuner's hyperparameter tuner: negative ones are valid, the best is the
+    # highest (0.4 at a = 7), and no ratio of scores means anything: best/optimum reads the
+    # distance from the optimum on the recorded range (1 at the optimum, 2 at the worst).
+    import benchmarks.search_efficiency as bench
+
+    monkeypatch.setattr(bench, "_django_ready", True)  # the test database, not the benchmark's own
+    scores = {a: round(0.4 - 0.1 * abs(a - 7), 3) for a in range(1, 21)} | {12: "RuntimeFailedConfig"}
+    ds = load_dataset(_score_cache(tmp_path / "bench_scores.json", scores), tmp_path)
+    assert (ds.field, ds.metric, ds.maximize, ds.span) == ("score", "score", True, (0.4, -0.9))
+    assert ds.optimum == 1.0 and ds.cost(-0.9) == 2.0 and ds.cost(-0.25) == pytest.approx(1.5)
+    written = json.loads(ds.json_path.read_text())
+    assert written["objective"] == "score" and written["cache"]["12"]["score"] == "RuntimeFailedConfig"
+    # the whole space (Kernel Tuner leaves the recorded failure out of it): the highest score, as cost 1
+    for trace, failures in ((run_kt(ds, "random_sample", 0, 20), 0), (run_optuna_tpe(ds, 0, 20), 1),
+                            (run_ours(ds, ("local",), 0, 20, 4), 1)):
+        assert len(trace) == 20 - 1 + failures and sum(not ok for ok, _, _ in trace) == failures
+        assert min(t for ok, t, _ in trace if ok) == 1.0
+    assert random_curves({ds.name: ds}, 4)[ds.name][1] == 2.0  # the worst valid cost
+    # Kernel Tuner climbs up the scores: on 900 points, 100 evaluations reach the top (told to
+    # minimise, this run ends 10% of the range below it)
+    entries = {f"{a},{b}": {"a": a, "b": b, "score": -(abs(a - 20) + abs(b - 20)) / 10} for a in range(30) for b in range(30)}
+    wide = tmp_path / "bench_wide_scores.json"
+    wide.write_text(json.dumps({"device_name": "x86_64", "kernel_name": "k", "problem_size": [], "tune_params_keys": ["a", "b"],
+                                "tune_params": {"a": list(range(30)), "b": list(range(30))}, "objective": "score",
+                                "cache": entries}))
+    ds = load_dataset(wide, tmp_path)
+    assert min(t for ok, t, _ in run_kt(ds, "adaptive_tabu_greywolf", 0, 100) if ok) == 1.0
+
+
+def test_a_file_of_a_positive_rate_reads_best_over_optimum_as_the_rates_inverse_ratio(tmp_path):
+    rates = {a: float(100 - 4 * abs(a - 5)) for a in range(1, 21)}  # GFLOP/s, the best 100 at a = 5
+    ds = load_dataset(_score_cache(tmp_path / "bench_rates.json", rates, "GFLOP/s"), tmp_path)
+    assert (ds.field, ds.metric, ds.maximize, ds.span) == ("GFLOP/s", "gflops", True, None)
+    assert ds.optimum == pytest.approx(1 / 100) and best_ratio([(True, ds.cost(50.0), None)], 1, ds.optimum) == 2.0
+    assert min(t for ok, t, _ in run_kt(ds, "random_sample", 0, 20) if ok) == pytest.approx(ds.optimum)

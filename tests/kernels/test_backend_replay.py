@@ -324,6 +324,34 @@ def test_rates_are_maximised_and_energy_minimised():
         cache.optimum("no-such-field")
 
 
+def test_a_file_without_times_is_searched_on_its_objective_in_its_direction(tmp_path):
+    """Kernel Tuner's hyperparameter tuner writes ``"objective": "score"`` (maximised) and no
+    ``time``: a negative score is a measurement, not a failed time; a file that records a time
+    is searched on the time whatever its objective says."""
+    entries = {"1": {"a": 1, "score": -0.4, "scores": [-0.4]}, "2": {"a": 2, "score": 0.25},
+               "3": {"a": 3, "score": "RuntimeFailedConfig"}, "4": {"a": 4, "score": None}}
+    path = tmp_path / "hyper.json"
+    path.write_text(json.dumps({"tune_params_keys": ["a"], "tune_params": {"a": [1, 2, 3, 4]}, "objective": "score",
+                                "cache": entries}))
+    cache = load_cache(path)
+    assert (cache.searched, cache.maximize, cache.metric) == ("score", True, "score")
+    assert [cache.status(k)[0] for k in "1234"] == ["ok", "ok", "runtime_error", "runtime_error"]
+    assert cache.optimum() == ({"a": 2}, 0.25)
+    ev = cache.lookup({"a": 1})
+    assert ev.status == "ok" and ev.metrics["score"] == -0.4 and "latency_ms" not in ev.metrics and not ev.samples_ms
+    timed = tmp_path / "timed.json"
+    timed.write_text(json.dumps({"tune_params_keys": ["a"], "tune_params": {"a": [1, 2]}, "objective": "GFLOP/s",
+                                 "cache": {"1": {"a": 1, "time": 2.0, "GFLOP/s": 5.0},
+                                           "2": {"a": 2, "time": 1.0, "GFLOP/s": 10.0}}}))
+    cache = load_cache(timed)
+    assert (cache.searched, cache.maximize, cache.metric) == ("time", False, "latency_ms")
+    assert cache.optimum() == ({"a": 2}, 1.0) and cache.lookup({"a": 1}).metrics["latency_ms"] == 2.0
+    assert [tuning_cache.higher_is_better(f) for f in ("time", "score", "GB/s", "TFLOP/J", "widgets")] == [
+        False, True, True, True, None]
+    assert [tuning_cache.metric_name(f) for f in ("time", "GFLOP/s", "score", "my metric", "9x")] == [
+        "latency_ms", "gflops", "score", "my_metric", "m_9x"]
+
+
 def test_the_space_is_the_recorded_cartesian_product(conv):
     space = conv.space()
     assert space.names == conv.tune_params_keys and space.restrictions == ()

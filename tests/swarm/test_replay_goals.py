@@ -259,6 +259,40 @@ def test_a_missing_or_broken_cache_file_is_a_clear_error(tmp_path):
     assert not Goal.objects.exists()
 
 
+@pytest.mark.django_db
+def test_a_file_of_scores_is_a_goal_that_maximises_the_score(tmp_path):
+    """Kernel Tuner's hyperparameter tuner records a ``score`` (higher is better, negative
+    ones valid) and no time: the goal maximises it, and a run's best is the highest score."""
+    entries = {f"{a},{b}": {"a": a, "b": b, "score": round(0.3 - 0.1 * abs(a - 2) - 0.2 * abs(b - 1), 3),
+                            "scores": [0.0], "compile_time": 25.0}
+               for a in range(5) for b in range(4)}
+    path = tmp_path / "goal_scores.json"
+    path.write_text(json.dumps({"device_name": "x86_64", "kernel_name": "hyperparamtuning_pso", "problem_size": [],
+                                "tune_params_keys": ["a", "b"], "tune_params": {"a": list(range(5)), "b": list(range(4))},
+                                "objective": "score", "cache": entries}))
+    result = factory("import-cache", str(path))
+    assert result["valid"] == 20 and result["failed"] == 0  # -0.5 is a score, not a failed time
+    assert result["objective"] == {"metric": "score", "direction": "maximize", "field": "score"}
+    assert result["optimum"] == 0.3 and result["optimum_ms"] is None and result["optimum_params"] == {"a": 2, "b": 1}
+    assert Goal.objects.get(pk=result["goal"]).objectives == [{"metric": "score", "direction": "maximize"}]
+    run = factory("run", "--goal", str(result["goal"]), "--budget", "20", "--seed", "3")
+    assert run["evaluated"] == 20 and run["best"]["params"] == {"a": 2, "b": 1}
+    assert run["best"]["metrics"]["score"] == 0.3 and "latency_ms" not in run["best"]["metrics"]
+    out = StringIO()
+    call_command("factory", "import-cache", str(path), stdout=out)
+    assert "recorded optimum 0.3 score (maximize)" in out.getvalue()
+
+
+@pytest.mark.django_db
+def test_a_file_without_times_whose_objective_gives_no_direction_is_refused(tmp_path):
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"tune_params_keys": ["a"], "tune_params": {"a": [1, 2]}, "objective": "widgets",
+                                "cache": {"1": {"a": 1, "widgets": 3.0}, "2": {"a": 2, "widgets": 4.0}}}))
+    with pytest.raises(CommandError, match="objective 'widgets' does not say whether higher is better"):
+        factory("import-cache", str(path))
+    assert not Goal.objects.exists()
+
+
 # -- hostile files: duplicated import, half-written entry, failure markers --------------------
 
 

@@ -120,7 +120,7 @@ class Command(BaseCommand):
                 f"goal {goal.pk}{' (already imported: reused)' if summary['reused'] else ''}: {goal.name}\n"
                 f"{summary['entries']} entries ({summary['valid']} valid, "
                 f"{summary['failed']} failed) of {summary['space_size']} configurations; "
-                f"recorded optimum {summary['optimum_ms']:.4g} ms"
+                f"recorded optimum {_optimum_text(summary)}"
             )
             for line in summary["warnings"]:
                 self.stdout.write(f"warning: {line}")
@@ -288,3 +288,12 @@ def _cell(name: str, value: Any) -> str:
 def _evaluated(run: Run) -> int:
     """Candidates of ``run`` that are no longer queued or running (whoever evaluated them)."""
     return run.candidates.exclude(status__in=PENDING_STATUSES).count()
+
+
+def _optimum_text(summary: dict[str, Any]) -> str:
+    """The recorded optimum of an import summary: ``'0.5537 ms'`` for a time, else the value, its
+    metric and direction (``'0.348 score (maximize)'``)."""
+    if summary["optimum_ms"] is not None:
+        return f"{summary['optimum_ms']:.4g} ms"
+    objective = summary["objective"]
+    return f"{summary['optimum']:.4g} {objective['metric']} ({objective['direction']})"
