@@ -20,6 +20,8 @@ Format (Kernel Tuner's ``cachefile``, see ``shared/datasets/tuning-cache/README.
 - Kernel Tuner appends entries while tuning, so a file may end with ``,`` and lack the closing
   ``}\\n}``; :func:`load_cache` repairs that (and drops a half-written last line).
 - Older files lack header fields (e.g. no ``problem_size`` / ``objective``).
+- A T4 results file (Kernel Tuner's ``store_output_file``) is read as the cache it records
+  (:mod:`kernels.interchange.t4`).
 - A file whose entries record no ``time`` is searched on its ``objective`` field instead
   (Kernel Tuner's hyperparameter tuner writes ``"objective": "score"``, higher is better):
   :attr:`TuningCache.searched`, :attr:`TuningCache.maximize`, :attr:`TuningCache.metric`.
@@ -45,6 +47,7 @@ from typing import Any
 
 from kernels import stats
 from kernels.evidence import Evidence
+from kernels.interchange import t4
 from kernels.outcome import Outcome
 from kernels.space import DesignSpace, Parameter, SpaceError, is_value, labelled_value
 
@@ -680,7 +683,8 @@ def load_cache(path: str | os.PathLike[str]) -> TuningCache:
 
     Raises:
         FileNotFoundError: no such file.
-        TuningCacheError: not gzip/JSON, unrepairable, missing ``cache`` /
+        TuningCacheError: not gzip/JSON, unrepairable, a T4 results file that cannot be read
+            (:func:`kernels.interchange.t4.as_cache_layout`), missing ``cache`` /
             ``tune_params_keys`` and ``tune_params``, a header field of the wrong shape, or an
             entry that lacks a parameter or records one as a list or object (the message names
             the field, the entry's key and the parameter).
@@ -878,10 +882,17 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
     finally:
         if gc_was_enabled:
             gc.enable()
+    converted: list[str] = []
+    if t4.is_t4(data):
+        try:
+            data, converted = t4.as_cache_layout(data)
+        except t4.T4Error as exc:
+            raise TuningCacheError(f"{path}: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("cache"), dict):
-        raise TuningCacheError(f"{path}: not a Kernel Tuner cache file (no 'cache' object)")
+        raise TuningCacheError(f"{path}: not a Kernel Tuner cache file (no 'cache' object) nor a T4 results file "
+                               "(no 'results' list)")
     cache: dict[str, Any] = data["cache"]
-    warned = list(repairs) + _header_warnings(data)
+    warned = list(repairs) + _header_warnings(data) + converted
     keys, tune_params = _header_params(data, path)
     _check_entries(cache, keys, path)
     params: dict[str, tuple[Any, ...]] = {}
