@@ -143,6 +143,17 @@ def test_a_labelled_parameter_reads_as_its_labels_on_the_run_page_and_in_the_tab
     hovers = [t for trace in _chart(page, "history-chart")["traces"] for t in trace["text"] or []]
     assert any("SCHED=&lt;a href=\"/x\"&gt;guided&lt;/a&gt;" in t for t in hovers), hovers[:5]
     assert not any("<a" in t for t in hovers)
+    # a chart's axis over the parameter reads as its labels too (escaped: tick text is markup to Plotly)
+    escaped = ["static", "dynamic", '&lt;a href="/x"&gt;guided&lt;/a&gt;']
+    page.locator("#scatter-chart").scroll_into_view_if_needed()
+    page.wait_for_function("Number(document.getElementById('scatter-chart').dataset.points) > 0", timeout=30_000)
+    page.select_option("#sc-x", "p:SCHED")
+    page.wait_for_function("(document.getElementById('scatter-chart').layout.xaxis.ticktext || []).length === 3")
+    assert page.evaluate("document.getElementById('scatter-chart').layout.xaxis.ticktext") == escaped
+    page.locator("#parcoords-chart").scroll_into_view_if_needed()
+    page.wait_for_function("(document.getElementById('parcoords-chart').data || []).length === 1", timeout=30_000)
+    dims = page.evaluate("document.getElementById('parcoords-chart').data[0].dimensions.map((d) => [d.label, d.ticktext || null])")
+    assert ["SCHED", escaped] in dims, dims
     page.goto(f"{stack}/runs/{run.pk}/candidates/?sort=SCHED")
     _loaded(page)
     cells = page.eval_on_selector_all("#candidate-table tbody td[data-column='SCHED']", "(tds) => tds.map((t) => t.textContent)")

@@ -55,6 +55,12 @@ export function paramText(name, v) {
   const i = p && typeof v === "number" ? p.values.indexOf(v) : -1;
   return `${name}=${i >= 0 ? p.labels[i] : v}`;
 }
+// A labelled parameter's values as an axis's ticks: {tickvals, ticktext} (labels escaped, as
+// Plotly reads markup in tick text too), or null for a parameter without labels.
+export function labelTicks(name) {
+  const p = meta && (meta.labels || []).find((q) => q.name === name);
+  return p ? { tickvals: p.values, ticktext: p.labels.map(plotText) } : null;
+}
 export function paramsText(r) {
   const parts = [];
   for (const name in C.params) { const v = C.params[name][r]; if (v !== null && v !== undefined) parts.push(paramText(name, v)); }

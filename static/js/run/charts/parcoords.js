@@ -6,7 +6,7 @@
 // not hold the chart back).
 import { $ } from "../dom.js";
 import { timings } from "../scheduler.js";
-import { C, directionOf, meta, primary, statusOf } from "../state.js";
+import { C, directionOf, labelTicks, meta, primary, statusOf } from "../state.js";
 import { plotConfig } from "./plotly.js";
 
 const PC_MIN_GAP = 1000, PC_COST_GAP = 3;
@@ -41,8 +41,8 @@ function drawParcoords() {
   const dims = names.map((name) => {
     const vals = C.params[name];
     const domain = ((meta.space.parameters || []).find((p) => p.name === name) || {}).values;
-    const ticks = domain && domain.length <= 12 ? domain : undefined;
-    return { label: name, values: rows.map((r) => vals[r]), tickvals: ticks };
+    const ticks = labelTicks(name) || { tickvals: domain && domain.length <= 12 ? domain : undefined };
+    return { label: name, values: rows.map((r) => vals[r]), ...ticks };
   });
   dims.push({ label: colorBy, values: rows.map((r) => col[r]) });
   const color = rows.map((r) => col[r]);

@@ -1,7 +1,7 @@
 // Any metric or parameter on either axis, points coloured by a parameter (as KTdashboard):
 // every ok candidate with both values. Hover names each axis and the colour with its unit.
 import { $, el } from "../dom.js";
-import { C, candidateUrl, cfg, meta, statusOf, textOf } from "../state.js";
+import { C, candidateUrl, cfg, labelTicks, meta, statusOf, textOf } from "../state.js";
 import { axisTitle, named } from "../units.js";
 import { plotConfig } from "./plotly.js";
 import { throttledChart } from "./throttle.js";
@@ -9,10 +9,10 @@ import { throttledChart } from "./throttle.js";
 const ID = "scatter-chart";
 const LOG_BY_DEFAULT = ["latency_ms", "max_rel_error", "max_abs_error"];
 
-// "m:latency_ms" or "p:BLOCK" -> its column and name.
+// "m:latency_ms" or "p:BLOCK" -> its column and name, and a labelled parameter's ticks.
 function column(choice) {
   const [kind, name] = [choice.slice(0, 1), choice.slice(2)];
-  return { name, values: (kind === "p" ? C.params : C.metrics)[name] || [] };
+  return { name, values: (kind === "p" ? C.params : C.metrics)[name] || [], ticks: kind === "p" ? labelTicks(name) : null };
 }
 
 // Colour values: numbers as they are; other values (categorical parameters) as their index
@@ -38,14 +38,15 @@ function draw() {
   const chart = $(ID);
   const colorbar = { title: { text: axisTitle(cs.name) } };
   if (ticks) Object.assign(colorbar, { tickvals: ticks.map((_, i) => i), ticktext: ticks });
+  else if (cs.ticks) Object.assign(colorbar, cs.ticks);
   return Plotly.react(chart, [{
     type: "scattergl", mode: "markers", x: rows.map((r) => xs.values[r]), y: rows.map((r) => ys.values[r]),
     customdata: rows.map((r) => C.id[r]), text, hovertemplate: "%{text}<extra></extra>",
     marker: { color, colorscale: "Viridis", showscale: true, colorbar, size: 7, opacity: 0.8 },
   }], {
     margin: { t: 10, r: 10, b: 50, l: 70 }, hovermode: "closest",
-    xaxis: { title: { text: axisTitle(xs.name) }, type: logX ? "log" : "linear", exponentformat: "e" },
-    yaxis: { title: { text: axisTitle(ys.name) }, type: logY ? "log" : "linear", exponentformat: "e" },
+    xaxis: { title: { text: axisTitle(xs.name) }, type: logX ? "log" : "linear", exponentformat: "e", ...xs.ticks },
+    yaxis: { title: { text: axisTitle(ys.name) }, type: logY ? "log" : "linear", exponentformat: "e", ...ys.ticks },
     uirevision: `${$("sc-x").value}|${$("sc-y").value}|${logX}|${logY}`,
   }, plotConfig).then(() => { chart.dataset.points = String(rows.length); });
 }
