@@ -148,6 +148,13 @@ class GoalForm(forms.Form):
         ]
         if instance is not None and instance.target not in dict(TARGETS):
             self.fields["target"].choices = TARGETS + [(instance.target, instance.target)]
+        # A goal's own metrics stay choices (a replay goal of recorded scores maximises "score"),
+        # so that saving the form as shown never replaces an objective.
+        own = [(o["metric"], o["metric"]) for o in (instance.objectives if instance is not None else [])
+               if o["metric"] not in dict(METRICS)]
+        if own:
+            self.fields["objective"].choices = METRICS + own
+            self.fields["second_objective"].choices = [("", "(none)")] + METRICS + own
 
     @staticmethod
     def initial_for(goal: Goal) -> dict[str, Any]:

@@ -167,6 +167,29 @@ def test_a_replay_goal_is_renamed_through_the_form(client, owner):
 
 
 @pytest.mark.django_db
+def test_a_goal_of_recorded_scores_keeps_its_objective_when_saved_through_the_form(client, owner, tmp_path):
+    """The form's objective lists a goal's own metrics too: saved as shown, a goal that
+    maximises a recorded ``score`` (and a second objective outside the form's list) keeps them."""
+    import json
+    import re
+
+    path = tmp_path / "form-scores.json"
+    path.write_text(json.dumps({"tune_params_keys": ["a"], "tune_params": {"a": [1, 2, 3]}, "objective": "score",
+                                "cache": {f"{a}": {"a": a, "score": a - 2.5} for a in (1, 2, 3)}}))
+    goal = import_cache(path, user=owner)[0]
+    goal.objectives = [*goal.objectives, {"metric": "energy_j", "direction": "minimize"}]
+    goal.save()
+    client.force_login(owner)
+    page = client.get(reverse("goal-edit", args=[goal.pk])).content.decode()
+    assert re.search(r'<option value="score"[^>]*selected', page) and re.search(r'<option value="energy_j"[^>]*selected', page)
+    r = client.post(reverse("goal-edit", args=[goal.pk]), {**GoalForm.initial_for(goal), "name": "renamed"})
+    assert r.status_code == 302, r.context["form"].errors if r.context else r
+    goal.refresh_from_db()
+    assert goal.name == "renamed" and goal.objectives == [{"metric": "score", "direction": "maximize"},
+                                                          {"metric": "energy_j", "direction": "minimize"}]
+
+
+@pytest.mark.django_db
 def test_a_replay_goal_edited_through_the_form_or_api_keeps_its_files_labels(client, owner, tmp_path, api):
     import json
 
