@@ -45,10 +45,11 @@ configuration (Kernel Tuner's GA and PSO revisit their cache) are counted once.
 
 A file whose entries record no time is searched on its objective (Kernel Tuner's hyperparameter
 tuner records a ``score``, maximised): every strategy then searches that field in its direction,
-and the figures below read its *cost* where they say time: the value itself when it is
-minimised and positive, its reciprocal when it is maximised and positive (best/optimum is then
-optimum/best, as for a time), else 1 plus the distance from the recorded optimum as a fraction
-of the recorded range (best/optimum 1.01: within 1% of the range), :meth:`Dataset.cost`.
+and the figures below read its *cost* where they say time (:func:`cost`): for a positive
+quantity whose ratios mean something (energy, a rate such as GFLOP/s) how many times worse than
+the optimum, as for a time; for anything else (a score, whose zero is arbitrary) 1 plus the
+distance from the recorded optimum as a fraction of the recorded range (best/optimum 1.01:
+within 1% of the range).
 
 Per (dataset, strategy, budget), over seeds: the median and IQR of best-found time / recorded
 optimum, the median number of evaluations to come within 5% and 1% of the optimum (``null``
@@ -81,7 +82,7 @@ import tempfile
 import time
 import warnings
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,25 +203,38 @@ class Dataset:
     field: str = "time"  # the recorded field searched (TuningCache.searched)
     metric: str = "latency_ms"  # its name in our evidence (TuningCache.metric)
     maximize: bool = False
-    # (optimum, worst) recorded values when the cost is the distance on the recorded range
-    span: tuple[float, float] | None = None
+    reading: str = "value"  # how a value reads as a cost: "value", "ratio" or "range" (cost())
+    span: tuple[float, float] = (0.0, 0.0)  # the recorded (optimum, worst) values of field
 
     def cost(self, value: float | None) -> float | None:
         """The value of :attr:`field` as a cost to minimise: :func:`cost`."""
-        return cost(value, self.maximize, self.span)
+        return cost(value, self.reading, self.maximize, self.span)
 
 
-def cost(value: float | None, maximize: bool, span: tuple[float, float] | None) -> float | None:
-    """A recorded value as a cost to minimise, > 0, least at the optimum: the value itself when
-    minimised (a time, ms), ``1 / value`` when maximised (positive values), and with ``span``
-    (the recorded optimum and worst, for values not all positive) ``1 + (value - optimum) /
-    (worst - optimum)``: 1 at the optimum, 2 at the worst recorded. None stays None."""
-    if value is None:
-        return None
-    if span is not None:
-        best, worst = span
-        return 1.0 + ((value - best) / (worst - best) if worst != best else 0.0)
-    return 1.0 / value if maximize else value
+def reading_of(field_name: str, values: Iterable[float]) -> str:
+    """How the recorded values of ``field_name`` read as a cost (:func:`cost`): ``"value"``
+    for the time (ms, as recorded); ``"ratio"`` for a positive quantity whose ratios mean
+    something (energy, power, a rate such as GFLOP/s); ``"range"`` for anything else (a
+    score, a loss: its zero is arbitrary, so a ratio of two of them is not a measure)."""
+    if field_name == "time":
+        return "value"
+    ratio_scale = field_name in ("energy", "nvml_energy", "nvml_power") or any(u in field_name for u in ("/s", "/W", "/J"))
+    return "ratio" if ratio_scale and min(values) > 0 else "range"
+
+
+def cost(value: float | None, reading: str, maximize: bool, span: tuple[float, float]) -> float | None:
+    """A recorded value as a cost to minimise, least at the optimum, by ``reading``
+    (:func:`reading_of`): ``"value"`` the value itself (a time, ms); ``"ratio"`` the value over
+    the optimum, or the optimum over the value when maximised (so best/optimum is how many
+    times worse, as for a time; 1 at the optimum); ``"range"`` ``1 + (value - optimum) /
+    (worst - optimum)`` (``span`` = (optimum, worst); 1 at the optimum, 2 at the worst
+    recorded). None stays None."""
+    if value is None or reading == "value":
+        return value
+    best, worst = span
+    if reading == "ratio":
+        return best / value if maximize else value / best
+    return 1.0 + ((value - best) / (worst - best) if worst != best else 0.0)
 
 
 def load_dataset(path: Path, workdir: Path) -> Dataset:
@@ -250,10 +264,9 @@ def load_dataset(path: Path, workdir: Path) -> Dataset:
         raise ValueError(f"{path}: {len(raw)} valid configuration(s) record {what}; a search needs at least two")
     if field_name == "time" and min(raw.values()) <= 0:
         raise ValueError(f"{path}: a valid configuration records a time of {min(raw.values()):g} ms; times must be > 0")
-    span = None
-    if field_name != "time" and min(raw.values()) <= 0:  # no ratio to speak of: the distance on the range
-        lo, hi = min(raw.values()), max(raw.values())
-        span = (hi, lo) if cache.maximize else (lo, hi)
+    lo, hi = min(raw.values()), max(raw.values())
+    span = (hi, lo) if cache.maximize else (lo, hi)
+    reading = reading_of(field_name, raw.values())
     entries = {}
     for key, entry in cache.entries.items():
         out = {**entry, **cache.params_of(key)}
@@ -266,7 +279,7 @@ def load_dataset(path: Path, workdir: Path) -> Dataset:
             "tune_params": {k: list(v) for k, v in cache.tune_params.items()}, "objective": field_name, "cache": entries}
     json_path = workdir / f"{cache.name}.json"
     json_path.write_text(json.dumps(data, indent=1))  # NaN as Kernel Tuner writes and reads it
-    valid = {k: cost(v, cache.maximize, span) for k, v in raw.items()}
+    valid = {k: cost(v, reading, cache.maximize, span) for k, v in raw.items()}
     optimum = min(valid.values())
     energy = field_name == "time" and "nvml_energy" in cache.objectives_available
     front_hv = reference = None
@@ -276,7 +289,7 @@ def load_dataset(path: Path, workdir: Path) -> Dataset:
         reference = (max(p[0] for p in pts), max(p[1] for p in pts))
         front_hv = hypervolume(pts, reference)
     return Dataset(cache.name, path, json_path, tuple(cache.tune_params_keys), optimum, energy, front_hv, reference,
-                   cache.kernel_name or "", cache.sha256, field_name, cache.metric, cache.maximize, span)
+                   cache.kernel_name or "", cache.sha256, field_name, cache.metric, cache.maximize, reading, span)
 
 
 def _valid_values(cache: Any) -> dict[str, float]:
@@ -1358,19 +1371,19 @@ def _run_jobs(jobs: list[tuple], stored: dict[tuple, tuple], traces_path: Path |
 
 
 def _objective_of(ds: Dataset) -> dict[str, Any]:
-    """What ``ds`` is searched on: the recorded ``field``, ``maximize``, and the ``cost`` its
-    best/optimum ratios read (``"value"``, ``"reciprocal"`` or ``"range"``, :func:`cost`)."""
-    how = "range" if ds.span is not None else "reciprocal" if ds.maximize else "value"
-    return {"field": ds.field, "maximize": ds.maximize, "cost": how}
+    """What ``ds`` is searched on: the recorded ``field``, ``maximize``, and how its values
+    read as the cost of its best/optimum ratios (``"value"``, ``"ratio"`` or ``"range"``,
+    :func:`reading_of`)."""
+    return {"field": ds.field, "maximize": ds.maximize, "cost": ds.reading}
 
 
 def _objective_note(datasets: dict[str, Dataset]) -> str:
     """A report paragraph naming the files searched on an objective other than time, and how
     their best/optimum reads; empty when every file is searched on time."""
-    read = {"value": "the value's ratio", "reciprocal": "optimum/best",
+    read = {"value": "the ratio of the values", "ratio": "how many times worse than the optimum",
             "range": "1 + the distance from the optimum as a fraction of the recorded range"}
     other = [f"{d.name} ({d.field}, {'maximised' if d.maximize else 'minimised'}; best/optimum is "
-             f"{read[_objective_of(d)['cost']]})" for d in datasets.values() if d.field != "time"]
+             f"{read[d.reading]})" for d in datasets.values() if d.field != "time"]
     return f"\n\nSearched on their objective, which is not a time: {'; '.join(other)}." if other else ""
 
 

@@ -30,9 +30,10 @@ __all__ = ["T4Error", "as_cache_layout", "is_t4"]
 
 # T4 invalidity -> Kernel Tuner's failure marker (``kernel_tuner/file_utils.py`` maps the other way).
 _FAILURES = {"compile": "CompilationFailedConfig", "runtime": "RuntimeFailedConfig", "constraints": "InvalidConfig"}
-# T4 ``times`` -> Kernel Tuner's per-entry bookkeeping fields (ms).
-_TIMES = {"compilation": "compile_time", "benchmark": "benchmark_time", "framework": "framework_time",
-          "search_algorithm": "strategy_time", "validation": "verification_time"}
+# T4 ``times`` -> Kernel Tuner's per-entry bookkeeping fields (ms); the schema names the first
+# ``compilation_time``, Kernel Tuner's writer ``compilation``.
+_TIMES = {"compilation": "compile_time", "compilation_time": "compile_time", "benchmark": "benchmark_time",
+          "framework": "framework_time", "search_algorithm": "strategy_time", "validation": "verification_time"}
 # A measurement's unit -> factor to milliseconds; "" is Kernel Tuner's unit for whatever is not a time.
 _TO_MS = {"ms": 1.0, "milliseconds": 1.0, "s": 1e3, "seconds": 1e3, "us": 1e-3, "µs": 1e-3, "microseconds": 1e-3,
           "ns": 1e-6, "nanoseconds": 1e-6}
@@ -52,13 +53,14 @@ def as_cache_layout(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]
     """The T4 results ``data`` as a Kernel Tuner cache file's object, and warnings.
 
     Each result becomes an entry keyed as Kernel Tuner keys its caches (the values' ``str``
-    joined by ``,``): its configuration, each measurement by name (a time unit converted to
-    ms), ``times`` from ``times.runtimes`` (ms, by the file's ``metadata.timeunit``), the
-    bookkeeping times under Kernel Tuner's names, and for an ``invalidity`` other than
-    ``correct`` an ``__error__`` marker (``compile``, ``runtime``, ``constraints`` as Kernel
-    Tuner's; ``timeout`` and others as their word). The objective is the first result's
-    first ``objectives`` entry (``time`` when absent). A configuration recorded twice keeps
-    its first result, and a warning counts the others.
+    joined by ``,``; a value recorded as ``4`` and as ``4.0`` is spelt as first recorded):
+    its configuration, each measurement by name (a time unit converted to ms), ``times`` from
+    ``times.runtimes`` and the bookkeeping times under Kernel Tuner's names (ms, by the file's
+    ``metadata.timeunit``), and for an ``invalidity`` other than ``correct`` (or a
+    ``correctness`` of 0) an ``__error__`` marker (``compile``, ``runtime``, ``constraints``
+    as Kernel Tuner's; ``timeout`` and others as their word). The objective is the first
+    result's first ``objectives`` entry (``time`` when absent). A configuration recorded twice
+    keeps its first result, and a warning counts the others.
 
     Raises:
         T4Error: no results; a result that is not an object or lacks ``configuration``; a
@@ -77,21 +79,30 @@ def as_cache_layout(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]
     objectives = first.get("objectives")
     objective = str(objectives[0]) if isinstance(objectives, list) and objectives else "time"
     cache: dict[str, dict[str, Any]] = {}
-    repeated = 0
+    # one spelling per value: 4 and 4.0 are one configuration, True and 1 or "1" and 1 are not
+    spelling: dict[str, dict[tuple, Any]] = {k: {} for k in keys}
+    repeated = clashes = 0
     for i, result in enumerate(results):
         entry = _entry(result, i, keys, runtime_ms)
+        for k in keys:
+            entry[k] = spelling[k].setdefault(_identity(entry[k]), entry[k])
         key = ",".join(str(entry[k]) for k in keys)
         if key in cache:
-            repeated += 1
+            same = all(_identity(cache[key][k]) == _identity(entry[k]) for k in keys)
+            repeated += same
+            clashes += not same
             continue
         cache[key] = entry
-    values = {k: list(dict.fromkeys(e[k] for e in cache.values())) for k in keys}
+    values = {k: list(v.values()) for k, v in spelling.items()}
     tune_params = {k: sorted(v) if all(_is_number(x) for x in v) else v for k, v in values.items()}
     warnings = ["a T4 results file records no tunable parameter values: each parameter's values are those its "
                 "configurations record, numbers in ascending order"]
     if repeated:
         warnings.append(f"{repeated} results repeat a configuration recorded before: each configuration keeps its "
                         "first result")
+    if clashes:
+        warnings.append(f"{clashes} results configure values that print as an earlier result's do (1 and \"1\"), "
+                        "which a Kernel Tuner cache key cannot tell apart: they are left out")
     return {"tune_params_keys": keys, "tune_params": tune_params, "objective": objective, "cache": cache}, warnings
 
 
@@ -119,17 +130,27 @@ def _entry(result: Any, i: int, keys: list[str], runtime_ms: float) -> dict[str,
             entry[m["name"]] = value
     times = result.get("times") if isinstance(result.get("times"), dict) else {}
     for src, dst in _TIMES.items():
-        if _is_number(times.get(src)):
-            entry[dst] = times[src]
+        if _is_number(times.get(src)) and dst not in entry:
+            entry[dst] = times[src] * runtime_ms
     runtimes = times.get("runtimes")
     if isinstance(runtimes, list) and runtimes:
         entry["times"] = [x * runtime_ms if _is_number(x) else x for x in runtimes]
     invalidity = result.get("invalidity", "correct")
+    if invalidity == "correct" and result.get("correctness", 1) in (0, False):
+        invalidity = "correctness"  # judged wrong, whatever the invalidity says
     if invalidity != "correct":
         entry["__error__"] = _FAILURES.get(invalidity, str(invalidity))
     if "timestamp" in result:
         entry["timestamp"] = result["timestamp"]
     return entry
+
+
+def _identity(v: Any) -> tuple:
+    """What tells two recorded values apart: numbers by value (``4 == 4.0``), booleans, strings
+    and null each by kind and value."""
+    if _is_number(v):
+        return ("number", float(v))
+    return (type(v).__name__, v)
 
 
 def _factor(unit: Any, where: str) -> float:

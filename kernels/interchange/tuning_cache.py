@@ -60,6 +60,7 @@ __all__ = [
     "higher_is_better",
     "load_cache",
     "metric_name",
+    "recorded_field",
 ]
 
 NOT_RECORDED_LOG = "configuration not in the recorded space (Kernel Tuner restrictions exclude it)"
@@ -148,27 +149,49 @@ def metric_name(field_name: str) -> str:
     return name if not name[0].isdigit() else f"m_{name}"
 
 
-def _searched_field(data: Mapping[str, Any], cache: Mapping[str, Any], path: Path) -> tuple[str, bool]:
-    """The recorded field a replay of this file searches, and whether higher is better.
+def recorded_field(metric: str) -> str:
+    """The recorded field that our metric ``metric`` reads, as a Kernel Tuner cache names it:
+    :func:`metric_name` undone for ``latency_ms`` (``time``) and the recorded rates and energy
+    (``gflops`` -> ``GFLOP/s``); any other metric is its own field (``score``)."""
+    return {v: k for k, v in _MEASURED.items()}.get(metric, "time" if metric == "latency_ms" else metric)
 
-    ``time`` (minimised) when the header's objective is ``time`` or any entry records a
-    ``time``; otherwise the header's ``objective`` (a file of Kernel Tuner's hyperparameter
-    tuner records only ``score``), in its direction (:func:`higher_is_better`).
+
+def _searched_field(data: Mapping[str, Any], cache: Mapping[str, Any], keys: tuple[str, ...],
+                   path: Path) -> tuple[str, bool, list[str]]:
+    """The recorded field a replay of this file searches, whether higher is better, and warnings.
+
+    The header's ``objective`` when an entry records it (a file of Kernel Tuner's
+    hyperparameter tuner records only ``score``) or when no entry records a ``time``, in the
+    header's ``objective_higher_is_better`` when that is a bool, else in the direction its
+    name gives (:func:`higher_is_better`); otherwise ``time`` (minimised), with a warning when
+    the header names another objective.
 
     Raises:
-        TuningCacheError: the entries record no ``time`` and the objective's direction is not
-            known from its name.
+        TuningCacheError: the objective is a tunable parameter, or no entry records a ``time``
+            and the objective's direction is not known.
     """
     objective = str(data.get("objective") or "time")
-    if objective == "time" or any(isinstance(rec, dict) and "time" in rec for rec in cache.values()):
-        return "time", False
-    maximize = higher_is_better(objective)
+    if objective == "time":
+        return "time", False, []
+    if objective in keys:
+        raise TuningCacheError(f"{path}: the objective {objective!r} is also a tunable parameter: a search would "
+                               "optimise the parameter's own value")
+    recorded = any(isinstance(rec, dict) and objective in rec for rec in cache.values())
+    timed = any(isinstance(rec, dict) and "time" in rec for rec in cache.values())
+    flag = data.get("objective_higher_is_better")
+    maximize = flag if isinstance(flag, bool) else higher_is_better(objective)
+    if not recorded and timed:
+        return "time", False, [f"no entry records the header's objective {objective!r}: searched on the recorded time"]
     if maximize is None:
         known = ", ".join(sorted(_HIGHER_IS_BETTER, key=str.lower))
+        if timed:
+            return "time", False, [f"the header's objective {objective!r} does not say whether higher is better "
+                                   "(no 'objective_higher_is_better'): searched on the recorded time"]
         raise TuningCacheError(
             f"{path}: the entries record no 'time' and the objective {objective!r} does not say whether higher is "
-            f"better (known objectives: {known}; rates ending in /s, /W or /J are maximised)")
-    return objective, maximize
+            f"better: give 'objective_higher_is_better' in the header (known objectives: {known}; rates ending in "
+            "/s, /W or /J are maximised)")
+    return objective, maximize, []
 
 
 def _legacy_failure(value: Any) -> float | None:
@@ -213,13 +236,13 @@ def _classify(record: Mapping[str, Any], searched: str, measured: tuple[str, ...
                                            f"marker (at least {LEGACY_FAILED_TIME:g} ms; which failure is not recorded)")
         return Outcome.runtime_error, f"recorded error: {text}"
     v = record.get(searched)
+    if (legacy := _legacy_failure(v)) is not None:
+        return Outcome.runtime_error, (f"recorded as failed: {searched} = {legacy:g} is the legacy failure marker "
+                                       f"(at least {LEGACY_FAILED_TIME:g}; which failure is not recorded)")
     if searched != "time":
         if _number(v) is None:
             return Outcome.runtime_error, f"recorded entry has no usable {searched} ({v!r:.40})"
         return Outcome.ok, "recorded measurement"
-    if (legacy := _legacy_failure(v)) is not None:
-        return Outcome.runtime_error, (f"recorded as failed: time = {legacy:g} ms is the legacy failure marker "
-                                       f"(at least {LEGACY_FAILED_TIME:g} ms; which failure is not recorded)")
     if _number(v) is None or v < 0:
         return Outcome.runtime_error, f"recorded entry has no usable time ({v!r:.40})"
     return Outcome.ok, "recorded measurement"
@@ -631,8 +654,8 @@ class TuningCache:
             metric: a recorded field (``"time"``, ``"nvml_energy"``, ``"GFLOP/s"`` ...) or
                 our metric name (``"latency_ms"``, ``"energy_j"``, ``"gflops"``); default
                 :attr:`searched`.
-            maximize: direction; default :func:`higher_is_better` of the field (minimised
-                when its name does not say).
+            maximize: direction; default :attr:`maximize` for :attr:`searched`, else
+                :func:`higher_is_better` of the field (minimised when its name does not say).
 
         Returns:
             (parameters of the best entry, its recorded value).
@@ -642,7 +665,7 @@ class TuningCache:
         """
         field_name = self.searched if metric is None else _METRIC_ALIASES.get(metric, metric)
         if maximize is None:
-            maximize = bool(higher_is_better(field_name))
+            maximize = self.maximize if field_name == self.searched else bool(higher_is_better(field_name))
         best_key, best = None, None
         for key, (status, _) in self._status.items():
             if status is not Outcome.ok:
@@ -653,7 +676,10 @@ class TuningCache:
             if best is None or (v > best if maximize else v < best):
                 best_key, best = key, v
         if best_key is None:
-            raise KeyError(f"no valid entry of '{self.name}' records '{metric}' (recorded: {', '.join(self.objectives_available)})")
+            numeric = sorted({f for rec in self.entries.values() for f, v in rec.items()
+                              if f not in self.tune_params_keys and f not in _NOT_OBJECTIVES and _number(v) is not None})
+            raise KeyError(f"no valid entry of '{self.name}' records '{field_name}' (numbers recorded: "
+                           f"{', '.join(numeric) or 'none'}; valid entries record: {', '.join(self.objectives_available) or 'nothing'})")
         return self.params_of(best_key), best
 
     def fingerprint(self) -> dict[str, Any]:
@@ -763,8 +789,8 @@ def _entry_warnings(entries: Mapping[str, Mapping[str, Any]], status: Mapping[st
         if n:
             out.append(f"{n} of {of} {'valid ' if name == 'times' else ''}entries lack '{name}': {_ENTRY_FIELDS[name]}")
     if legacy:
-        out.append(f"{legacy} entries record the legacy failure marker time >= {LEGACY_FAILED_TIME:g} ms: "
-                   "imported as failed (runtime_error), not as measurements")
+        out.append(f"{legacy} entries record the legacy failure marker (a measurement of at least "
+                   f"{LEGACY_FAILED_TIME:g}): imported as failed (runtime_error), not as measurements")
     return out
 
 
@@ -906,7 +932,7 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
              for k in keys if not all(map(is_value, params[k]))}
     objective = str(data.get("objective") or "time")
     measured = _measured_fields(objective)
-    searched, maximize = _searched_field(data, cache, path)
+    searched, maximize, searched_notes = _searched_field(data, cache, keys, path)
 
     rekey = not _keys_match(cache, keys, formats)
     entries: dict[str, types.MappingProxyType] = {}
@@ -944,7 +970,7 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
         maximize=maximize,
         entries=types.MappingProxyType(entries),
         repaired="; ".join(repairs),
-        warnings=tuple(warned + _entry_warnings(entries, status, searched) + _outside_warnings(entries, keys, params)),
+        warnings=tuple(warned + searched_notes + _entry_warnings(entries, status, searched) + _outside_warnings(entries, keys, params)),
         load_ms=(time.perf_counter() - start) * 1e3,
         _status=types.MappingProxyType(status),
         _formats=formats,

@@ -28,10 +28,10 @@ def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tup
     Tuner's hyperparameter tuner records a ``score``, maximised; see
     :attr:`~kernels.interchange.tuning_cache.TuningCache.searched`).
 
-    Importing a file that already has a goal on the same data set and recorded space reuses
-    that goal (the file is read again, so the summary is current); the summary then says
-    ``reused: true``. The same file under another data set name, or changed so that its
-    space differs, gets its own goal, with a warning naming the other one.
+    Importing a file that already has a goal on the same data set, recorded space and
+    objectives reuses that goal (the file is read again, so the summary is current); the
+    summary then says ``reused: true``. The same file under another data set name, or changed
+    so that its space or objective differs, gets its own goal, with a warning naming the other.
 
     A parameter whose recorded values are not all numbers (strings such as ``"best1bin"``,
     booleans, null) is searched by its values' positions 0 .. n - 1 in the file's order
@@ -77,10 +77,10 @@ def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tup
         objectives.append({"metric": "energy_j", "direction": "minimize"})
     same_file = Goal.objects.filter(dataset_path=str(path)).order_by("pk")
     for other in same_file:
-        if other.target == target and other.space == space:
+        if other.target == target and other.space == space and other.objectives == objectives:
             return other, _summary(other, cache, dataset, optimum, optimum_params, reused=True, warnings=warnings)
     for other in same_file:
-        why = ("its recorded space differs: the file changed since" if other.target == target
+        why = ("its recorded space or objective differs: the file changed since" if other.target == target
                else "a second goal on the same data")
         warnings.append(f"this file is also goal {other.pk} ({other.target}); {why}")
     goal = Goal.objects.create(

@@ -60,7 +60,7 @@ def run_summary(run: Run) -> dict[str, Any]:
     its latency within the noise floor of the best's; and ``labelled_params``: its ``params``
     with a labelled parameter's value replaced by its label, e.g. a recorded name),
     ``noise_floor``, ``tied_with_best``
-    (candidate ids), agents, ``baseline`` (the ``factory run`` JSON).
+    (candidate ids), the goal's ``objectives``, agents, ``baseline`` (the ``factory run`` JSON).
 
     The frontier and best come from stored columns (:func:`swarm.runs.results.results`); when no
     candidate meets the constraints, ``note`` says so and ``closest`` ranks the ``ok``
@@ -80,6 +80,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         workload=run.goal.workload,
         target=run.goal.target,
         shape_set=run.goal.shape_set,
+        objectives=run.goal.objectives,
         seed=run.seed,
         **_annotated(results(run, ok=summary["status_counts"].get(CandidateStatus.OK, 0)), tied, run.label_space()),
         noise_floor=ties["noise_floor"],

@@ -652,7 +652,7 @@ def test_a_file_of_scores_is_searched_for_the_highest_score_by_every_strategy(tm
     monkeypatch.setattr(bench, "_django_ready", True)  # the test database, not the benchmark's own
     scores = {a: round(0.4 - 0.1 * abs(a - 7), 3) for a in range(1, 21)} | {12: "RuntimeFailedConfig"}
     ds = load_dataset(_score_cache(tmp_path / "bench_scores.json", scores), tmp_path)
-    assert (ds.field, ds.metric, ds.maximize, ds.span) == ("score", "score", True, (0.4, -0.9))
+    assert (ds.field, ds.metric, ds.maximize, ds.reading, ds.span) == ("score", "score", True, "range", (0.4, -0.9))
     assert ds.optimum == 1.0 and ds.cost(-0.9) == 2.0 and ds.cost(-0.25) == pytest.approx(1.5)
     written = json.loads(ds.json_path.read_text())
     assert written["objective"] == "score" and written["cache"]["12"]["score"] == "RuntimeFailedConfig"
@@ -673,9 +673,28 @@ def test_a_file_of_scores_is_searched_for_the_highest_score_by_every_strategy(tm
     assert min(t for ok, t, _ in run_kt(ds, "adaptive_tabu_greywolf", 0, 100) if ok) == 1.0
 
 
-def test_a_file_of_a_positive_rate_reads_best_over_optimum_as_the_rates_inverse_ratio(tmp_path):
-    rates = {a: float(100 - 4 * abs(a - 5)) for a in range(1, 21)}  # GFLOP/s, the best 100 at a = 5
+@pytest.mark.parametrize("scale", [1.0, 1e10, 1e-10])
+def test_a_file_of_a_positive_rate_reads_best_over_optimum_as_the_rates_inverse_ratio(tmp_path, scale):
+    # GFLOP/s (or FLOP/s at 1e10) with the best at a = 5: best/optimum is how many times slower,
+    # whatever the magnitude of the rates
+    rates = {a: scale * (100 - 4 * abs(a - 5)) for a in range(1, 21)}
     ds = load_dataset(_score_cache(tmp_path / "bench_rates.json", rates, "GFLOP/s"), tmp_path)
-    assert (ds.field, ds.metric, ds.maximize, ds.span) == ("GFLOP/s", "gflops", True, None)
-    assert ds.optimum == pytest.approx(1 / 100) and best_ratio([(True, ds.cost(50.0), None)], 1, ds.optimum) == 2.0
-    assert min(t for ok, t, _ in run_kt(ds, "random_sample", 0, 20) if ok) == pytest.approx(ds.optimum)
+    assert (ds.field, ds.metric, ds.maximize, ds.reading) == ("GFLOP/s", "gflops", True, "ratio")
+    assert ds.optimum == 1.0 and best_ratio([(True, ds.cost(50.0 * scale), None)], 1, ds.optimum) == pytest.approx(2.0)
+    trace = run_kt(ds, "random_sample", 0, 20)
+    assert min(t for ok, t, _ in trace if ok) == pytest.approx(1.0)
+    assert evals_to(trace, 20, ds.optimum, 0.01) == 1 + next(i for i, (_, t, _) in enumerate(trace) if t == pytest.approx(1.0))
+    curves = random_curves({ds.name: ds}, 20)
+    scores = scores_of({"kt:random_sample": {ds.name: run_scores([best_so_far([t for _, t, _ in trace], 20, curves[ds.name][1])],
+                                                                    curves[ds.name][0], ds.optimum)}})
+    assert scores["kt:random_sample"][ds.name] < 0.9  # random search is not the optimum at once
+
+
+def test_best_over_optimum_of_a_score_does_not_depend_on_where_its_zero_lies(tmp_path):
+    # the same landscape of scores, shifted: the worst reads alike (2.0), whether or not all are positive
+    worst = []
+    for shift in (0.0, 0.21, -5.0):
+        scores = {a: round(0.3 - 0.1 * abs(a - 4) + shift, 3) for a in range(1, 11)}
+        ds = load_dataset(_score_cache(tmp_path / f"bench_shift_{len(worst)}.json", scores), tmp_path)
+        worst.append(ds.cost(min(scores.values())))
+    assert worst == [2.0, 2.0, 2.0]

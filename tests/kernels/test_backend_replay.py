@@ -326,8 +326,9 @@ def test_rates_are_maximised_and_energy_minimised():
 
 def test_a_file_without_times_is_searched_on_its_objective_in_its_direction(tmp_path):
     """Kernel Tuner's hyperparameter tuner writes ``"objective": "score"`` (maximised) and no
-    ``time``: a negative score is a measurement, not a failed time; a file that records a time
-    is searched on the time whatever its objective says."""
+    ``time``: a negative score is a measurement, not a failed time. The header's objective is
+    searched where entries record it, in the header's ``objective_higher_is_better`` or the
+    direction its name gives; else the recorded time."""
     entries = {"1": {"a": 1, "score": -0.4, "scores": [-0.4]}, "2": {"a": 2, "score": 0.25},
                "3": {"a": 3, "score": "RuntimeFailedConfig"}, "4": {"a": 4, "score": None}}
     path = tmp_path / "hyper.json"
@@ -344,8 +345,23 @@ def test_a_file_without_times_is_searched_on_its_objective_in_its_direction(tmp_
                                  "cache": {"1": {"a": 1, "time": 2.0, "GFLOP/s": 5.0},
                                            "2": {"a": 2, "time": 1.0, "GFLOP/s": 10.0}}}))
     cache = load_cache(timed)
-    assert (cache.searched, cache.maximize, cache.metric) == ("time", False, "latency_ms")
-    assert cache.optimum() == ({"a": 2}, 1.0) and cache.lookup({"a": 1}).metrics["latency_ms"] == 2.0
+    assert (cache.searched, cache.maximize, cache.metric) == ("GFLOP/s", True, "gflops")
+    assert cache.optimum() == ({"a": 2}, 10.0) and cache.lookup({"a": 1}).metrics["gflops"] == 5.0
+
+    def header(objective, **extra):
+        data = {"tune_params_keys": ["a"], "tune_params": {"a": [1, 2]}, "objective": objective, **extra,
+                "cache": {"1": {"a": 1, "time": 2.0, "widgets": 5.0}, "2": {"a": 2, "time": 1.0, "widgets": 3.0}}}
+        timed.write_text(json.dumps(data))
+        return load_cache(timed)
+
+    cache = header("widgets")  # no direction: the recorded time, and a warning says so
+    assert cache.searched == "time" and any("'widgets' does not say whether higher is better" in w for w in cache.warnings)
+    cache = header("widgets", objective_higher_is_better=True)
+    assert (cache.searched, cache.maximize) == ("widgets", True) and cache.optimum() == ({"a": 1}, 5.0)
+    cache = header("GB/s")  # recorded by no entry
+    assert cache.searched == "time" and any("no entry records the header's objective 'GB/s'" in w for w in cache.warnings)
+    with pytest.raises(TuningCacheError, match="objective 'a' is also a tunable parameter"):
+        header("a")
     assert [tuning_cache.higher_is_better(f) for f in ("time", "score", "GB/s", "TFLOP/J", "widgets")] == [
         False, True, True, True, None]
     assert [tuning_cache.metric_name(f) for f in ("time", "GFLOP/s", "score", "my metric", "9x")] == [

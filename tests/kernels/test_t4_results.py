@@ -55,22 +55,38 @@ def _result(config, value, *, unit="ms", invalidity="correct", name="time", runt
 
 
 def test_units_failures_repeats_and_value_order_of_a_t4_file(tmp_path):
+    wrong = _result({"bx": 64, "unroll": "none"}, 0.5)
+    wrong["correctness"] = 0  # judged wrong although "correct"
     path = _t4(tmp_path, [
         _result({"bx": 64, "unroll": "full"}, 0.002, unit="s", runtimes=[0.002, 0.003]),
         _result({"bx": 16, "unroll": "none"}, 1.5),
         _result({"bx": 32, "unroll": "full"}, None, invalidity="compile"),
         _result({"bx": 16, "unroll": "full"}, None, invalidity="timeout"),
-        _result({"bx": 16, "unroll": "none"}, 9.0),  # the same configuration again: the first result stands
+        _result({"bx": 16.0, "unroll": "none"}, 9.0),  # the same configuration again: the first result stands
+        wrong,
     ], metadata={"timeunit": "seconds"})
     cache = load_cache(path)
     assert dict(cache.tune_params) == {"bx": (16, 32, 64), "unroll": ("full", "none")}  # numbers ascending
-    assert cache.optimum() == ({"bx": 16, "unroll": "none"}, 1.5)
+    assert cache.size == 5 and cache.optimum() == ({"bx": 16, "unroll": "none"}, 1.5)
+    assert cache.lookup({"bx": 16.0, "unroll": "none"}).metrics["latency_ms"] == 1.5
     ev = cache.lookup({"bx": 64, "unroll": "full"})
     assert ev.metrics["latency_ms"] == pytest.approx(2.0) and ev.samples_ms["recorded"] == pytest.approx([2.0, 3.0])
-    assert ev.metrics["compile_ms"] == 5.0
+    assert ev.metrics["compile_ms"] == 5000.0  # the file's time unit covers every time
     assert cache.status("32,full")[0] == "compile_error"
     assert cache.status("16,full") == ("runtime_error", "recorded error: timeout")
+    assert cache.status("64,none") == ("runtime_error", "recorded error: correctness")
     assert any("1 results repeat a configuration" in w for w in cache.warnings)
+
+
+def test_values_of_other_kinds_stay_apart_in_a_t4_file(tmp_path):
+    first = _result({"flag": True}, 1.0)
+    first["times"] = {"compilation_time": 7.0}  # the schema's name for Kernel Tuner's "compilation"
+    cache = load_cache(_t4(tmp_path, [first, _result({"flag": 1}, 2.0), _result({"flag": "1"}, 3.0)]))
+    assert cache.size == 2 and cache.lookup({"flag": True}).metrics["compile_ms"] == 7.0
+    assert cache.lookup({"flag": 1}).metrics["latency_ms"] == 2.0
+    # "1" prints as 1 does, and a Kernel Tuner key is the printed values: left out, and said so
+    assert cache.lookup({"flag": "1"}).status == "invalid"
+    assert any("1 results configure values that print as an earlier result's do" in w for w in cache.warnings)
 
 
 def test_a_t4_file_of_scores_is_searched_for_the_highest(tmp_path):

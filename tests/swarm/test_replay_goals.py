@@ -1,6 +1,7 @@
 """Replay goals on real GPU data: import a Kernel Tuner cache, run the swarm on it headless."""
 
 import json
+import re
 from io import StringIO
 from pathlib import Path
 
@@ -126,7 +127,7 @@ def test_a_file_whose_names_change_order_is_a_new_goal_not_the_old_one_reused(tm
     write(["q", "p"])  # position 0 is now "q": the first goal's candidates would mean other configurations
     second = factory("import-cache", str(path))
     assert not second["reused"] and second["goal"] != first["goal"]
-    assert any(f"goal {first['goal']}" in w and "space differs" in w for w in second["warnings"])
+    assert any(f"goal {first['goal']}" in w and "space or objective differs" in w for w in second["warnings"])
     assert second["optimum_params"] == {"a": 1, "b": 0} and second["labels"] == {"a": ["q", "p"]}
 
 
@@ -281,6 +282,36 @@ def test_a_file_of_scores_is_a_goal_that_maximises_the_score(tmp_path):
     out = StringIO()
     call_command("factory", "import-cache", str(path), stdout=out)
     assert "recorded optimum 0.3 score (maximize)" in out.getvalue()
+    # the run's Kernel Tuner cache records the score, and reads back as a goal maximising it
+    from swarm.models import Run
+    from swarm.web.api.exports import kernel_tuner_cache
+
+    exported = kernel_tuner_cache(Run.objects.filter(goal_id=result["goal"]).latest("id"))
+    assert (exported["objective"], exported["objective_higher_is_better"]) == ("score", True)
+    assert all("score" in e and "time" not in e for e in exported["cache"].values())
+    again = tmp_path / "exported_scores.json"
+    again.write_text(json.dumps(exported))
+    back = factory("import-cache", str(again))
+    assert back["objective"]["direction"] == "maximize" and back["optimum"] == 0.3
+    table = _table_run(back["goal"])  # the table's columns and its best line name the score
+    assert re.search(r"best: candidate \d+, score 0\.3$", table, re.M) and "┃ score ┃" in table, table
+    # the file changed to another objective: a goal of its own, not the score goal reused
+    data = json.loads(path.read_text())
+    data["objective"] = "loss"
+    for e in data["cache"].values():
+        e["loss"] = -e["score"]
+    path.write_text(json.dumps(data))
+    changed = factory("import-cache", str(path))
+    assert not changed["reused"] and changed["goal"] != result["goal"]
+    assert Goal.objects.get(pk=changed["goal"]).objectives == [{"metric": "loss", "direction": "minimize"}]
+    assert any("recorded space or objective differs" in w for w in changed["warnings"])
+
+
+def _table_run(goal: int) -> str:
+    """``factory run``'s text output for a short run on ``goal``."""
+    out = StringIO()
+    call_command("factory", "run", "--goal", str(goal), "--budget", "20", "--seed", "4", stdout=out)
+    return out.getvalue()
 
 
 @pytest.mark.django_db

@@ -241,7 +241,9 @@ class Command(BaseCommand):
         # The metrics the frontier's evidence has: a kernel's latency, error and bandwidth, a
         # replayed configuration's recorded time and energy; the usual ones first.
         present = {k for c in summary["frontier"] for k, v in c["metrics"].items() if isinstance(v, (int, float))}
-        known = [k for k in ("latency_ms", "energy_j", "max_rel_error", "gbps", "gflops") if k in present]
+        objectives = [o["metric"] for o in summary["objectives"]]
+        known = [k for k in dict.fromkeys([*objectives, "latency_ms", "energy_j", "max_rel_error", "gbps", "gflops"])
+                 if k in present]
         columns = known or sorted(present)[:4]
         for col in ("id", "params", *columns):
             table.add_column(escape({"gbps": "GB/s", "gflops": "GFLOP/s"}.get(col, col)))
@@ -251,9 +253,10 @@ class Command(BaseCommand):
                           *(_cell(k, m.get(k)) for k in columns))
         console.print(table)
         if summary["best"]:
-            m = summary["best"]["metrics"]
-            ms = m.get("latency_ms")
-            console.print(f"best: candidate {summary['best']['id']}" + (f", {ms:.4f} ms" if isinstance(ms, (int, float)) else ""))
+            metric = objectives[0]
+            v = summary["best"]["metrics"].get(metric)
+            value = "" if not isinstance(v, (int, float)) else f", {v:.4f} ms" if metric == "latency_ms" else f", {metric} {v:.4g}"
+            console.print(f"best: candidate {summary['best']['id']}{escape(value)}")
         b = summary.get("baseline")
         if b and b.get("latency_ms"):
             line = f"numpy baseline: {b['latency_ms']:.4f} ms (measured {b['measured_at']} on {b['host'] or 'an unknown host'})"

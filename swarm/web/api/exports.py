@@ -9,6 +9,10 @@ per-repetition sums of the per-shape samples (truncated to the shortest series);
 own samples are in ``times_per_shape``. A failure has Kernel Tuner's marker in ``time``:
 ``CompilationFailedConfig`` (compile_error), ``InvalidConfig`` (invalid) or
 ``RuntimeFailedConfig`` (runtime_error, timeout, wrong_result; the status is in ``status``).
+A goal whose primary objective is another metric (a replay goal of recorded scores) has it as
+the file's ``objective`` under its recorded name (``score``; ``gflops`` is ``GFLOP/s``), with
+``objective_higher_is_better``, in every entry (the failure marker too), so the file reads back
+on that objective.
 Pending candidates, candidates with their own source (not the template) and unjudged ones
 (``invalid_input``: the workload's inputs failed, which says nothing about the configuration)
 are left out of the cache.
@@ -22,6 +26,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from kernels.interchange.tuning_cache import recorded_field
 from kernels.space import labelled_params
 from swarm.models import PENDING_STATUSES, UNJUDGED_STATUSES, Candidate, Run
 from swarm.runs.progress import run_state
@@ -112,6 +117,9 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
         shape_list = [dict(s) for s in shapes]
     except KeyError:
         shape_list = []
+    # the goal's primary objective, under the field a Kernel Tuner cache records it as
+    primary = goal.objectives[0]
+    field = recorded_field(primary["metric"])
     cache: dict[str, dict[str, Any]] = {}
     done = Candidate.objects.filter(run=run).exclude(status__in=PENDING_STATUSES)
     kept = done.filter(source=goal.source).exclude(status__in=UNJUDGED_STATUSES)
@@ -130,7 +138,10 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
         m = m or {}
         if status == "ok":
             samples = samples or {}
-            entry["time"] = m.get("latency_ms")
+            if field == "time" or m.get("latency_ms") is not None:
+                entry["time"] = m.get("latency_ms")
+            if field != "time":
+                entry[field] = m.get(primary["metric"])
             series = [list(v) for v in samples.values() if v]
             if len(series) == 1:
                 entry["times"] = series[0]
@@ -144,7 +155,7 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
                 if m.get(k) is not None:
                     entry[k] = m[k]
         else:
-            entry["time"] = FAILURE_MARKERS.get(status, "RuntimeFailedConfig")
+            entry["time"] = entry[field] = FAILURE_MARKERS.get(status, "RuntimeFailedConfig")
             entry["status"] = status
         entry["candidate"] = cid
         entry["timestamp"] = at.isoformat() if at else None
@@ -157,8 +168,8 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
         "shapes": shape_list,
         "tune_params_keys": params,
         "tune_params": tune_params,
-        "objective": "time",
-        "objective_higher_is_better": False,
+        "objective": field,
+        "objective_higher_is_better": primary["direction"] == "maximize",
         "run": run.pk,
         "skipped_candidates": skipped,
         "cache": cache,
