@@ -296,8 +296,10 @@ def _valid_values(cache: Any) -> dict[str, float]:
     """Recorded value of the searched field (``time``, ms, or the file's objective, see
     ``TuningCache.searched``) of each entry the loader counts as valid, by key: the one verdict
     that Kernel Tuner's copy (:func:`load_dataset`) and the random baseline
-    (:func:`random_curves`) use."""
-    values = {k: _num(e.get(cache.searched)) for k, e in cache.entries.items() if cache.status(k)[0] == "ok"}
+    (:func:`random_curves`) use. An entry outside the search space (``TuningCache.outside``)
+    is left out: no strategy can propose it, so it is neither the optimum nor a random draw."""
+    values = {k: _num(e.get(cache.searched)) for k, e in cache.entries.items()
+              if cache.status(k)[0] == "ok" and k not in cache.outside}
     return {k: v for k, v in values.items() if v is not None}
 
 
@@ -455,7 +457,7 @@ class _Recorded:
     each parameter's value as its rank among the parameter's values, scaled to [0, 1]."""
 
     def __init__(self, cache) -> None:
-        self.keys = list(cache.entries)
+        self.keys = [k for k in cache.entries if k not in cache.outside]  # what a search can propose
         self.row_of = {k: i for i, k in enumerate(self.keys)}
         self.params = [cache.params_of(k) for k in self.keys]
         ranks = {name: {v: i / max(len(vals) - 1, 1) for i, v in enumerate(vals)}
@@ -1085,7 +1087,7 @@ def random_curves(datasets: dict[str, Dataset], horizon: int) -> dict[str, Any]:
     for name, ds in datasets.items():
         cache = load_cache(ds.path)
         valid = _valid_values(cache)
-        times = [ds.cost(valid.get(k)) for k in cache.entries]
+        times = [ds.cost(valid.get(k)) for k in cache.entries if k not in cache.outside]
         worst = max(t for t in times if t is not None)
         out[name] = (random_search_curve(times, horizon), worst)
     return out

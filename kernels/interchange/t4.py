@@ -59,7 +59,8 @@ def as_cache_layout(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]
     ``metadata.timeunit``), and for an ``invalidity`` other than ``correct`` (or a
     ``correctness`` of 0) an ``__error__`` marker (``compile``, ``runtime``, ``constraints``
     as Kernel Tuner's; ``timeout`` and others as their word). The objective is the first
-    result's first ``objectives`` entry (``time`` when absent). A configuration recorded twice
+    result's first ``objectives`` entry (``time`` when absent), with the file's
+    ``objective_higher_is_better`` (top level or in ``metadata``) where it gives one. A configuration recorded twice
     keeps its first result, and a warning counts the others.
 
     Raises:
@@ -103,7 +104,11 @@ def as_cache_layout(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]
     if clashes:
         warnings.append(f"{clashes} results configure values that print as an earlier result's do (1 and \"1\"), "
                         "which a Kernel Tuner cache key cannot tell apart: they are left out")
-    return {"tune_params_keys": keys, "tune_params": tune_params, "objective": objective, "cache": cache}, warnings
+    layout = {"tune_params_keys": keys, "tune_params": tune_params, "objective": objective, "cache": cache}
+    flag = data.get("objective_higher_is_better", metadata.get("objective_higher_is_better"))
+    if flag is not None:  # not in the schema; kept where a file gives it (the loader checks it)
+        layout["objective_higher_is_better"] = flag
+    return layout, warnings
 
 
 def _entry(result: Any, i: int, keys: list[str], runtime_ms: float) -> dict[str, Any]:
@@ -136,13 +141,18 @@ def _entry(result: Any, i: int, keys: list[str], runtime_ms: float) -> dict[str,
     if isinstance(runtimes, list) and runtimes:
         entry["times"] = [x * runtime_ms if _is_number(x) else x for x in runtimes]
     invalidity = result.get("invalidity", "correct")
-    if invalidity == "correct" and result.get("correctness", 1) in (0, False):
+    if invalidity == "correct" and _judged_wrong(result.get("correctness", 1)):
         invalidity = "correctness"  # judged wrong, whatever the invalidity says
     if invalidity != "correct":
         entry["__error__"] = _FAILURES.get(invalidity, str(invalidity))
     if "timestamp" in result:
         entry["timestamp"] = result["timestamp"]
     return entry
+
+
+def _judged_wrong(correctness: Any) -> bool:
+    """Whether a result's ``correctness`` says its output was wrong: 0, false, or their text."""
+    return correctness in (0, False) or str(correctness).strip().lower() in ("0", "0.0", "false")
 
 
 def _identity(v: Any) -> tuple:
@@ -168,4 +178,10 @@ def _factor(unit: Any, where: str) -> float:
 
 
 def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """Whether ``v`` is a finite number (not a bool, nor an int beyond any float)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False

@@ -105,6 +105,8 @@ _HIGHER_IS_BETTER = {
     "GFLOPS/W": True, "TFLOPS/W": True, "GFLOP/J": True, "TFLOP/J": True,
     "nvml_energy": False, "nvml_power": False,
 }
+# Fields a cache entry (and a run's exported cache) records about itself: never an objective.
+_RESERVED = frozenset({"candidate", "status", "timestamp", "times", "times_per_shape", "__error__"})
 # Bookkeeping and operating conditions: recorded, reported as metrics, but not objectives.
 _NOT_OBJECTIVES = frozenset(_COSTS) | {"timestamp", "__error__", "temperature", "core_freq", "mem_freq"}
 
@@ -171,15 +173,24 @@ def _searched_field(data: Mapping[str, Any], cache: Mapping[str, Any], keys: tup
             and the objective's direction is not known.
     """
     objective = str(data.get("objective") or "time")
+    flag = data.get("objective_higher_is_better")
+    if flag is not None and not isinstance(flag, bool):
+        raise TuningCacheError(f"{path}: 'objective_higher_is_better' is {json.dumps(flag)[:40]}: give true or false")
     if objective == "time":
+        if flag:
+            raise TuningCacheError(f"{path}: the objective 'time' with 'objective_higher_is_better': true: a time "
+                                   "is minimised")
         return "time", False, []
-    if objective in keys:
-        raise TuningCacheError(f"{path}: the objective {objective!r} is also a tunable parameter: a search would "
-                               "optimise the parameter's own value")
+    # names that another field's metric, or an entry's own bookkeeping, already has
+    taken = {*keys, *(metric_name(k) for k in keys), *_RESERVED, *_COSTS.values(), "not_recorded",
+             *(m for f, m in _MEASURED.items() if f != objective)}
+    if objective in taken or metric_name(objective) in taken or metric_name(objective).startswith("latency_"):
+        raise TuningCacheError(f"{path}: the objective {objective!r} (metric {metric_name(objective)!r}) is also the "
+                               "name of a tunable parameter or of a field a cache entry records about itself "
+                               f"({', '.join(sorted(_RESERVED))})")
     recorded = any(isinstance(rec, dict) and objective in rec for rec in cache.values())
     timed = any(isinstance(rec, dict) and "time" in rec for rec in cache.values())
-    flag = data.get("objective_higher_is_better")
-    maximize = flag if isinstance(flag, bool) else higher_is_better(objective)
+    maximize = flag if flag is not None else higher_is_better(objective)
     if not recorded and timed:
         return "time", False, [f"no entry records the header's objective {objective!r}: searched on the recorded time"]
     if maximize is None:
@@ -380,6 +391,8 @@ class TuningCache:
         searched: the recorded field a replay searches: ``"time"``, or the objective when the
             entries record no time (e.g. ``"score"``).
         maximize: whether a higher value of ``searched`` is better (False for time).
+        outside: keys of the entries that record a value their parameter's ``tune_params``
+            lacks: outside the search space, so no search proposes them.
         objectives_available: numeric fields recorded on valid entries, ``"time"`` first
             (e.g. ``time``, ``GFLOP/s``, ``nvml_energy``); run bookkeeping
             (``compile_time`` ...) excluded.
@@ -406,6 +419,7 @@ class TuningCache:
     entries: Mapping[str, Mapping[str, Any]]
     searched: str = "time"
     maximize: bool = False
+    outside: frozenset[str] = frozenset()
     repaired: str = ""
     warnings: tuple[str, ...] = ()
     load_ms: float = 0.0
@@ -618,13 +632,14 @@ class TuningCache:
             reason += " (outputs verified by Kernel Tuner when recorded)"
         else:
             reason += " (no output verification recorded)"
-        if self.searched != "time":  # a file of another objective (a score): no latency to report
+        if self.searched != "time":
+            metrics[self.metric] = float(rec[self.searched])
+        t = _number(rec.get("time"))
+        if t is None or t < 0 or _legacy_failure(t) is not None:  # a file of another objective (a score)
             for src, dst in _MEASURED.items():
                 if (v := _number(rec.get(src))) is not None:
-                    metrics[dst] = v
-            metrics[self.metric] = float(rec[self.searched])
+                    metrics.setdefault(dst, v)
             return evidence(Outcome.ok, reason, metrics=metrics)
-        t = float(rec["time"])
         label = self.sample_label
         metrics["latency_ms"] = t
         metrics[f"latency_ms[{label}]"] = t
@@ -794,18 +809,18 @@ def _entry_warnings(entries: Mapping[str, Mapping[str, Any]], status: Mapping[st
     return out
 
 
-def _outside_warnings(entries: Mapping[str, Mapping[str, Any]], keys: tuple[str, ...],
-                      params: Mapping[str, tuple[Any, ...]]) -> list[str]:
-    """A warning when entries record a value their parameter's ``tune_params`` lacks: such an
-    entry lies outside the search space (Kernel Tuner's too), so no search proposes it."""
+def _outside(entries: Mapping[str, Mapping[str, Any]], keys: tuple[str, ...],
+             params: Mapping[str, tuple[Any, ...]]) -> dict[str, str]:
+    """Entries that record a value their parameter's ``tune_params`` lacks, key -> that
+    parameter: such an entry lies outside the search space (Kernel Tuner's too)."""
     allowed = [{_kind(v) for v in params[k]} for k in keys]
     try:  # the usual case at C speed: every distinct value of every parameter is allowed
         if all(all(_kind(v) in kinds for _, v in {(type(rec[k]), rec[k]) for rec in entries.values()})
                for k, kinds in zip(keys, allowed)):
-            return []
-    except TypeError:  # an unhashable value: counted below
+            return {}
+    except TypeError:  # an unhashable value: found below
         pass
-    outside, first = 0, None
+    out = {}
     for key, rec in entries.items():
         for k, kinds in zip(keys, allowed):
             try:
@@ -813,14 +828,18 @@ def _outside_warnings(entries: Mapping[str, Mapping[str, Any]], keys: tuple[str,
             except TypeError:  # unhashable
                 inside = False
             if not inside:
-                outside += 1
-                first = first or (key, k, rec[k])
+                out[key] = k
                 break
+    return out
+
+
+def _outside_warnings(entries: Mapping[str, Mapping[str, Any]], outside: Mapping[str, str]) -> list[str]:
+    """A warning when entries lie outside the search space (:func:`_outside`): no search proposes them."""
     if not outside:
         return []
-    key, name, value = first
-    return [f"{outside} entries record a value that 'tune_params' lacks (first: entry '{key}', {name} = "
-            f"{json.dumps(value)[:60]}): they lie outside the search space, and no search proposes them"]
+    key, name = next(iter(outside.items()))
+    return [f"{len(outside)} entries record a value that 'tune_params' lacks (first: entry '{key}', {name} = "
+            f"{json.dumps(entries[key][name])[:60]}): they lie outside the search space, and no search proposes them"]
 
 
 #: The types a recorded parameter value may have (JSON scalars: hashable, so they can be looked up).
@@ -946,12 +965,16 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
         status[key] = verdict = _classify(rec, searched, measured)
         if verdict[0] is Outcome.ok:
             fields.update(rec.keys())
+    if searched != "time" and (lacking := sum(searched not in rec and "__error__" not in rec for rec in entries.values())):
+        searched_notes.append(f"{lacking} of {len(entries)} entries record no '{searched}', the objective searched: "
+                              "they count as failed")
     numeric = []
     for f in sorted(fields - set(keys) - _NOT_OBJECTIVES):
         sample = next((e[f] for k, e in entries.items() if status[k][0] is Outcome.ok and f in e), None)
         if _number(sample) is not None:
             numeric.append(f)
     numeric.sort(key=lambda f: (f != "time", f))
+    outside = _outside(entries, keys, params)
     problem_size = data.get("problem_size")
     if isinstance(problem_size, (int, float)) and not isinstance(problem_size, bool):
         problem_size = [problem_size]
@@ -968,9 +991,11 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
         objectives_available=tuple(numeric),
         searched=searched,
         maximize=maximize,
+        outside=frozenset(outside),
         entries=types.MappingProxyType(entries),
         repaired="; ".join(repairs),
-        warnings=tuple(warned + searched_notes + _entry_warnings(entries, status, searched) + _outside_warnings(entries, keys, params)),
+        warnings=tuple(warned + searched_notes + _entry_warnings(entries, status, searched)
+                       + _outside_warnings(entries, outside)),
         load_ms=(time.perf_counter() - start) * 1e3,
         _status=types.MappingProxyType(status),
         _formats=formats,

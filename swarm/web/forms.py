@@ -148,6 +148,14 @@ class GoalForm(forms.Form):
         ]
         if instance is not None and instance.target not in dict(TARGETS):
             self.fields["target"].choices = TARGETS + [(instance.target, instance.target)]
+        # A replay goal's workload and shape set are its data set's: offered, so that the form
+        # as shown submits them rather than the first option
+        if instance is not None and instance.workload not in names:
+            self.fields["workload"].choices = [(instance.workload, instance.workload), *self.fields["workload"].choices]
+        if instance is not None and (instance.workload, instance.shape_set) not in {
+                (w, s) for w in names for s in kernels.get_workload(w).shape_sets}:
+            self.fields["shape_set"].choices = [(instance.shape_set, f"{instance.workload}: {instance.shape_set}"),
+                                                *self.fields["shape_set"].choices]
         # A goal's own metrics stay choices (a replay goal of recorded scores maximises "score"),
         # so that saving the form as shown never replaces an objective.
         own = [(o["metric"], o["metric"]) for o in (instance.objectives if instance is not None else [])

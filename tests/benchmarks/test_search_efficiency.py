@@ -103,6 +103,7 @@ def test_repair_picks_the_nearest_recorded_configuration_not_yet_taken():
         tune_params = {"a": [1, 2, 4], "b": [8, 16, 32]}
         tune_params_keys = ["a", "b"]
         entries = {"1,8": {"a": 1, "b": 8}, "4,32": {"a": 4, "b": 32}, "2,32": {"a": 2, "b": 32}}
+        outside = frozenset()
 
         def params_of(self, key):
             return {k: self.entries[key][k] for k in self.tune_params_keys}
@@ -698,3 +699,15 @@ def test_best_over_optimum_of_a_score_does_not_depend_on_where_its_zero_lies(tmp
         ds = load_dataset(_score_cache(tmp_path / f"bench_shift_{len(worst)}.json", scores), tmp_path)
         worst.append(ds.cost(min(scores.values())))
     assert worst == [2.0, 2.0, 2.0]
+
+
+def test_an_entry_outside_the_search_space_is_neither_the_optimum_nor_a_random_draw(tmp_path):
+    # a = 32 is recorded (the fastest) but not in tune_params: no strategy can propose it
+    path = _cache_with(tmp_path / "bench_outside.json", {a: float(abs(a - 5) + 1) for a in range(1, 21)})
+    data = json.loads(path.read_text())
+    data["cache"]["32"] = {"a": 32, "time": 0.5}
+    path.write_text(json.dumps(data))
+    ds = load_dataset(path, tmp_path)
+    assert ds.optimum == 1.0 and random_curves({ds.name: ds}, 20)[ds.name][0][-1] == pytest.approx(1.0)
+    for trace in (run_kt(ds, "random_sample", 0, 20), run_optuna_tpe(ds, 0, 20)):
+        assert len(trace) == 20 and min(t for ok, t, _ in trace if ok) == 1.0

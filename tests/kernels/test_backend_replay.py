@@ -346,7 +346,9 @@ def test_a_file_without_times_is_searched_on_its_objective_in_its_direction(tmp_
                                            "2": {"a": 2, "time": 1.0, "GFLOP/s": 10.0}}}))
     cache = load_cache(timed)
     assert (cache.searched, cache.maximize, cache.metric) == ("GFLOP/s", True, "gflops")
-    assert cache.optimum() == ({"a": 2}, 10.0) and cache.lookup({"a": 1}).metrics["gflops"] == 5.0
+    assert cache.optimum() == ({"a": 2}, 10.0)
+    ev = cache.lookup({"a": 1})  # searched on GFLOP/s, the recorded time still reported
+    assert ev.metrics["gflops"] == 5.0 and ev.metrics["latency_ms"] == 2.0
 
     def header(objective, **extra):
         data = {"tune_params_keys": ["a"], "tune_params": {"a": [1, 2]}, "objective": objective, **extra,
@@ -360,8 +362,21 @@ def test_a_file_without_times_is_searched_on_its_objective_in_its_direction(tmp_
     assert (cache.searched, cache.maximize) == ("widgets", True) and cache.optimum() == ({"a": 1}, 5.0)
     cache = header("GB/s")  # recorded by no entry
     assert cache.searched == "time" and any("no entry records the header's objective 'GB/s'" in w for w in cache.warnings)
-    with pytest.raises(TuningCacheError, match="objective 'a' is also a tunable parameter"):
-        header("a")
+    for taken in ("a", "candidate", "compile_ms", "gflops", "latency_ms"):  # a parameter, an entry's own field, a metric
+        with pytest.raises(TuningCacheError, match="is also the name of a tunable parameter or of a field"):
+            header(taken)
+    for flag in ("true", 1):
+        with pytest.raises(TuningCacheError, match="'objective_higher_is_better' is .*: give true or false"):
+            header("widgets", objective_higher_is_better=flag)
+    with pytest.raises(TuningCacheError, match="a time is minimised"):
+        header("time", objective_higher_is_better=True)
+    data = json.loads(timed.read_text())
+    data["objective"], data["objective_higher_is_better"] = "widgets", False
+    del data["cache"]["2"]["widgets"]  # recorded by one entry of two
+    timed.write_text(json.dumps(data))
+    cache = load_cache(timed)
+    assert cache.searched == "widgets" and cache.status("2")[0] == "runtime_error"
+    assert any("1 of 2 entries record no 'widgets', the objective searched" in w for w in cache.warnings)
     assert [tuning_cache.higher_is_better(f) for f in ("time", "score", "GB/s", "TFLOP/J", "widgets")] == [
         False, True, True, True, None]
     assert [tuning_cache.metric_name(f) for f in ("time", "GFLOP/s", "score", "my metric", "9x")] == [

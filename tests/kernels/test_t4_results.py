@@ -93,6 +93,18 @@ def test_a_t4_file_of_scores_is_searched_for_the_highest(tmp_path):
     path = _t4(tmp_path, [_result({"c1": c}, s, unit="", name="score") for c, s in ((1.0, -0.4), (2.0, 0.2), (3.0, -0.1))])
     cache = load_cache(path)
     assert (cache.searched, cache.maximize) == ("score", True) and cache.optimum() == ({"c1": 2.0}, 0.2)
+    # an objective whose name gives no direction, with the file's own flag (not in the schema)
+    rows = [_result({"c1": c}, s, unit="", name="accuracy") for c, s in ((1.0, 0.4), (2.0, 0.9))]
+    rows[1]["correctness"] = "1"
+    cache = load_cache(_t4(tmp_path, rows, metadata={"objective_higher_is_better": True}))
+    assert (cache.searched, cache.maximize) == ("accuracy", True) and cache.optimum() == ({"c1": 2.0}, 0.9)
+    rows[1]["correctness"] = "0"  # judged wrong, as text
+    assert load_cache(_t4(tmp_path, rows, objective_higher_is_better=True)).optimum() == ({"c1": 1.0}, 0.4)
+
+
+def test_numbers_beyond_any_float_in_a_t4_file_are_not_measurements(tmp_path):
+    cache = load_cache(_t4(tmp_path, [_result({"a": 1}, 10**400), _result({"a": 2}, 2.0, runtimes=[10**400, 2.0])]))
+    assert cache.status("1")[0] == "runtime_error" and cache.optimum() == ({"a": 2}, 2.0)
 
 
 @pytest.mark.parametrize("results, extra, message", [

@@ -182,6 +182,9 @@ def test_a_goal_of_recorded_scores_keeps_its_objective_when_saved_through_the_fo
     client.force_login(owner)
     page = client.get(reverse("goal-edit", args=[goal.pk])).content.decode()
     assert re.search(r'<option value="score"[^>]*selected', page) and re.search(r'<option value="energy_j"[^>]*selected', page)
+    # the data set's workload and shape set are offered too: the form as a browser submits it
+    assert re.search(rf'<option value="{goal.workload}"[^>]*selected', page)
+    assert re.search(r'<option value="recorded"[^>]*selected', page)
     r = client.post(reverse("goal-edit", args=[goal.pk]), {**GoalForm.initial_for(goal), "name": "renamed"})
     assert r.status_code == 302, r.context["form"].errors if r.context else r
     goal.refresh_from_db()

@@ -36,7 +36,7 @@ def test_import_cache_creates_a_replay_goal_with_the_recorded_space():
 
 
 @pytest.mark.django_db
-def test_the_energy_file_gives_a_time_energy_goal():
+def test_the_energy_file_gives_a_time_energy_goal(tmp_path):
     result = factory("import-cache", str(ENERGY))
     assert result["objectives"] == ["latency_ms", "energy_j"]
     run = factory("run", "--goal", str(result["goal"]), "--budget", "60", "--batch-size", "10", "--seed", "1")
@@ -47,6 +47,15 @@ def test_the_energy_file_gives_a_time_energy_goal():
     call_command("factory", "run", "--goal", str(result["goal"]), "--budget", "20", "--seed", "2", stdout=out)
     text = out.getvalue()
     assert "energy_j" in text and "latency_ms" in text and "nan" not in text and "GB/s" not in text and "max_rel_error" not in text
+    # the run's Kernel Tuner cache records the energy too, and reads back as a time-energy goal
+    from swarm.models import Run
+    from swarm.web.api.exports import kernel_tuner_cache
+
+    exported = kernel_tuner_cache(Run.objects.filter(goal_id=result["goal"]).latest("id"))
+    assert all("nvml_energy" in e for e in exported["cache"].values() if not isinstance(e["time"], str))
+    again = tmp_path / "exported_energy.json"
+    again.write_text(json.dumps(exported))
+    assert factory("import-cache", str(again))["objectives"] == ["latency_ms", "energy_j"]
 
 
 @pytest.mark.django_db

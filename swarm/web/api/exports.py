@@ -12,7 +12,8 @@ own samples are in ``times_per_shape``. A failure has Kernel Tuner's marker in `
 A goal whose primary objective is another metric (a replay goal of recorded scores) has it as
 the file's ``objective`` under its recorded name (``score``; ``gflops`` is ``GFLOP/s``), with
 ``objective_higher_is_better``, in every entry (the failure marker too), so the file reads back
-on that objective.
+on that objective; every other objective is in each ``ok`` entry too (``energy_j`` as
+``nvml_energy``).
 Pending candidates, candidates with their own source (not the template) and unjudged ones
 (``invalid_input``: the workload's inputs failed, which says nothing about the configuration)
 are left out of the cache.
@@ -140,8 +141,9 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
             samples = samples or {}
             if field == "time" or m.get("latency_ms") is not None:
                 entry["time"] = m.get("latency_ms")
-            if field != "time":
-                entry[field] = m.get(primary["metric"])
+            for i, o in enumerate(goal.objectives):  # every objective, so that the file reads back with them all
+                if o["metric"] != "latency_ms" and (i == 0 or m.get(o["metric"]) is not None):
+                    entry[recorded_field(o["metric"])] = m.get(o["metric"])
             series = [list(v) for v in samples.values() if v]
             if len(series) == 1:
                 entry["times"] = series[0]
