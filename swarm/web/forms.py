@@ -120,7 +120,8 @@ class GoalForm(forms.Form):
     objective_direction = forms.ChoiceField(choices=DIRECTIONS, initial="minimize")
     second_objective = forms.ChoiceField(choices=[("", "(none)")] + METRICS, initial="max_rel_error", required=False)
     second_direction = forms.ChoiceField(choices=DIRECTIONS, initial="minimize")
-    max_rel_error = forms.FloatField(min_value=0.0, initial=1e-4, help_text="constraint: max relative error <= this")
+    max_rel_error = forms.FloatField(min_value=0.0, initial=1e-4, required=False,
+                                     help_text="constraint: max relative error <= this (empty: none)")
     constraints = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 2}), required=False, label="Other constraints",
         help_text="One per line: METRIC <= VALUE or METRIC >= VALUE, e.g. gbps >= 20.",
@@ -167,7 +168,8 @@ class GoalForm(forms.Form):
     @staticmethod
     def initial_for(goal: Goal) -> dict[str, Any]:
         objectives = goal.objectives + [{"metric": "", "direction": "minimize"}]
-        max_rel = next((c["value"] for c in goal.constraints if c["metric"] == "max_rel_error" and c["op"] == "<="), 1e-4)
+        # a goal without the constraint (a replay goal: recorded data has no error) keeps none
+        max_rel = next((c["value"] for c in goal.constraints if c["metric"] == "max_rel_error" and c["op"] == "<="), "")
         return {
             "name": goal.name, "workload": goal.workload, "target": goal.target, "shape_set": goal.shape_set,
             "objective": objectives[0]["metric"], "objective_direction": objectives[0]["direction"],

@@ -161,6 +161,38 @@ def test_a_labelled_parameter_reads_as_its_labels_on_the_run_page_and_in_the_tab
     w.check_clean()
 
 
+def test_a_run_on_recorded_scores_marks_its_highest_score_best(stack, demo_user, browser, tmp_path):  # noqa: F811
+    """A goal that maximises a recorded score has no latency and no throughput: its best table
+    marks the top row best (not every row, as equal missing latencies did), without a GB/s
+    column or the latency noise-floor note."""
+    import json
+
+    from swarm.goals.replay import import_cache
+    from swarm.runs import orchestrator
+
+    path = tmp_path / "browser_scores.json"
+    path.write_text(json.dumps({"tune_params_keys": ["a", "b"], "tune_params": {"a": list(range(6)), "b": list(range(4))},
+                                "objective": "score", "cache": {f"{a},{b}": {"a": a, "b": b, "score": 0.4 - 0.1 * abs(a - 3) - 0.05 * b}
+                                                                for a in range(6) for b in range(4)}}))
+    goal, _ = import_cache(path)
+    run, pending = orchestrator.start_run(goal, budget=24, seed=3, batch_size=8, agents=[{"name": "random", "kind": "random", "settings": {}}])
+    while pending:
+        orchestrator.evaluate_batch([c.pk for c in pending])
+        pending = orchestrator.advance(run.pk)
+    w = Watched(browser, stack)
+    page = w.page
+    w.login(*demo_user)
+    _watch_run(w, f"{stack}/runs/{run.pk}/")
+    page.wait_for_selector("#best-table tbody tr")
+    heads = page.eval_on_selector_all("#best-table thead th", "(ths) => ths.map((t) => t.textContent)")
+    assert "score" in heads and "GB/s" not in heads, heads
+    ties = page.eval_on_selector_all("#best-table tbody td.tie", "(tds) => tds.map((t) => t.textContent)")
+    assert ties[0] == "best" and not any(ties[1:]), ties
+    assert page.eval_on_selector_all("#best-table tbody tr:first-child td.num", "(tds) => tds.map((t) => t.textContent)")[0].startswith("0.4")
+    assert page.is_hidden("#tie-note")
+    w.check_clean()
+
+
 def test_history_any_axis_and_importance_charts(stack, demo_user, browser):  # noqa: F811
     from swarm.models import Insight
 

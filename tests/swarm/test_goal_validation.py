@@ -190,6 +190,7 @@ def test_a_goal_of_recorded_scores_keeps_its_objective_when_saved_through_the_fo
     goal.refresh_from_db()
     assert goal.name == "renamed" and goal.objectives == [{"metric": "score", "direction": "maximize"},
                                                           {"metric": "energy_j", "direction": "minimize"}]
+    assert goal.constraints == []  # recorded data has no error to bound: no max_rel_error constraint appears
 
 
 @pytest.mark.django_db

@@ -39,16 +39,22 @@ export function renderTop() {
   const violations = new Map((closest || []).map(([v, r]) => [r, v]));
   const rows = closest ? closest.map(([, r]) => r) : D.top;
   const head = $("best-table").tHead.rows[0];
-  head.replaceChildren(...["", "#", "Gen", "Agent", "Parameters", m, ...others, tp.unit, ...(closest ? ["Violation"] : ["Tie"])].map((h) => el("th", {}, h)));
-  const floor = meta.ties && meta.ties.noise_floor ? meta.ties.noise_floor.floor : null;
+  const showTp = tp.metric in C.metrics; // a recorded landscape has no throughput
+  head.replaceChildren(...["", "#", "Gen", "Agent", "Parameters", m, ...others, ...(showTp ? [tp.unit] : []),
+    ...(closest ? ["Violation"] : ["Tie"])].map((h) => el("th", {}, h)));
+  // Ties are read on the latency against the target's noise floor; a goal of another primary
+  // objective (a recorded score) marks its best row only.
+  const byLatency = m === "latency_ms";
+  const floor = byLatency && meta.ties && meta.ties.noise_floor ? meta.ties.noise_floor.floor : null;
   const tieNote = $("tie-note");
+  if (tieNote) tieNote.hidden = !byLatency;
   if (tieNote && floor !== null) {
     tieNote.textContent = `Tied with best: latency_ms within the noise floor of this target (${(100 * floor).toFixed(1)}%, ` +
       `${meta.ties.noise_floor.source === "stored" ? "measured on its worker" : "default: none measured yet"}) of the best` +
       (bestLatency !== null ? ` (${fmt(bestLatency)} ms)` : "") + ": the difference cannot be told apart there.";
   }
   const tied = (r) => { const v = metric("latency_ms", r); return floor !== null && bestLatency !== null && typeof v === "number" && v <= bestLatency * (1 + floor); };
-  $("best-table").tBodies[0].replaceChildren(...rows.map((r) => {
+  $("best-table").tBodies[0].replaceChildren(...rows.map((r, i) => {
     const id = C.id[r];
     const box = el("input", { type: "checkbox", title: "compare", "data-id": id });
     box.checked = compareSet.has(id);
@@ -56,8 +62,9 @@ export function renderTop() {
     return el("tr", {}, el("td", {}, box), el("td", {}, el("a", { href: candidateUrl(id) }, `#${id}`)),
       el("td", {}, C.gen[r]), el("td", {}, C.agents[C.agent[r]]), el("td", {}, el("code", {}, paramsText(r))),
       el("td", { class: "num" }, fmt(metric(m, r))), ...others.map((o) => el("td", { class: "num" }, fmt(metric(o, r)))),
-      el("td", { class: "num", "data-metric": tp.metric }, fmt(metric(tp.metric, r))),
+      ...(showTp ? [el("td", { class: "num", "data-metric": tp.metric }, fmt(metric(tp.metric, r)))] : []),
       closest ? el("td", { class: "num" }, fmt(violations.get(r)))
-        : el("td", { class: "tie" }, metric("latency_ms", r) === bestLatency ? "best" : tied(r) ? "tied with best" : ""));
+        : el("td", { class: "tie" }, (byLatency ? bestLatency !== null && metric("latency_ms", r) === bestLatency : i === 0) ? "best"
+          : tied(r) ? "tied with best" : ""));
   }));
 }
