@@ -43,8 +43,9 @@ configuration (Kernel Tuner's GA and PSO revisit their cache) are counted once.
   evaluated and added as a trial; recorded failures count and are told FAIL), one run at the
   largest budget (budget-independent).
 
-A file whose entries record no time is searched on its objective (Kernel Tuner's hyperparameter
-tuner records a ``score``, maximised): every strategy then searches that field in its direction,
+A file searched on its own objective rather than the time (``TuningCache.searched``: Kernel
+Tuner's hyperparameter tuner records a ``score``, maximised, and no time) is searched on that
+field by every strategy, in its direction,
 and the figures below read its *cost* where they say time (:func:`cost`): for a positive
 quantity whose ratios mean something (energy, a rate such as GFLOP/s) how many times worse than
 the optimum, as for a time; for anything else (a score, whose zero is arbitrary) 1 plus the

@@ -22,9 +22,10 @@ Format (Kernel Tuner's ``cachefile``, see ``shared/datasets/tuning-cache/README.
 - Older files lack header fields (e.g. no ``problem_size`` / ``objective``).
 - A T4 results file (Kernel Tuner's ``store_output_file``) is read as the cache it records
   (:mod:`kernels.interchange.t4`).
-- A file whose entries record no ``time`` is searched on its ``objective`` field instead
-  (Kernel Tuner's hyperparameter tuner writes ``"objective": "score"``, higher is better):
-  :attr:`TuningCache.searched`, :attr:`TuningCache.maximize`, :attr:`TuningCache.metric`.
+- A file is searched on its header's ``objective`` where entries record it (Kernel Tuner's
+  hyperparameter tuner writes ``"objective": "score"``, higher is better, and no ``time``),
+  otherwise on ``time``: :attr:`TuningCache.searched`, :attr:`TuningCache.maximize`,
+  :attr:`TuningCache.metric`.
 """
 
 from __future__ import annotations
@@ -169,8 +170,10 @@ def _searched_field(data: Mapping[str, Any], cache: Mapping[str, Any], keys: tup
     the header names another objective.
 
     Raises:
-        TuningCacheError: the objective is a tunable parameter, or no entry records a ``time``
-            and the objective's direction is not known.
+        TuningCacheError: ``objective_higher_is_better`` is not a bool, or true for ``time``;
+            the objective's metric name is a tunable parameter's, an entry's own field's
+            (:data:`_RESERVED`) or another recorded field's; or no entry records a ``time`` and
+            the objective's direction is not known.
     """
     objective = str(data.get("objective") or "time")
     flag = data.get("objective_higher_is_better")
@@ -388,8 +391,8 @@ class TuningCache:
         tune_params_keys: parameter names in key order.
         tune_params: name -> recorded values (tuple, the file's order).
         objective: the run's objective field (``"time"`` when absent).
-        searched: the recorded field a replay searches: ``"time"``, or the objective when the
-            entries record no time (e.g. ``"score"``).
+        searched: the recorded field a replay searches: ``"time"``, or the header's objective
+            where entries record it or record no time (e.g. ``"score"``; :func:`_searched_field`).
         maximize: whether a higher value of ``searched`` is better (False for time).
         outside: keys of the entries that record a value their parameter's ``tune_params``
             lacks: outside the search space, so no search proposes them.
@@ -582,8 +585,8 @@ class TuningCache:
               by the time, W), ``temperature_c``, ``core_freq_mhz``, ``mem_freq_mhz`` when
               recorded; ``samples_ms = {label: times}``;
             - a valid entry of a file searched on another field (:attr:`searched`, e.g.
-              ``score``): ``ok`` with that value as :attr:`metric`, the recorded rates and
-              energy, no latency and no samples;
+              ``score``): ``ok`` with that value as :attr:`metric`, and the above where the
+              entry records a time (else the recorded rates and energy only);
             - a recorded failure: ``compile_error`` / ``runtime_error`` / ``invalid``
               according to Kernel Tuner's marker;
             - a configuration with recorded values that the file lacks: ``invalid``, log

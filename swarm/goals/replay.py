@@ -23,9 +23,9 @@ def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tup
     The design space is recovered from the file's ``tune_params``; configurations the file
     does not record evaluate as ``invalid`` (Kernel Tuner's restrictions excluded them). The
     objective is the recorded time (``latency_ms``), plus energy (``energy_j``) when the file
-    records NVML energy: then the frontier is time against energy. A file whose entries
-    record no time is searched on its objective field in that field's direction (Kernel
-    Tuner's hyperparameter tuner records a ``score``, maximised; see
+    records NVML energy: then the frontier is time against energy. A file is searched on its
+    header's objective where its entries record it, in that objective's direction (Kernel
+    Tuner's hyperparameter tuner records a ``score``, maximised, and no time; see
     :attr:`~kernels.interchange.tuning_cache.TuningCache.searched`).
 
     Importing a file that already has a goal on the same data set, recorded space and
@@ -42,8 +42,8 @@ def import_cache(path: str | Path, *, name: str | None = None, user=None) -> tup
         The goal and a summary: dataset, device, kernel, entries, valid/failed counts,
         Cartesian size, ``objective`` (``metric``, ``direction``, the recorded ``field``), the
         recorded ``optimum`` in that metric (``optimum_ms`` when it is the time, else null) and
-        its parameters (as a point of the goal's space), ``labels`` (parameter -> recorded values, for the parameters searched by
-        position), ``reused`` and ``warnings`` (the cache's
+        its parameters (as a point of the goal's space), ``labels`` (parameter -> recorded
+        values, for the parameters searched by position), ``reused`` and ``warnings`` (the cache's
         :attr:`~kernels.interchange.tuning_cache.TuningCache.warnings`: repairs such as a dropped
         half-written entry with its key and line, missing fields of older layouts, legacy
         failure markers).
