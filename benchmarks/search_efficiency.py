@@ -93,6 +93,7 @@ import numpy as np
 
 from benchmarks._report import host_line
 from benchmarks.methodology_score import best_so_far, random_search_curve, run_scores, standard_error
+from kernels.interchange.values import finite_number
 from swarm.learning.credit import endgame_share
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -286,7 +287,7 @@ def load_dataset(path: Path, workdir: Path) -> Dataset:
     front_hv = reference = None
     if energy:
         pts = [(t, float(cache.entries[k]["nvml_energy"])) for k, t in valid.items()
-               if _num(cache.entries[k].get("nvml_energy")) is not None]
+               if finite_number(cache.entries[k].get("nvml_energy")) is not None]
         reference = (max(p[0] for p in pts), max(p[1] for p in pts))
         front_hv = hypervolume(pts, reference)
     return Dataset(cache.name, path, json_path, tuple(cache.tune_params_keys), optimum, energy, front_hv, reference,
@@ -299,7 +300,7 @@ def _valid_values(cache: Any) -> dict[str, float]:
     that Kernel Tuner's copy (:func:`load_dataset`) and the random baseline
     (:func:`random_curves`) use. An entry outside the search space (``TuningCache.outside``)
     is left out: no strategy can propose it, so it is neither the optimum nor a random draw."""
-    values = {k: _num(e.get(cache.searched)) for k, e in cache.entries.items()
+    values = {k: finite_number(e.get(cache.searched)) for k, e in cache.entries.items()
               if cache.status(k)[0] == "ok" and k not in cache.outside}
     return {k: v for k, v in values.items() if v is not None}
 
@@ -313,10 +314,6 @@ def siblings(ds: Dataset, datasets: list[Dataset]) -> tuple[Dataset, ...]:
     on other devices): what a transfer run (``swarm:transfer``) learns from."""
     return tuple(d for d in datasets if ds.kernel and d.name != ds.name and d.kernel == ds.kernel and d.keys == ds.keys)
 
-
-def _num(v: Any) -> float | None:
-    """``v`` as a float if it is a finite number (not a bool, nor an int beyond any float), else None."""
-    return float(v) if _number(v) else None
 
 
 def hypervolume(points: list[tuple[float, float]], reference: tuple[float, float]) -> float:
@@ -448,8 +445,8 @@ def run_kt(ds: Dataset, strategy: str, seed: int, budget: int) -> Trace:
         if key in seen:
             continue
         seen.add(key)
-        t = ds.cost(_num(r.get(ds.field)))
-        trace.append((t is not None, t, _num(r.get("nvml_energy"))))
+        t = ds.cost(finite_number(r.get(ds.field)))
+        trace.append((t is not None, t, finite_number(r.get("nvml_energy"))))
     return trace[:budget]
 
 
@@ -769,12 +766,7 @@ def _row_from_json(row: dict) -> dict:
 
 def _number(value: Any) -> bool:
     """Whether ``value`` is a finite int or float (not a bool; an int too large for a float is not)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
+    return finite_number(value) is not None
 
 
 def _count(value: Any, least: int) -> bool:

@@ -22,9 +22,10 @@ a search's neighbourhoods follow it), other values in first-seen order.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
+
+from kernels.interchange.values import finite_number, value_kind
 
 __all__ = ["T4Error", "as_cache_layout", "is_t4"]
 
@@ -86,16 +87,16 @@ def as_cache_layout(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]
     for i, result in enumerate(results):
         entry = _entry(result, i, keys, runtime_ms)
         for k in keys:
-            entry[k] = spelling[k].setdefault(_identity(entry[k]), entry[k])
+            entry[k] = spelling[k].setdefault(value_kind(entry[k]), entry[k])
         key = ",".join(str(entry[k]) for k in keys)
         if key in cache:
-            same = all(_identity(cache[key][k]) == _identity(entry[k]) for k in keys)
+            same = all(value_kind(cache[key][k]) == value_kind(entry[k]) for k in keys)
             repeated += same
             clashes += not same
             continue
         cache[key] = entry
     values = {k: list(v.values()) for k, v in spelling.items()}
-    tune_params = {k: sorted(v) if all(_is_number(x) for x in v) else v for k, v in values.items()}
+    tune_params = {k: sorted(v) if all(finite_number(x) is not None for x in v) else v for k, v in values.items()}
     warnings = ["a T4 results file records no tunable parameter values: each parameter's values are those its "
                 "configurations record, numbers in ascending order"]
     if repeated:
@@ -116,7 +117,7 @@ def _entry(result: Any, i: int, keys: list[str], runtime_ms: float) -> dict[str,
     if not isinstance(result, dict) or not isinstance(result.get("configuration"), dict):
         raise T4Error(f"result {i} has no 'configuration' object")
     config = result["configuration"]
-    if list(config) != keys and set(config) != set(keys):
+    if set(config) != set(keys):
         raise T4Error(f"result {i} configures {sorted(config)}, result 0 {sorted(keys)}: every result configures "
                       "the same parameters")
     entry: dict[str, Any] = {}
@@ -130,16 +131,16 @@ def _entry(result: Any, i: int, keys: list[str], runtime_ms: float) -> dict[str,
         if isinstance(m, dict) and isinstance(m.get("name"), str) and m["name"] not in entry:
             value = m.get("value")
             unit = str(m.get("unit") or "").strip().lower()
-            if unit in _TO_MS and _is_number(value):  # a time, in ms as Kernel Tuner's caches record it
+            if unit in _TO_MS and finite_number(value) is not None:  # a time, in ms as Kernel Tuner's caches record it
                 value = value * _TO_MS[unit]
             entry[m["name"]] = value
     times = result.get("times") if isinstance(result.get("times"), dict) else {}
     for src, dst in _TIMES.items():
-        if _is_number(times.get(src)) and dst not in entry:
+        if finite_number(times.get(src)) is not None and dst not in entry:
             entry[dst] = times[src] * runtime_ms
     runtimes = times.get("runtimes")
     if isinstance(runtimes, list) and runtimes:
-        entry["times"] = [x * runtime_ms if _is_number(x) else x for x in runtimes]
+        entry["times"] = [x * runtime_ms if finite_number(x) is not None else x for x in runtimes]
     invalidity = result.get("invalidity", "correct")
     if invalidity == "correct" and _judged_wrong(result.get("correctness", 1)):
         invalidity = "correctness"  # judged wrong, whatever the invalidity says
@@ -155,14 +156,6 @@ def _judged_wrong(correctness: Any) -> bool:
     return correctness in (0, False) or str(correctness).strip().lower() in ("0", "0.0", "false")
 
 
-def _identity(v: Any) -> tuple:
-    """What tells two recorded values apart: numbers by value (``4 == 4.0``), booleans, strings
-    and null each by kind and value."""
-    if _is_number(v):
-        return ("number", float(v))
-    return (type(v).__name__, v)
-
-
 def _factor(unit: Any, where: str) -> float:
     """Milliseconds per ``unit`` (``""`` and the misspelt ``miliseconds`` of some files: ms).
 
@@ -175,13 +168,3 @@ def _factor(unit: Any, where: str) -> float:
     if name not in _TO_MS:
         raise T4Error(f"{where}: unit {unit!r} is not a time unit ({', '.join(_TO_MS)})")
     return _TO_MS[name]
-
-
-def _is_number(v: Any) -> bool:
-    """Whether ``v`` is a finite number (not a bool, nor an int beyond any float)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return False
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False

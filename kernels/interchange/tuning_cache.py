@@ -49,6 +49,7 @@ from typing import Any
 from kernels import stats
 from kernels.evidence import Evidence
 from kernels.interchange import t4
+from kernels.interchange.values import finite_number, value_kind
 from kernels.outcome import Outcome
 from kernels.space import DesignSpace, Parameter, SpaceError, is_value, labelled_value
 
@@ -106,6 +107,8 @@ _HIGHER_IS_BETTER = {
     "GFLOPS/W": True, "TFLOPS/W": True, "GFLOP/J": True, "TFLOP/J": True,
     "nvml_energy": False, "nvml_power": False,
 }
+# Our metric name -> the recorded field it reads (recorded_field).
+_RECORDED_AS = {"latency_ms": "time", **{metric: name for name, metric in _MEASURED.items()}}
 # Fields a cache entry (and a run's exported cache) records about itself: never an objective.
 _RESERVED = frozenset({"candidate", "status", "timestamp", "times", "times_per_shape", "__error__"})
 # Bookkeeping and operating conditions: recorded, reported as metrics, but not objectives.
@@ -156,7 +159,7 @@ def recorded_field(metric: str) -> str:
     """The recorded field that our metric ``metric`` reads, as a Kernel Tuner cache names it:
     :func:`metric_name` undone for ``latency_ms`` (``time``) and the recorded rates and energy
     (``gflops`` -> ``GFLOP/s``); any other metric is its own field (``score``)."""
-    return {v: k for k, v in _MEASURED.items()}.get(metric, "time" if metric == "latency_ms" else metric)
+    return _RECORDED_AS.get(metric, metric)
 
 
 def _searched_field(data: Mapping[str, Any], cache: Mapping[str, Any], keys: tuple[str, ...],
@@ -254,10 +257,10 @@ def _classify(record: Mapping[str, Any], searched: str, measured: tuple[str, ...
         return Outcome.runtime_error, (f"recorded as failed: {searched} = {legacy:g} is the legacy failure marker "
                                        f"(at least {LEGACY_FAILED_TIME:g}; which failure is not recorded)")
     if searched != "time":
-        if _number(v) is None:
+        if finite_number(v) is None:
             return Outcome.runtime_error, f"recorded entry has no usable {searched} ({v!r:.40})"
         return Outcome.ok, "recorded measurement"
-    if _number(v) is None or v < 0:
+    if finite_number(v) is None or v < 0:
         return Outcome.runtime_error, f"recorded entry has no usable time ({v!r:.40})"
     return Outcome.ok, "recorded measurement"
 
@@ -268,32 +271,12 @@ def _measured_fields(objective: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys((objective, "time", *_MEASURED)))
 
 
-def _number(v: Any) -> float | None:
-    """``v`` as a float if it is a finite number (not a bool, nor an int beyond any float), else None."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    try:
-        return float(v) if math.isfinite(v) else None
-    except OverflowError:
-        return None
-
-
-def _kind(v: Any) -> tuple[str, Any]:
-    """``v`` as a dictionary key that keeps apart what JSON keeps apart: ``True`` from ``1``
-    and ``"1"`` from ``1`` (Python's ``True == 1``), while ``16`` and ``16.0`` stay one number."""
-    if isinstance(v, bool):
-        return "bool", v
-    if isinstance(v, (int, float)):
-        return "number", v
-    return type(v).__name__, v
-
-
 def _code(codes: Mapping[tuple[str, Any], int], v: Any) -> Any:
     """Position of the entry value ``v`` among its parameter's recorded values; ``v`` itself
     when it is not a recorded value, so that the entry lies outside the space, as such an entry
     of a numeric parameter does."""
     try:
-        return codes.get(_kind(v), v)
+        return codes.get(value_kind(v), v)
     except TypeError:  # unhashable
         return v
 
@@ -496,8 +479,8 @@ class TuningCache:
         """
         for k, codes in self._codes.items():
             if len(codes) < len(self.tune_params[k]):
-                counts = Counter(map(_kind, self.tune_params[k]))
-                twice = list(dict.fromkeys(v for v in self.tune_params[k] if counts[_kind(v)] > 1))
+                counts = Counter(map(value_kind, self.tune_params[k]))
+                twice = list(dict.fromkeys(v for v in self.tune_params[k] if counts[value_kind(v)] > 1))
                 raise SpaceError(f"parameter '{k}': duplicate values {twice}")
         return DesignSpace(tuple(
             Parameter(k, tuple(range(len(self.tune_params[k]))), self.tune_params[k]) if k in self._codes
@@ -526,7 +509,7 @@ class TuningCache:
                 raise KeyError(f"missing parameter '{name}'")
             v = params[name]
             try:
-                text = formats.get(_kind(v))
+                text = formats.get(value_kind(v))
             except TypeError:  # unhashable value
                 text = None
             if text is None:
@@ -616,7 +599,7 @@ class TuningCache:
         rec = self.entries.get(key)
         # Kernel Tuner's key is the values' text, which "1" and 1, or a value with a comma,
         # share with others: an entry counts only when it records the values asked for.
-        if rec is not None and any(_kind(rec.get(k)) != _kind(params[k]) for k in self.tune_params_keys):
+        if rec is not None and any(value_kind(rec.get(k)) != value_kind(params[k]) for k in self.tune_params_keys):
             rec = None
         if rec is None:
             reason = NOT_RECORDED_LOG
@@ -626,7 +609,7 @@ class TuningCache:
         status, reason = self._status[key]
         metrics: dict[str, Any] = {}
         for src, dst in _COSTS.items():
-            v = _number(rec.get(src))
+            v = finite_number(rec.get(src))
             if v is not None:
                 metrics[dst] = v
         if status is not Outcome.ok:
@@ -637,17 +620,17 @@ class TuningCache:
             reason += " (no output verification recorded)"
         if self.searched != "time":
             metrics[self.metric] = float(rec[self.searched])
-        t = _number(rec.get("time"))
-        if t is None or t < 0 or _legacy_failure(t) is not None:  # a file of another objective (a score)
+        t = finite_number(rec.get("time"))
+        if t is None or t < 0 or t >= LEGACY_FAILED_TIME:  # a file of another objective (a score)
             for src, dst in _MEASURED.items():
-                if (v := _number(rec.get(src))) is not None:
+                if (v := finite_number(rec.get(src))) is not None:
                     metrics.setdefault(dst, v)
             return evidence(Outcome.ok, reason, metrics=metrics)
         label = self.sample_label
         metrics["latency_ms"] = t
         metrics[f"latency_ms[{label}]"] = t
         samples: dict[str, list[float]] = {}
-        times = [float(x) for x in rec.get("times") or () if _number(x) is not None]
+        times = [float(x) for x in rec.get("times") or () if finite_number(x) is not None]
         if times:
             summ = self._summaries.get(key)
             if summ is None:
@@ -658,7 +641,7 @@ class TuningCache:
             metrics["latency_ci_high_ms"] = summ["ci_high"]
             samples[label] = times
         for src, dst in _MEASURED.items():
-            v = _number(rec.get(src))
+            v = finite_number(rec.get(src))
             if v is not None:
                 metrics[dst] = v
         if "power_w" not in metrics and "energy_j" in metrics and t > 0:
@@ -688,14 +671,14 @@ class TuningCache:
         for key, (status, _) in self._status.items():
             if status is not Outcome.ok:
                 continue
-            v = _number(self.entries[key].get(field_name))
+            v = finite_number(self.entries[key].get(field_name))
             if v is None:
                 continue
             if best is None or (v > best if maximize else v < best):
                 best_key, best = key, v
         if best_key is None:
             numeric = sorted({f for rec in self.entries.values() for f, v in rec.items()
-                              if f not in self.tune_params_keys and f not in _NOT_OBJECTIVES and _number(v) is not None})
+                              if f not in self.tune_params_keys and f not in _NOT_OBJECTIVES and finite_number(v) is not None})
             raise KeyError(f"no valid entry of '{self.name}' records '{field_name}' (numbers recorded: "
                            f"{', '.join(numeric) or 'none'}; valid entries record: {', '.join(self.objectives_available) or 'nothing'})")
         return self.params_of(best_key), best
@@ -746,7 +729,7 @@ def load_resolved(path: Path) -> TuningCache:
 def _canonical(rec: Mapping[str, Any], keys: tuple[str, ...], formats: tuple[Mapping[Any, str], ...], fallback: str) -> str:
     """Key of an entry rebuilt from its own values, formatted as the recorded ``tune_params``."""
     try:
-        return ",".join(f[_kind(rec[k])] for k, f in zip(keys, formats))
+        return ",".join(f[value_kind(rec[k])] for k, f in zip(keys, formats))
     except (KeyError, TypeError):
         return fallback
 
@@ -816,9 +799,9 @@ def _outside(entries: Mapping[str, Mapping[str, Any]], keys: tuple[str, ...],
              params: Mapping[str, tuple[Any, ...]]) -> dict[str, str]:
     """Entries that record a value their parameter's ``tune_params`` lacks, key -> that
     parameter: such an entry lies outside the search space (Kernel Tuner's too)."""
-    allowed = [{_kind(v) for v in params[k]} for k in keys]
+    allowed = [{value_kind(v) for v in params[k]} for k in keys]
     try:  # the usual case at C speed: every distinct value of every parameter is allowed
-        if all(all(_kind(v) in kinds for _, v in {(type(rec[k]), rec[k]) for rec in entries.values()})
+        if all(all(value_kind(v) in kinds for _, v in {(type(rec[k]), rec[k]) for rec in entries.values()})
                for k, kinds in zip(keys, allowed)):
             return {}
     except TypeError:  # an unhashable value: found below
@@ -827,7 +810,7 @@ def _outside(entries: Mapping[str, Mapping[str, Any]], keys: tuple[str, ...],
     for key, rec in entries.items():
         for k, kinds in zip(keys, allowed):
             try:
-                inside = _kind(rec[k]) in kinds
+                inside = value_kind(rec[k]) in kinds
             except TypeError:  # unhashable
                 inside = False
             if not inside:
@@ -949,8 +932,8 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
         if values is None:  # infer from the entries, in first-seen order
             values = list(dict.fromkeys(rec[k] for rec in cache.values() if isinstance(rec, dict)))
         params[k] = tuple(values)
-    formats = tuple({_kind(v): str(v) for v in params[k]} for k in keys)
-    codes = {k: types.MappingProxyType({_kind(v): i for i, v in reversed(list(enumerate(params[k])))})
+    formats = tuple({value_kind(v): str(v) for v in params[k]} for k in keys)
+    codes = {k: types.MappingProxyType({value_kind(v): i for i, v in reversed(list(enumerate(params[k])))})
              for k in keys if not all(map(is_value, params[k]))}
     objective = str(data.get("objective") or "time")
     measured = _measured_fields(objective)
@@ -974,7 +957,7 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
     numeric = []
     for f in sorted(fields - set(keys) - _NOT_OBJECTIVES):
         sample = next((e[f] for k, e in entries.items() if status[k][0] is Outcome.ok and f in e), None)
-        if _number(sample) is not None:
+        if finite_number(sample) is not None:
             numeric.append(f)
     numeric.sort(key=lambda f: (f != "time", f))
     outside = _outside(entries, keys, params)

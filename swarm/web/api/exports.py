@@ -118,9 +118,11 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
         shape_list = [dict(s) for s in shapes]
     except KeyError:
         shape_list = []
-    # the goal's primary objective, under the field a Kernel Tuner cache records it as
+    # the goal's objectives, under the fields a Kernel Tuner cache records them as
     primary = goal.objectives[0]
     field = recorded_field(primary["metric"])
+    recorded = [(i, o["metric"], recorded_field(o["metric"])) for i, o in enumerate(goal.objectives)
+                if o["metric"] != "latency_ms"]
     cache: dict[str, dict[str, Any]] = {}
     done = Candidate.objects.filter(run=run).exclude(status__in=PENDING_STATUSES)
     kept = done.filter(source=goal.source).exclude(status__in=UNJUDGED_STATUSES)
@@ -141,9 +143,9 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
             samples = samples or {}
             if field == "time" or m.get("latency_ms") is not None:
                 entry["time"] = m.get("latency_ms")
-            for i, o in enumerate(goal.objectives):  # every objective, so that the file reads back with them all
-                if o["metric"] != "latency_ms" and (i == 0 or m.get(o["metric"]) is not None):
-                    entry[recorded_field(o["metric"])] = m.get(o["metric"])
+            for i, metric, name in recorded:  # every objective, so that the file reads back with them all
+                if i == 0 or m.get(metric) is not None:
+                    entry[name] = m.get(metric)
             series = [list(v) for v in samples.values() if v]
             if len(series) == 1:
                 entry["times"] = series[0]
