@@ -4,7 +4,14 @@ benchmark's medians.
     python -m benchmarks.landscape [--cache FILE ...] [--out DIR] [--json]
 
 Per Kernel Tuner cache file (default: every file of the shared tuning-cache folder), over the
-recorded configurations with a valid ``time`` (ms; failures excluded):
+recorded configurations of its search space with a valid value of the field a search of it
+minimises or maximises (``objective``: the ``time``, ms, or the objective of a file that records
+none, such as a hyperparameter tuner's ``score``; ``TuningCache.searched``). Failures, legacy
+``1e20`` markers and entries outside ``tune_params`` are left out (``failed``, ``outside``), as
+the search benchmark leaves them out. Each value is read as the search benchmark's cost
+(``benchmarks.search_efficiency.cost``): a time as itself; a rate or energy as how many times
+worse than the optimum; a score, whose zero is arbitrary, as 1 plus its distance from the
+optimum as a share of the recorded range. "Time" below is that cost.
 
 - ``second_best``: the second-best time / the optimum (the optimum's margin).
 - ``best_neighbour``: the best time among the optimum's recorded Hamming-1 neighbours (one
@@ -45,10 +52,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks._report import emit  # noqa: E402
-from benchmarks.search_efficiency import default_caches  # noqa: E402
+from benchmarks.search_efficiency import cost, default_caches, reading_of, valid_values  # noqa: E402
 from kernels.interchange.tuning_cache import TuningCacheError, load_cache  # noqa: E402
 
-COLUMNS = ("dataset", "configurations", "failed", "second_best", "best_neighbour", "within_1pct", "within_5pct",
+COLUMNS = ("dataset", "objective", "configurations", "failed", "second_best", "best_neighbour", "within_1pct", "within_5pct",
            "neighbour_rank", "random_evals_1pct", "fdc", "neighbour_corr")
 
 
@@ -91,20 +98,22 @@ def describe(path: Path) -> dict:
     Raises:
         FileNotFoundError: no such file.
         kernels.interchange.tuning_cache.TuningCacheError: the file is not a Kernel Tuner cache, or it
-            records no configuration with a valid time.
+            records no configuration with a valid value of its searched field (a time > 0).
     """
     cache = load_cache(path)
     names = list(cache.tune_params_keys)
     values = {k: list(cache.tune_params[k]) for k in names}
-    keys, times = [], []
-    for key, rec in cache.entries.items():
-        t = rec.get("time")
-        if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0:
-            keys.append(key)
-            times.append(float(t))
-    if not times:
-        raise TuningCacheError(f"{path}: no configuration with a valid time")
-    t = np.array(times)
+    raw = valid_values(cache)
+    if cache.searched == "time":  # a time of 0 has no ratio to the optimum
+        raw = {k: v for k, v in raw.items() if v > 0}
+    if not raw:
+        what = "time" if cache.searched == "time" else f"'{cache.searched}'"
+        raise TuningCacheError(f"{path}: no configuration with a valid {what}")
+    reading = reading_of(cache.searched, raw.values())
+    lo, hi = min(raw.values()), max(raw.values())
+    span = (hi, lo) if cache.maximize else (lo, hi)
+    keys = list(raw)
+    t = np.array([cost(v, reading, cache.maximize, span) for v in raw.values()])
     position = {k: {v: i for i, v in enumerate(values[k])} for k in names}
     try:
         index = np.array([[position[k][p[k]] for k in names] for p in map(cache.params_of, keys)])
@@ -119,8 +128,11 @@ def describe(path: Path) -> dict:
     ordered = np.sort(t)
     return {
         "dataset": cache.name,
+        "objective": cache.searched if reading == "value" else
+        f"{cache.searched} ({'max' if cache.maximize else 'min'}, {reading})",
         "configurations": int(len(t)),
-        "failed": int(len(cache.entries) - len(t)),  # no valid time: failures and anything else
+        "failed": int(len(cache.entries) - len(cache.outside) - len(t)),  # no valid value: failures and anything else
+        "outside": len(cache.outside),
         "second_best": float(ordered[1] / ordered[0]) if len(t) > 1 else None,
         "best_neighbour": float(t[neighbours].min() / t[opt]) if len(neighbours) else None,
         "neighbour_rank": 1 + int(np.count_nonzero(t < t[neighbours].min())) if len(neighbours) else None,

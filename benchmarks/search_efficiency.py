@@ -260,7 +260,7 @@ def load_dataset(path: Path, workdir: Path) -> Dataset:
 
     cache = load_cache(path)
     field_name = cache.searched
-    raw = _valid_values(cache)
+    raw = valid_values(cache)
     what = "a time" if field_name == "time" else f"its objective '{field_name}'"
     if len(raw) < 2:
         raise ValueError(f"{path}: {len(raw)} valid configuration(s) record {what}; a search needs at least two")
@@ -294,7 +294,7 @@ def load_dataset(path: Path, workdir: Path) -> Dataset:
                    cache.kernel_name or "", cache.sha256, field_name, cache.metric, cache.maximize, reading, span)
 
 
-def _valid_values(cache: Any) -> dict[str, float]:
+def valid_values(cache: Any) -> dict[str, float]:
     """Recorded value of the searched field (``time``, ms, or the file's objective, see
     ``TuningCache.searched``) of each entry the loader counts as valid, by key: the one verdict
     that Kernel Tuner's copy (:func:`load_dataset`) and the random baseline
@@ -1079,7 +1079,7 @@ def random_curves(datasets: dict[str, Dataset], horizon: int) -> dict[str, Any]:
     out = {}
     for name, ds in datasets.items():
         cache = load_cache(ds.path)
-        valid = _valid_values(cache)
+        valid = valid_values(cache)
         times = [ds.cost(valid.get(k)) for k in cache.entries if k not in cache.outside]
         worst = max(t for t in times if t is not None)
         out[name] = (random_search_curve(times, horizon), worst)

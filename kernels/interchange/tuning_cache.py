@@ -77,8 +77,9 @@ _FAILURES: tuple[tuple[str, Outcome], ...] = (
 #: Caches of old Kernel Tuner versions record a failed configuration as this ``time`` (ms):
 #: no real kernel takes 10^17 s, so any time at or above it is that marker.
 LEGACY_FAILED_TIME = 1e20
-# Per-entry bookkeeping of the tuning run (ms), not properties of the kernel.
-_COSTS = {
+#: Per-entry bookkeeping of the tuning run, not properties of the kernel: recorded field (ms)
+#: -> our metric (ms).
+COST_FIELDS = {
     "compile_time": "compile_ms",
     "verification_time": "verification_ms",
     "benchmark_time": "benchmark_ms",
@@ -112,7 +113,7 @@ _RECORDED_AS = {"latency_ms": "time", **{metric: name for name, metric in _MEASU
 # Fields a cache entry (and a run's exported cache) records about itself: never an objective.
 _RESERVED = frozenset({"candidate", "status", "timestamp", "times", "times_per_shape", "__error__"})
 # Bookkeeping and operating conditions: recorded, reported as metrics, but not objectives.
-_NOT_OBJECTIVES = frozenset(_COSTS) | {"timestamp", "__error__", "temperature", "core_freq", "mem_freq"}
+_NOT_OBJECTIVES = frozenset(COST_FIELDS) | {"timestamp", "__error__", "temperature", "core_freq", "mem_freq"}
 
 
 class TuningCacheError(ValueError):
@@ -188,7 +189,7 @@ def _searched_field(data: Mapping[str, Any], cache: Mapping[str, Any], keys: tup
                                    "is minimised")
         return "time", False, []
     # names that another field's metric, or an entry's own bookkeeping, already has
-    taken = {*keys, *(metric_name(k) for k in keys), *_RESERVED, *_COSTS.values(), "not_recorded",
+    taken = {*keys, *(metric_name(k) for k in keys), *_RESERVED, *COST_FIELDS.values(), "not_recorded",
              *(m for f, m in _MEASURED.items() if f != objective)}
     if objective in taken or metric_name(objective) in taken or metric_name(objective).startswith("latency_"):
         raise TuningCacheError(f"{path}: the objective {objective!r} (metric {metric_name(objective)!r}) is also the "
@@ -370,7 +371,7 @@ class TuningCache:
         device_name: GPU it was measured on, e.g. ``"NVIDIA A100-PCIE-40GB"``
             (``"unknown"`` when the header lacks it).
         kernel_name: tuned kernel, e.g. ``"Xgemm"`` (``""`` when absent).
-        problem_size: problem dimensions, or None when the header lacks them.
+        problem_size: problem dimensions, or None when the header lacks them (or records none).
         tune_params_keys: parameter names in key order.
         tune_params: name -> recorded values (tuple, the file's order).
         objective: the run's objective field (``"time"`` when absent).
@@ -608,7 +609,7 @@ class TuningCache:
             return evidence(Outcome.invalid, reason, metrics={"not_recorded": True})
         status, reason = self._status[key]
         metrics: dict[str, Any] = {}
-        for src, dst in _COSTS.items():
+        for src, dst in COST_FIELDS.items():
             v = finite_number(rec.get(src))
             if v is not None:
                 metrics[dst] = v
@@ -970,7 +971,7 @@ def _load(path: Path, mtime_ns: int, size: int) -> TuningCache:  # noqa: ARG001 
         sha256=digest,
         device_name=str(data.get("device_name") or "unknown"),
         kernel_name=str(data.get("kernel_name") or ""),
-        problem_size=tuple(problem_size) if isinstance(problem_size, list) else None,
+        problem_size=tuple(problem_size) if isinstance(problem_size, list) and problem_size else None,
         tune_params_keys=keys,
         tune_params=types.MappingProxyType(params),
         objective=objective,

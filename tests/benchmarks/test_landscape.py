@@ -43,7 +43,7 @@ def test_the_command_writes_its_table_and_json(tmp_path, capsys):
     payload = json.loads(capsys.readouterr().out)
     assert [r["dataset"] for r in payload["results"]] == ["plain"]
     assert math.isfinite(payload["results"][0]["fdc"])
-    assert "| plain | 9 |" in (tmp_path / "out" / "landscape.md").read_text()
+    assert "| plain | time | 9 |" in (tmp_path / "out" / "landscape.md").read_text()
 
 
 def test_files_without_valid_times_or_not_caches_are_refused_clearly(tmp_path, capsys):
@@ -61,10 +61,42 @@ def test_files_without_valid_times_or_not_caches_are_refused_clearly(tmp_path, c
     assert row["second_best"] is None and row["best_neighbour"] is None and row["fdc"] is None
 
 
-def test_an_entry_outside_the_recorded_parameter_values_is_refused_clearly(tmp_path, capsys):
-    outside = tmp_path / "outside.json"
-    outside.write_text(json.dumps({"tune_params_keys": ["A"], "tune_params": {"A": [1, 2]},
-                                   "cache": {"1": {"A": 1, "time": 1.0}, "9": {"A": 9, "time": 2.0}}}))
+def test_entries_outside_the_space_and_legacy_markers_are_left_out_as_the_search_benchmark_leaves_them(tmp_path):
+    path = tmp_path / "outside.json"
+    path.write_text(json.dumps({"tune_params_keys": ["A"], "tune_params": {"A": [1, 2, 3]},
+                                "cache": {"1": {"A": 1, "time": 2.0}, "2": {"A": 2, "time": 1e20},
+                                          "3": {"A": 3, "time": 4.0}, "9": {"A": 9, "time": 0.5}}}))
+    row = landscape.describe(path)
+    # A = 9 cannot be proposed (tune_params lacks it), and 1e20 is the old caches' failure marker.
+    assert (row["configurations"], row["failed"], row["outside"]) == (2, 1, 1)
+    assert row["second_best"] == pytest.approx(2.0) and row["objective"] == "time"
+
+
+def test_a_file_of_scores_is_described_on_its_score_in_its_direction(tmp_path, capsys):
+    # benchmark_hub's hyperparameter caches record a score, higher is better, and no time.
+    scores = {(a, b): 0.1 * (a + b) - 0.5 for a in (1, 2, 3) for b in (1, 2, 3)}  # best 0.1 at (3, 3), worst -0.3
+    cache = {f"{a},{b}": {"A": a, "B": b, "score": v} for (a, b), v in scores.items()}
+    path = tmp_path / "scores.json"
+    path.write_text(json.dumps({"device_name": "test", "objective": "score", "objective_higher_is_better": True,
+                                "tune_params_keys": ["A", "B"], "tune_params": {"A": [1, 2, 3], "B": [1, 2, 3]},
+                                "cache": cache}))
+    row = landscape.describe(path)
+    assert row["objective"] == "score (max, range)" and row["configurations"] == 9
+    # the runner-up is a quarter of the range below the optimum: 1.25 in the benchmark's reading
+    assert row["second_best"] == pytest.approx(1.25) and row["best_neighbour"] == pytest.approx(1.25)
+    assert row["within_1pct"] == 1 and row["fdc"] > 0.8  # higher scores lie nearer the optimum
+    shifted = tmp_path / "shifted.json"
+    shifted.write_text(json.dumps({**json.loads(path.read_text()), "cache": {
+        k: {**e, "score": e["score"] + 100} for k, e in cache.items()}}))
+    again = landscape.describe(shifted)  # a score's zero is arbitrary
+    assert {k: pytest.approx(v) for k, v in again.items() if k != "dataset"} == \
+        {k: v for k, v in row.items() if k != "dataset"}
+    assert landscape.main(["--cache", str(path), "--out", str(tmp_path / "out"), "--json"]) == 0
+    assert "| scores | score (max, range) | 9 |" in (tmp_path / "out" / "landscape.md").read_text()
+    capsys.readouterr()
+    failed = tmp_path / "failed.json"
+    failed.write_text(json.dumps({"objective": "score", "tune_params_keys": ["A"], "tune_params": {"A": [1, 2]},
+                                  "cache": {"1": {"A": 1, "score": "RuntimeFailedConfig"}}}))
     with pytest.raises(SystemExit):
-        landscape.main(["--cache", str(outside), "--out", str(tmp_path)])
-    assert "parameters do not match tune_params" in capsys.readouterr().err
+        landscape.main(["--cache", str(failed), "--out", str(tmp_path)])
+    assert "no configuration with a valid 'score'" in capsys.readouterr().err

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from benchmarks.run_page import BENCH_SPACE, populate
 from kernels.interchange.tuning_cache import load_cache
-from swarm.models import AuditEvent, Direction, Goal, Insight, PromotionRequest, Run
+from swarm.models import AuditEvent, Direction, Evidence, Goal, Insight, PromotionRequest, Run
 from swarm.production import promotion
 from tests.swarm.test_views import paired_timed, timed
 
@@ -210,6 +210,9 @@ def test_exports_stay_streamed_under_asgi(engineer, synthetic_run, owner):
 
 @pytest.mark.django_db
 def test_a_run_exports_as_a_kernel_tuner_cache_that_reads_back(engineer, synthetic_run, tmp_path):
+    compiled = synthetic_run.candidates.filter(status="ok").select_related("evidence").first()
+    Evidence.objects.filter(pk=compiled.evidence.pk).update(  # evidence is final: set as if evaluated so
+        fingerprint={**compiled.evidence.fingerprint, "compile_s": 0.25})
     r = engineer.get(f"/api/runs/{synthetic_run.pk}/export/kernel_tuner_cache.json")
     data = json.loads(b"".join(r.streaming_content))
     assert data["tune_params_keys"] == [p["name"] for p in BENCH_SPACE["parameters"]]
@@ -225,6 +228,8 @@ def test_a_run_exports_as_a_kernel_tuner_cache_that_reads_back(engineer, synthet
     assert str(e.status) == "ok"
     entry = data["cache"][",".join(str(c.params[k]) for k in data["tune_params_keys"])]
     assert entry["time"] == pytest.approx(c.evidence.metrics["latency_ms"]) and len(entry["times"]) == 10
+    assert entry["compile_time"] == 250.0  # Kernel Tuner's field, in ms, from the evaluation's compile time
+    assert data["device_name"] == synthetic_run.goal.target and data["problem_size"]
 
 
 # --- promotions and production ---------------------------------------------------------------------

@@ -405,3 +405,31 @@ def test_legacy_and_string_failure_markers_are_failed_candidates_in_the_api_and_
     assert len(rows) == 12
     assert all(float(r["latency_ms"]) < 1e3 for r in rows if r["status"] == "ok")
     assert all(r["latency_ms"] == "" for r in rows if r["status"] != "ok")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("recorded", [GEMM, PNPOLY, ENERGY], ids=lambda p: p.name.split("_")[0])
+def test_a_replay_runs_exported_cache_reads_back_as_recorded(tmp_path, recorded):
+    """The export of a run on a recorded file keeps what the file recorded: its problem size and
+    its entries' bookkeeping times, so that reading it back warns of nothing the file had."""
+    from kernels.interchange.tuning_cache import load_cache
+    from swarm.models import Run
+    from swarm.web.api.exports import kernel_tuner_cache
+
+    original = load_cache(recorded)
+    result = factory("import-cache", str(recorded))
+    factory("run", "--goal", str(result["goal"]), "--budget", "30", "--batch-size", "10", "--seed", "3")
+    exported = kernel_tuner_cache(Run.objects.filter(goal_id=result["goal"]).latest("id"))
+    assert exported["problem_size"] == list(original.problem_size or [])
+    path = tmp_path / "exported.json"
+    path.write_text(json.dumps(exported))
+    again = load_cache(path)
+    assert again.problem_size == original.problem_size
+    assert (again.device_name, again.kernel_name) == (original.device_name, original.kernel_name)
+    lacking = {w.split("'")[1] for w in again.warnings if "lack '" in w}
+    lacked = {w.split("'")[1] for w in original.warnings if "lack '" in w}
+    assert lacking <= lacked, again.warnings
+    for key, entry in exported["cache"].items():
+        recorded_entry = original.entries[key]
+        for name in ("compile_time", "verification_time", "benchmark_time", "framework_time", "strategy_time"):
+            assert entry.get(name) == recorded_entry.get(name), (key, name)

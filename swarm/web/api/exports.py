@@ -14,6 +14,10 @@ the file's ``objective`` under its recorded name (``score``; ``gflops`` is ``GFL
 ``objective_higher_is_better``, in every entry (the failure marker too), so the file reads back
 on that objective; every other objective is in each ``ok`` entry too (``energy_j`` as
 ``nvml_energy``).
+Every entry keeps Kernel Tuner's bookkeeping times (``compile_time`` ... in ms) where the
+evaluation has them: a replay's as the file recorded them, a compiled candidate's compile time.
+A run on a recorded file names the file's device and problem size, so that the export reads
+back as the file did.
 Pending candidates, candidates with their own source (not the template) and unjudged ones
 (``invalid_input``: the workload's inputs failed, which says nothing about the configuration)
 are left out of the cache.
@@ -27,9 +31,9 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from kernels.interchange.tuning_cache import recorded_field
+from kernels.interchange.tuning_cache import COST_FIELDS, recorded_field
 from kernels.space import labelled_params
-from swarm.models import PENDING_STATUSES, UNJUDGED_STATUSES, Candidate, Run
+from swarm.models import PENDING_STATUSES, UNJUDGED_STATUSES, Candidate, Evidence, Run
 from swarm.runs.progress import run_state
 
 FAILURE_MARKERS = {
@@ -99,6 +103,14 @@ def json_chunks(run: Run) -> Iterator[str]:
     yield "]}\n"
 
 
+def _recorded_environment(run: Run) -> dict[str, Any] | None:
+    """The fingerprint of a replay run's evidence (device, kernel and problem size the file
+    recorded); None for a run whose evidence is not a replay's."""
+    fingerprint = (Evidence.objects.filter(candidate__run=run, fingerprint__backend="replay")
+                   .values_list("fingerprint", flat=True).first())
+    return fingerprint if isinstance(fingerprint, dict) else None
+
+
 def kernel_tuner_cache(run: Run) -> dict[str, Any]:
     """The run's candidates as a Kernel Tuner cache dict (see the module docstring)."""
     goal = run.goal
@@ -118,19 +130,26 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
         shape_list = [dict(s) for s in shapes]
     except KeyError:
         shape_list = []
+    device_name = goal.target
+    recorded = _recorded_environment(run)
+    if recorded:  # a replay: the device and problem size the file recorded
+        device_name = recorded.get("device_name") or device_name
+        if isinstance(recorded.get("problem_size"), list):
+            problem_size = recorded["problem_size"]
     # the goal's objectives, under the fields a Kernel Tuner cache records them as
     primary = goal.objectives[0]
     field = recorded_field(primary["metric"])
-    recorded = [(i, o["metric"], recorded_field(o["metric"])) for i, o in enumerate(goal.objectives)
-                if o["metric"] != "latency_ms"]
+    others = [(i, o["metric"], recorded_field(o["metric"])) for i, o in enumerate(goal.objectives)
+              if o["metric"] != "latency_ms"]
     cache: dict[str, dict[str, Any]] = {}
     done = Candidate.objects.filter(run=run).exclude(status__in=PENDING_STATUSES)
     kept = done.filter(source=goal.source).exclude(status__in=UNJUDGED_STATUSES)
     skipped = done.count() - kept.count()
     rows = (kept.order_by("id")
-            .values_list("id", "status", "params", "evaluated_at", "evidence__metrics", "evidence__samples_ms")
+            .values_list("id", "status", "params", "evaluated_at", "evidence__metrics", "evidence__samples_ms",
+                         "evidence__fingerprint__compile_s")
             .iterator(chunk_size=CHUNK))
-    for cid, status, p, at, m, samples in rows:
+    for cid, status, p, at, m, samples, compile_s in rows:
         if set(p) != set(params):
             skipped += 1
             continue
@@ -143,7 +162,7 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
             samples = samples or {}
             if field == "time" or m.get("latency_ms") is not None:
                 entry["time"] = m.get("latency_ms")
-            for i, metric, name in recorded:  # every objective, so that the file reads back with them all
+            for i, metric, name in others:  # every objective, so that the file reads back with them all
                 if i == 0 or m.get(metric) is not None:
                     entry[name] = m.get(metric)
             series = [list(v) for v in samples.values() if v]
@@ -161,11 +180,17 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
         else:
             entry["time"] = entry[field] = FAILURE_MARKERS.get(status, "RuntimeFailedConfig")
             entry["status"] = status
+        # Kernel Tuner's bookkeeping times (ms): as recorded for a replay, our compile time otherwise
+        for name, metric in COST_FIELDS.items():
+            if m.get(metric) is not None:
+                entry[name] = m[metric]
+        if "compile_time" not in entry and isinstance(compile_s, (int, float)):
+            entry["compile_time"] = compile_s * 1000.0
         entry["candidate"] = cid
         entry["timestamp"] = at.isoformat() if at else None
         cache[key] = entry
     return {
-        "device_name": goal.target,
+        "device_name": device_name,
         "kernel_name": goal.workload,
         "problem_size": problem_size,
         "shape_set": goal.shape_set,
