@@ -7,8 +7,8 @@ Per Kernel Tuner cache file (default: every file of the shared tuning-cache fold
 recorded configurations of its search space with a valid value of the field a search of it
 minimises or maximises (``objective``: the ``time``, ms, or the objective of a file that records
 none, such as a hyperparameter tuner's ``score``; ``TuningCache.searched``). Failures, legacy
-``1e20`` markers and entries outside ``tune_params`` are left out (``failed``, ``outside``), as
-the search benchmark leaves them out. Each value is read as the search benchmark's cost
+``1e20`` markers and entries outside ``tune_params`` are left out (``failed``, ``outside``), and
+a file with a valid time of 0 is refused, as the search benchmark does. Each value is read as the search benchmark's cost
 (``benchmarks.search_efficiency.cost``): a time as itself; a rate or energy as how many times
 worse than the optimum; a score, whose zero is arbitrary, as 1 plus its distance from the
 optimum as a share of the recorded range. "Time" below is that cost.
@@ -52,10 +52,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks._report import emit  # noqa: E402
-from benchmarks.search_efficiency import cost, default_caches, reading_of, valid_values  # noqa: E402
+from benchmarks.search_efficiency import default_caches, recorded_costs  # noqa: E402
 from kernels.interchange.tuning_cache import TuningCacheError, load_cache  # noqa: E402
+from kernels.interchange.values import value_kind  # noqa: E402
 
-COLUMNS = ("dataset", "objective", "configurations", "failed", "second_best", "best_neighbour", "within_1pct", "within_5pct",
+COLUMNS = ("dataset", "objective", "configurations", "failed", "outside", "second_best", "best_neighbour", "within_1pct", "within_5pct",
            "neighbour_rank", "random_evals_1pct", "fdc", "neighbour_corr")
 
 
@@ -98,27 +99,21 @@ def describe(path: Path) -> dict:
     Raises:
         FileNotFoundError: no such file.
         kernels.interchange.tuning_cache.TuningCacheError: the file is not a Kernel Tuner cache, or it
-            records no configuration with a valid value of its searched field (a time > 0).
+            records no configuration with a valid value of its searched field.
+        ValueError: a valid configuration records a time of 0 or less.
     """
     cache = load_cache(path)
     names = list(cache.tune_params_keys)
     values = {k: list(cache.tune_params[k]) for k in names}
-    raw = valid_values(cache)
-    if cache.searched == "time":  # a time of 0 has no ratio to the optimum
-        raw = {k: v for k, v in raw.items() if v > 0}
-    if not raw:
+    reading, _, costs = recorded_costs(cache, path)
+    if not costs:
         what = "time" if cache.searched == "time" else f"'{cache.searched}'"
         raise TuningCacheError(f"{path}: no configuration with a valid {what}")
-    reading = reading_of(cache.searched, raw.values())
-    lo, hi = min(raw.values()), max(raw.values())
-    span = (hi, lo) if cache.maximize else (lo, hi)
-    keys = list(raw)
-    t = np.array([cost(v, reading, cache.maximize, span) for v in raw.values()])
-    position = {k: {v: i for i, v in enumerate(values[k])} for k in names}
-    try:
-        index = np.array([[position[k][p[k]] for k in names] for p in map(cache.params_of, keys)])
-    except (KeyError, TypeError) as exc:
-        raise TuningCacheError(f"{path}: an entry's parameters do not match tune_params ({exc!r})") from None
+    keys = list(costs)
+    t = np.array(list(costs.values()))
+    # By value identity: 1 and True are two values of a parameter, as the loader keeps them.
+    position = {k: {value_kind(v): i for i, v in enumerate(values[k])} for k in names}
+    index = np.array([[position[k][value_kind(p[k])] for k in names] for p in map(cache.params_of, keys)])
     sizes = [len(values[k]) for k in names]
     opt = int(np.argmin(t))
     log_t = np.log(t / t[opt])
@@ -170,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         rows = [describe(Path(c)) for c in caches]
-    except (OSError, TuningCacheError) as exc:
+    except (OSError, TuningCacheError, ValueError) as exc:
         parser.error(str(exc))
     payload = {"results": rows, "seconds": time.perf_counter() - started}
     lone = [r["dataset"] for r in rows if (r["best_neighbour"] or 1.0) >= 1.1 and r["within_1pct"] == 1]

@@ -264,11 +264,7 @@ def load_dataset(path: Path, workdir: Path) -> Dataset:
     what = "a time" if field_name == "time" else f"its objective '{field_name}'"
     if len(raw) < 2:
         raise ValueError(f"{path}: {len(raw)} valid configuration(s) record {what}; a search needs at least two")
-    if field_name == "time" and min(raw.values()) <= 0:
-        raise ValueError(f"{path}: a valid configuration records a time of {min(raw.values()):g} ms; times must be > 0")
-    lo, hi = min(raw.values()), max(raw.values())
-    span = (hi, lo) if cache.maximize else (lo, hi)
-    reading = reading_of(field_name, raw.values())
+    reading, span, valid = recorded_costs(cache, path)
     entries = {}
     for key, entry in cache.entries.items():
         out = {**entry, **cache.params_of(key)}
@@ -281,7 +277,6 @@ def load_dataset(path: Path, workdir: Path) -> Dataset:
             "tune_params": {k: list(v) for k, v in cache.tune_params.items()}, "objective": field_name, "cache": entries}
     json_path = workdir / f"{cache.name}.json"
     json_path.write_text(json.dumps(data, indent=1))  # NaN as Kernel Tuner writes and reads it
-    valid = {k: cost(v, reading, cache.maximize, span) for k, v in raw.items()}
     optimum = min(valid.values())
     energy = field_name == "time" and "nvml_energy" in cache.objectives_available
     front_hv = reference = None
@@ -303,6 +298,26 @@ def valid_values(cache: Any) -> dict[str, float]:
     values = {k: finite_number(e.get(cache.searched)) for k, e in cache.entries.items()
               if cache.status(k)[0] == "ok" and k not in cache.outside}
     return {k: v for k, v in values.items() if v is not None}
+
+
+def recorded_costs(cache: Any, path: Path) -> tuple[str, tuple[float, float], dict[str, float]]:
+    """How ``cache``'s searched values read (:func:`reading_of`), their recorded (optimum,
+    worst) span and each valid entry's :func:`cost` by key (:func:`valid_values`; ``{}`` when
+    none is valid).
+
+    Raises:
+        ValueError: a valid configuration records a time of 0 or less (no ratio to it means
+            anything), naming ``path``.
+    """
+    raw = valid_values(cache)
+    if not raw:
+        return "value", (0.0, 0.0), {}
+    if cache.searched == "time" and min(raw.values()) <= 0:
+        raise ValueError(f"{path}: a valid configuration records a time of {min(raw.values()):g} ms; times must be > 0")
+    lo, hi = min(raw.values()), max(raw.values())
+    span = (hi, lo) if cache.maximize else (lo, hi)
+    reading = reading_of(cache.searched, raw.values())
+    return reading, span, {k: cost(v, reading, cache.maximize, span) for k, v in raw.items()}
 
 
 #: Kernel Tuner's failure string for each failed outcome the loader reads (``kernel_tuner/util.py``).

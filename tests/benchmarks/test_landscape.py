@@ -100,3 +100,23 @@ def test_a_file_of_scores_is_described_on_its_score_in_its_direction(tmp_path, c
     with pytest.raises(SystemExit):
         landscape.main(["--cache", str(failed), "--out", str(tmp_path)])
     assert "no configuration with a valid 'score'" in capsys.readouterr().err
+
+
+def test_a_time_of_zero_is_refused_as_the_search_benchmark_refuses_it(tmp_path, capsys):
+    times = {(a, b): float(a + b) for a in (1, 2, 3) for b in (1, 2, 3)}
+    times[(1, 1)] = 0.0  # the loader reads it as valid: the optimum, with no ratio to it
+    with pytest.raises(SystemExit):
+        landscape.main(["--cache", str(_cache(tmp_path, "zero", times)), "--out", str(tmp_path)])
+    assert "records a time of 0 ms; times must be > 0" in capsys.readouterr().err
+
+
+def test_true_and_1_are_two_values_whose_configurations_are_neighbours(tmp_path):
+    times = {"0,1": 1.0, "False,1": 1.05, "1,1": 3.0, "0,2": 2.0, "False,2": 2.5, "1,2": 4.0}
+    cache = {k: {"A": json.loads(k.split(",")[0].lower()), "B": int(k.split(",")[1]), "time": t}
+             for k, t in times.items()}
+    path = tmp_path / "flags.json"
+    path.write_text(json.dumps({"tune_params_keys": ["A", "B"], "tune_params": {"A": [0, False, 1], "B": [1, 2]},
+                                "cache": cache}))
+    row = landscape.describe(path)
+    assert row["configurations"] == 6
+    assert row["best_neighbour"] == pytest.approx(1.05) and row["neighbour_rank"] == 2

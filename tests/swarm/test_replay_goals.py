@@ -433,3 +433,32 @@ def test_a_replay_runs_exported_cache_reads_back_as_recorded(tmp_path, recorded)
         recorded_entry = original.entries[key]
         for name in ("compile_time", "verification_time", "benchmark_time", "framework_time", "strategy_time"):
             assert entry.get(name) == recorded_entry.get(name), (key, name)
+
+
+@pytest.mark.django_db
+def test_an_export_names_the_goals_own_file_when_the_run_reuses_an_older_versions_evidence(tmp_path):
+    from kernels.interchange.tuning_cache import load_cache
+    from swarm.models import Run
+    from swarm.web.api.exports import kernel_tuner_cache
+
+    path = tmp_path / "data.json"
+
+    def write(device, size, values):
+        path.write_text(json.dumps({"device_name": device, "problem_size": size, "tune_params_keys": ["A"],
+                                    "tune_params": {"A": values},
+                                    "cache": {str(a): {"A": a, "time": 1.0 + a, "compile_time": 10.0 * a}
+                                              for a in values}}))
+
+    write("OLD", [100], [1, 2, 3])
+    first = factory("import-cache", str(path))
+    factory("run", "--goal", str(first["goal"]), "--budget", "3", "--seed", "1")
+    write("NEW", [200], [1, 2, 3, 4])  # no kernel_name either
+    second = factory("import-cache", str(path))
+    assert second["goal"] != first["goal"]
+    factory("run", "--goal", str(second["goal"]), "--budget", "4", "--seed", "1")  # reuses the first run's evidence
+    exported = kernel_tuner_cache(Run.objects.filter(goal_id=second["goal"]).latest("id"))
+    assert (exported["device_name"], exported["problem_size"], exported["kernel_name"]) == ("NEW", [200], "")
+    assert {e["compile_time"] for e in exported["cache"].values()} == {10.0, 20.0, 30.0, 40.0}
+    again = tmp_path / "again.json"
+    again.write_text(json.dumps(exported))
+    assert load_cache(again).kernel_name == load_cache(path).kernel_name == ""

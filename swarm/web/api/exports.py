@@ -16,8 +16,8 @@ on that objective; every other objective is in each ``ok`` entry too (``energy_j
 ``nvml_energy``).
 Every entry keeps Kernel Tuner's bookkeeping times (``compile_time`` ... in ms) where the
 evaluation has them: a replay's as the file recorded them, a compiled candidate's compile time.
-A run on a recorded file names the file's device and problem size, so that the export reads
-back as the file did.
+A run on a recorded file names the file's device, kernel and problem size (as the file reads
+now), so that the export reads back as the file does.
 Pending candidates, candidates with their own source (not the template) and unjudged ones
 (``invalid_input``: the workload's inputs failed, which says nothing about the configuration)
 are left out of the cache.
@@ -31,9 +31,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from kernels.interchange.tuning_cache import COST_FIELDS, recorded_field
+from kernels.backends import replay
+from kernels.interchange.tuning_cache import COST_FIELDS, TuningCache, TuningCacheError, recorded_field
 from kernels.space import labelled_params
-from swarm.models import PENDING_STATUSES, UNJUDGED_STATUSES, Candidate, Evidence, Run
+from swarm.models import PENDING_STATUSES, UNJUDGED_STATUSES, Candidate, Run
 from swarm.runs.progress import run_state
 
 FAILURE_MARKERS = {
@@ -103,12 +104,16 @@ def json_chunks(run: Run) -> Iterator[str]:
     yield "]}\n"
 
 
-def _recorded_environment(run: Run) -> dict[str, Any] | None:
-    """The fingerprint of a replay run's evidence (device, kernel and problem size the file
-    recorded); None for a run whose evidence is not a replay's."""
-    fingerprint = (Evidence.objects.filter(candidate__run=run, fingerprint__backend="replay")
-                   .values_list("fingerprint", flat=True).first())
-    return fingerprint if isinstance(fingerprint, dict) else None
+def _recorded_file(goal) -> TuningCache | None:
+    """The recorded file a replay goal searches, as it reads now (what importing it again
+    gives); None for another goal or when the file cannot be read any more."""
+    if goal.backend != "replay" or not goal.dataset_path:
+        return None
+    try:
+        goal.ensure_dataset()
+        return replay.get_dataset(goal.target[len(replay.PREFIX):])
+    except (KeyError, OSError, TuningCacheError):
+        return None
 
 
 def kernel_tuner_cache(run: Run) -> dict[str, Any]:
@@ -130,12 +135,11 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
         shape_list = [dict(s) for s in shapes]
     except KeyError:
         shape_list = []
-    device_name = goal.target
-    recorded = _recorded_environment(run)
-    if recorded:  # a replay: the device and problem size the file recorded
-        device_name = recorded.get("device_name") or device_name
-        if isinstance(recorded.get("problem_size"), list):
-            problem_size = recorded["problem_size"]
+    device_name, kernel_name = goal.target, goal.workload
+    recorded = _recorded_file(goal)
+    if recorded is not None:  # a replay: the device, kernel and problem size the file records
+        device_name, kernel_name = recorded.device_name, recorded.kernel_name
+        problem_size = list(recorded.problem_size or ())
     # the goal's objectives, under the fields a Kernel Tuner cache records them as
     primary = goal.objectives[0]
     field = recorded_field(primary["metric"])
@@ -191,7 +195,7 @@ def kernel_tuner_cache(run: Run) -> dict[str, Any]:
         cache[key] = entry
     return {
         "device_name": device_name,
-        "kernel_name": goal.workload,
+        "kernel_name": kernel_name,
         "problem_size": problem_size,
         "shape_set": goal.shape_set,
         "shapes": shape_list,
