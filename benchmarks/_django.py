@@ -22,7 +22,7 @@ def bench_django(database_url: str = "", keep: str = "", env: Mapping[str, str] 
         database_url: the database (default: a SQLite file in the folder).
         keep: a folder to use and keep (its SQLite file is reused between invocations);
             default: a temporary folder, removed at the end.
-        env: further environment for the settings (e.g. ``WHITENOISE_USE_FINDERS``).
+        env: further environment for the settings (e.g. ``SERVESTATIC_USE_FINDERS``).
         engines: whether the demo set-up registers the engines (slower; not every benchmark
             needs them).
     """

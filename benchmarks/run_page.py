@@ -170,7 +170,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
     ap.add_argument("--keep", default="", help="directory for the SQLite file, kept and reused between invocations")
     ap.add_argument("--collected", action="store_true",
-                    help="serve static files as production does (collectstatic, WHITENOISE_USE_FINDERS=0: hashed "
+                    help="serve static files as production does (collectstatic, SERVESTATIC_USE_FINDERS=0: hashed "
                          "names, immutable caching, gzip); default: from the sources under plain names, uncompressed")
     ap.add_argument("--out", default="", help="also write the results as JSON to this file")
     args = ap.parse_args()
@@ -179,7 +179,7 @@ def main() -> int:
     if not chromium:
         print("needs Debian's chromium (apt-get install chromium)", file=sys.stderr)
         return 2
-    env = {"DJANGO_ALLOW_ASYNC_UNSAFE": "true", "WHITENOISE_USE_FINDERS": "0" if args.collected else "1"}
+    env = {"DJANGO_ALLOW_ASYNC_UNSAFE": "true", "SERVESTATIC_USE_FINDERS": "0" if args.collected else "1"}
     with bench_django(args.database_url, keep=args.keep, env=env) as tmp:
         return _measure(args, chromium, tmp)
 

@@ -21,7 +21,7 @@ from swarm.learning.credit import endgame_share
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("INT21_VAR_DIR", BASE_DIR / "var"))
-# var/ holds the embedded database and collected static files; WhiteNoise warns if it is missing.
+# var/ holds the embedded database and collected static files; ServeStatic warns if it is missing.
 # The SQLite database (auth tokens included), its WAL and the collected static files: this
 # service's user only. Sandboxed candidates and the compiler run as another user
 # (KERNELS_SANDBOX_USER) and may read what is world-readable.
@@ -89,7 +89,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "servestatic.middleware.ServeStaticMiddleware",  # async: under ASGI it streams a file, not reads it whole
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -230,21 +230,22 @@ STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
 # plotly.js is served from the installed plotly package (no CDN): /static/plotly/plotly.min.js
 STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", Path(plotly.__file__).parent / "package_data")]
-# Two ways to serve static files. Development and tests (WHITENOISE_USE_FINDERS=1, the default):
+# Two ways to serve static files. Development and tests (SERVESTATIC_USE_FINDERS=1, the default):
 # from the app's static dir and the plotly package as they are, under their plain names.
-# Collected (scripts/demo, production: WHITENOISE_USE_FINDERS=0, for collectstatic and the
+# Collected (scripts/demo, production: SERVESTATIC_USE_FINDERS=0, for collectstatic and the
 # server alike): from STATIC_ROOT, under content-hashed names from collectstatic's manifest, which
-# WhiteNoise serves with a far-future "immutable" Cache-Control (a returning visit downloads
+# ServeStatic serves with a far-future "immutable" Cache-Control (a returning visit downloads
 # nothing, a changed file gets a new name), with the gzip copies collectstatic wrote
 # (plotly.min.js: 1.5 MB instead of 4.8 MB), and relative ES module imports rewritten to the
 # hashed names (int21_site/static_storage.py). Hashed names need the manifest, hence the switch.
-WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", True)
+# WHITENOISE_USE_FINDERS, its earlier name, is still read when the new one is not set.
+SERVESTATIC_USE_FINDERS = env_bool("SERVESTATIC_USE_FINDERS", env_bool("WHITENOISE_USE_FINDERS", True))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage" if WHITENOISE_USE_FINDERS
+    "staticfiles": {"BACKEND": "servestatic.storage.CompressedStaticFilesStorage" if SERVESTATIC_USE_FINDERS
                     else "int21_site.static_storage.ManifestStorage"},
 }
-WHITENOISE_AUTOREFRESH = DEBUG
+SERVESTATIC_AUTOREFRESH = DEBUG
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

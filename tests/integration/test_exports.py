@@ -1,8 +1,8 @@
 """Exports from the real server (uvicorn, ASGI), in both modes: whole, in order, chunked.
 
 That they reach the server as asynchronous iterators (not consumed whole first) is asserted
-where Django's warning can be told apart: tests/swarm/test_api.py (the server's log also holds
-the warning WhiteNoise's static files cause under ASGI, once per process)."""
+where Django's warning can be told apart: tests/swarm/test_api.py (and of static files in
+tests/swarm/test_static_files.py)."""
 
 import csv
 import io

@@ -160,5 +160,5 @@ def test_the_run_page_has_the_no_feasible_notice_and_its_script(big_goal, owner)
     page = c.get(f"/runs/{run.pk}/").content.decode()
     assert 'id="no-feasible"' in page and "js/violation.js" in page and "js/run/main.js" in page
     script = c.get("/static/js/run/best.js")
-    text = b"".join(script.streaming_content).decode()
+    text = b"".join(script).decode()  # the file's content, served as an asynchronous iterator
     assert "No feasible candidate: none of the" in text and "totalViolation(meta.constraints" in text

@@ -2,6 +2,7 @@
 under content-hashed names cached for good when served collected; the run page's ES modules
 import each other under those names."""
 
+import asyncio
 import os
 import posixpath
 import re
@@ -10,18 +11,29 @@ import sys
 
 from django.contrib.staticfiles.storage import staticfiles_storage
 from django.core.management import call_command
-from django.test import Client
+from django.test import AsyncClient, Client
 
 
 def test_plotly_is_served_from_the_package_without_collectstatic():
     r = Client().get("/static/plotly/plotly.min.js", HTTP_ACCEPT_ENCODING="gzip")
-    assert r.status_code == 200 and b"plotly" in b"".join(r.streaming_content)[:2000].lower()
+    assert r.status_code == 200 and b"plotly" in b"".join(r)[:2000].lower()
+
+
+def test_a_static_file_streams_under_asgi():
+    async def fetch():
+        r = await AsyncClient().get("/static/plotly/plotly.min.js")
+        # Django's ASGI handler reads a synchronous iterator whole before sending it, with a warning
+        assert r.is_async, "served through a synchronous iterator"
+        return r, b"".join([chunk async for chunk in r.streaming_content])
+
+    r, body = asyncio.run(fetch())
+    assert r.status_code == 200 and len(body) > 1_000_000 and b"plotly" in body[:2000].lower()
 
 
 def test_after_collectstatic_the_compressed_copies_are_served(tmp_path, settings):
     settings.STATIC_ROOT = str(tmp_path)
     call_command("collectstatic", "--noinput", "-v", "0")
-    settings.WHITENOISE_USE_FINDERS = False  # as scripts/demo and the production commands serve
+    settings.SERVESTATIC_USE_FINDERS = False  # as scripts/demo and the production commands serve
     plain = Client().get("/static/plotly/plotly.min.js")
     gz = Client().get("/static/plotly/plotly.min.js", HTTP_ACCEPT_ENCODING="gzip")
     assert plain.status_code == gz.status_code == 200
@@ -30,9 +42,9 @@ def test_after_collectstatic_the_compressed_copies_are_served(tmp_path, settings
 
 
 def _collected(tmp_path, settings):
-    """Static files collected and served as scripts/demo and production do (WHITENOISE_USE_FINDERS=0)."""
+    """Static files collected and served as scripts/demo and production do (SERVESTATIC_USE_FINDERS=0)."""
     settings.STATIC_ROOT = str(tmp_path)
-    settings.WHITENOISE_USE_FINDERS = False
+    settings.SERVESTATIC_USE_FINDERS = False
     settings.STORAGES = {**settings.STORAGES,
                          "staticfiles": {"BACKEND": "int21_site.static_storage.ManifestStorage"}}
     call_command("collectstatic", "--noinput", "-v", "0")
@@ -58,10 +70,18 @@ def test_the_settings_pick_hashed_names_when_serving_collected_files():
     code = ("import django; django.setup(); from django.conf import settings; "
             "print(settings.STORAGES['staticfiles']['BACKEND'])")
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "int21_site.settings"}
-    out = {flag: subprocess.run([sys.executable, "-c", code], env={**env, "WHITENOISE_USE_FINDERS": flag},
-                                capture_output=True, text=True, check=True).stdout.strip() for flag in ("0", "1")}
-    assert out == {"0": "int21_site.static_storage.ManifestStorage",
-                   "1": "whitenoise.storage.CompressedStaticFilesStorage"}
+    env = {k: v for k, v in env.items() if not k.endswith("_USE_FINDERS")}
+
+    def backend(**flags) -> str:
+        return subprocess.run([sys.executable, "-c", code], env={**env, **flags},
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    assert backend(SERVESTATIC_USE_FINDERS="0") == "int21_site.static_storage.ManifestStorage"
+    assert backend(SERVESTATIC_USE_FINDERS="1") == backend() == "servestatic.storage.CompressedStaticFilesStorage"
+    # the setting's earlier name still counts where the new one is not set
+    assert backend(WHITENOISE_USE_FINDERS="0") == "int21_site.static_storage.ManifestStorage"
+    assert backend(WHITENOISE_USE_FINDERS="0", SERVESTATIC_USE_FINDERS="1") == \
+        "servestatic.storage.CompressedStaticFilesStorage"
 
 
 IMPORT = re.compile(r"""^(?:import|export)\s[^;]*?\sfrom\s+"([^"]+)";?$""", re.M)
@@ -86,7 +106,7 @@ def test_the_collected_run_page_loads_its_whole_module_graph(tmp_path, settings,
         r = client.get(url)
         assert r.status_code == 200, url
         assert "immutable" in r["Cache-Control"], url
-        text = b"".join(r.streaming_content).decode()
+        text = b"".join(r).decode()
         for spec in IMPORT.findall(text):
             assert spec.startswith("."), (url, spec)
             target = posixpath.normpath(posixpath.join(posixpath.dirname(url), spec))
