@@ -8,10 +8,10 @@ recorded configurations of its search space with a valid value of the field a se
 minimises or maximises (``objective``: the ``time``, ms, or the objective of a file that records
 none, such as a hyperparameter tuner's ``score``; ``TuningCache.searched``). Failures, legacy
 ``1e20`` markers and entries outside ``tune_params`` are left out (``failed``, ``outside``), and
-a file with a valid time of 0 is refused, as the search benchmark does. Each value is read as the search benchmark's cost
-(``benchmarks.search_efficiency.cost``): a time as itself; a rate or energy as how many times
-worse than the optimum; a score, whose zero is arbitrary, as 1 plus its distance from the
-optimum as a share of the recorded range. "Time" below is that cost.
+a file with a valid time of 0 is refused, as the search benchmark does. Each value is read as
+the search benchmark's cost (``benchmarks.search_efficiency.cost``): a time as itself; a rate or
+energy as how many times worse than the optimum; a score, whose zero is arbitrary, as 1 plus
+its distance from the optimum as a share of the recorded range. "Time" below is that cost.
 
 - ``second_best``: the second-best time / the optimum (the optimum's margin).
 - ``best_neighbour``: the best time among the optimum's recorded Hamming-1 neighbours (one
@@ -56,8 +56,8 @@ from benchmarks.search_efficiency import default_caches, recorded_costs  # noqa:
 from kernels.interchange.tuning_cache import TuningCacheError, load_cache  # noqa: E402
 from kernels.interchange.values import value_kind  # noqa: E402
 
-COLUMNS = ("dataset", "objective", "configurations", "failed", "outside", "second_best", "best_neighbour", "within_1pct", "within_5pct",
-           "neighbour_rank", "random_evals_1pct", "fdc", "neighbour_corr")
+COLUMNS = ("dataset", "objective", "configurations", "failed", "outside", "second_best", "best_neighbour",
+           "within_1pct", "within_5pct", "neighbour_rank", "random_evals_1pct", "fdc", "neighbour_corr")
 
 
 def _pearson(x: np.ndarray, y: np.ndarray) -> float | None:
