@@ -78,6 +78,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "servestatic",  # its configuration checks
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
@@ -89,7 +90,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "servestatic.middleware.ServeStaticMiddleware",  # async: under ASGI it streams a file, not reads it whole
+    "int21_site.static_middleware.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -239,7 +240,8 @@ STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", Path(plotly.__file__).parent
 # (plotly.min.js: 1.5 MB instead of 4.8 MB), and relative ES module imports rewritten to the
 # hashed names (int21_site/static_storage.py). Hashed names need the manifest, hence the switch.
 # WHITENOISE_USE_FINDERS, its earlier name, is still read when the new one is not set.
-SERVESTATIC_USE_FINDERS = env_bool("SERVESTATIC_USE_FINDERS", env_bool("WHITENOISE_USE_FINDERS", True))
+SERVESTATIC_USE_FINDERS = env_bool("SERVESTATIC_USE_FINDERS" if os.environ.get("SERVESTATIC_USE_FINDERS")
+                                   else "WHITENOISE_USE_FINDERS", True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "servestatic.storage.CompressedStaticFilesStorage" if SERVESTATIC_USE_FINDERS

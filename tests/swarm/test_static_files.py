@@ -30,6 +30,12 @@ def test_a_static_file_streams_under_asgi():
     assert r.status_code == 200 and len(body) > 1_000_000 and b"plotly" in body[:2000].lower()
 
 
+def test_a_missing_static_file_is_a_404_with_debug_on_or_off(settings):
+    for debug in (False, True):
+        settings.DEBUG = debug
+        assert Client().get("/static/js/no-such-module.js").status_code == 404, debug
+
+
 def test_after_collectstatic_the_compressed_copies_are_served(tmp_path, settings):
     settings.STATIC_ROOT = str(tmp_path)
     call_command("collectstatic", "--noinput", "-v", "0")
@@ -80,8 +86,8 @@ def test_the_settings_pick_hashed_names_when_serving_collected_files():
     assert backend(SERVESTATIC_USE_FINDERS="1") == backend() == "servestatic.storage.CompressedStaticFilesStorage"
     # the setting's earlier name still counts where the new one is not set
     assert backend(WHITENOISE_USE_FINDERS="0") == "int21_site.static_storage.ManifestStorage"
-    assert backend(WHITENOISE_USE_FINDERS="0", SERVESTATIC_USE_FINDERS="1") == \
-        "servestatic.storage.CompressedStaticFilesStorage"
+    assert backend(WHITENOISE_USE_FINDERS="maybe", SERVESTATIC_USE_FINDERS="1") == \
+        "servestatic.storage.CompressedStaticFilesStorage"  # not read at all once the new name is set
 
 
 IMPORT = re.compile(r"""^(?:import|export)\s[^;]*?\sfrom\s+"([^"]+)";?$""", re.M)
