@@ -51,4 +51,4 @@ def emit(out: Path, name: str, heading: str, argv: list[str] | None, note: str, 
     else:
         print(table)
         print(verdict)
-        print(f"{payload['seconds']:.0f} s")
+        print(f"took {payload['seconds']:.1f} s")

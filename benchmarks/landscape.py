@@ -171,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     lone = [r["dataset"] for r in rows if (r["best_neighbour"] or 1.0) >= 1.1 and r["within_1pct"] == 1]
     verdict = (f"Lone-spike optima (no other configuration within 1%, best neighbour 10% or more behind): "
                f"{', '.join(lone) or 'none'}.")
-    emit(args.out, "landscape", "Landscape difficulty of the recorded tuning data", argv, f"{len(rows)} files.",
+    emit(args.out, "landscape", "Landscape difficulty of the recorded tuning data", argv,
+         f"{len(rows)} file{'' if len(rows) == 1 else 's'}.",
          payload, markdown(rows), verdict, as_json=args.json)
     return 0
 

@@ -1438,7 +1438,10 @@ def _write_report(args: argparse.Namespace, argv: list[str] | None, datasets: di
         + "; ".join(f"{k} ({v})" for k, v in left_out.items())
         + f".\n\n`swarm` is a first run of the kernel (nothing learned before); `swarm:transfer` runs after "
         f"{PRIOR_BUDGET}-evaluation runs on the kernel's other files of the same parameters, and starts from their "
-        "evidence (the same as `swarm` where a file has none)."
+        "evidence (the same as `swarm` where a file has none"
+        + (f": {', '.join(alone)}" if (alone := [d.name for d in datasets.values()
+                                                  if not siblings(d, list(datasets.values()))]) else "")
+        + ")."
         + _objective_note(datasets)
         + f"\n\n## Aggregate score (autotuning methodology, evaluations 1..{budgets[-1]})\n\n"
         + "The standard error is over runs (seeds), the files held fixed: with five or more runs per file, a "

@@ -55,7 +55,7 @@ def recover() -> int:
 
     tunings = recover_tunings()  # engine plan tunings whose next step may be lost
     if tunings:
-        log.info("sweep re-dispatched %d engine plan tunings", tunings)
+        log.info("sweep dispatched the next step of %d engine plan tunings", tunings)
     from swarm.engine_registry.bench_requests import recover as recover_benchmarks
 
     benches = recover_benchmarks()  # engine benchmarks requested from the page, not yet claimed

@@ -13,7 +13,7 @@ def test_the_markdown_is_headed_by_host_and_date_then_the_command(tmp_path, caps
     assert lines[0] == "# Landscape"
     assert lines[2].startswith("Host: ") and f"CPUs, {time.strftime('%Y-%m-%d', time.gmtime())}." in lines[2]
     assert lines[4] == "`python -m benchmarks.landscape`: 2 files."  # no stray space without arguments
-    assert capsys.readouterr().out == "| a |\n|---|\nok\n1 s\n"
+    assert capsys.readouterr().out == "| a |\n|---|\nok\ntook 1.0 s\n"
     emit(tmp_path, "landscape", "Landscape", ["--cache", "f.json"], "1 file.", {"seconds": 1.0}, "t", "v", as_json=True)
     assert "`python -m benchmarks.landscape --cache f.json`: 1 file." in (tmp_path / "landscape.md").read_text()
     assert json.loads(capsys.readouterr().out) == {"seconds": 1.0}

@@ -273,6 +273,7 @@ def test_the_report_counts_a_failed_run_of_ours_against_its_targets(tmp_path, mo
         "not met: 1 of 2 runs of swarm failed", "not met: 1 of 2 runs of swarm failed",
         "not met: 2 runs of swarm failed and are not in its score"]
     assert (out / "search_efficiency.md").read_text().count("✗") == 3  # the header's and both budgets'
+    assert "the same as `swarm` where a file has none: toy)" in (out / "search_efficiency.md").read_text()
     # the peers run again, ours taken from that report: its failures still count
     again = tmp_path / "again"
     assert search_efficiency.main(["--cache", str(tmp_path / "toy.json"), "--strategies", "kt:random_sample",
