@@ -91,6 +91,21 @@ class Goal(models.Model):
             except KeyError:
                 replay.register_dataset(self.dataset_path, dataset)
 
+    def recorded_file(self):
+        """The parsed recorded file of a replay goal (a
+        :class:`~kernels.interchange.tuning_cache.TuningCache`; an imported file is registered
+        in this process first, a replay folder's is found by name); None for another goal.
+
+        Raises:
+            KeyError: the goal's data set is not known here.
+            OSError: the file cannot be read.
+            kernels.interchange.tuning_cache.TuningCacheError: it is not a readable cache.
+        """
+        if not self.target.startswith(replay.PREFIX):
+            return None
+        self.ensure_dataset()
+        return replay.get_dataset(self.target[len(replay.PREFIX):])
+
     def space_size(self) -> int:
         """Number of points of the unrestricted space (product of value counts)."""
         return self.design_space().cartesian_size()

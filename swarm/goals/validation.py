@@ -21,7 +21,6 @@ import numpy as np
 
 import kernels
 import kernels.backends
-from kernels.backends import replay as replay_backend
 from swarm.models import Goal, target_backend
 
 NAME_MAX_LENGTH = 200
@@ -146,8 +145,7 @@ def check_space(value: Any, *, goal: Goal | None = None) -> tuple[kernels.Design
             f"this goal's space keeps its domain {domain!r} (the recorded configurations)" if domain else
             "'domain' belongs to replay goals (made by manage.py factory import-cache); leave it out"))])
     if domain:
-        goal.ensure_dataset()  # the domain's points come from the recorded file
-        space = _recorded_labels(space, goal)
+        space = _recorded_labels(space, goal)  # the domain's points come from the recorded file
     return space, space_size(space)
 
 
@@ -160,7 +158,7 @@ def _recorded_labels(space: kernels.DesignSpace, goal: Goal) -> kernels.DesignSp
         GoalInvalid: a value that is no position of a recorded name, or labels that differ from
             the file's names (left out, they are filled in).
     """
-    recorded = replay_backend.get_dataset(goal.target[len(replay_backend.PREFIX):]).labels
+    recorded = goal.recorded_file().labels
     params = []
     for p in space.parameters:
         names = recorded.get(p.name)

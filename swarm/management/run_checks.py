@@ -105,15 +105,12 @@ def _check_cuda(target: str, cannot: str) -> None:
 
 def _check_recorded(goal: Goal) -> None:
     """The recorded data of a replay goal is there and readable."""
-    from kernels.backends import replay as replay_backend
-
     where = goal.dataset_path
     if where and not Path(where).is_file():
         raise CommandError(f"goal {goal.pk}'s recorded data {where} is missing (no such file: deleted or moved); "
                            "put it back, or import the file again with `manage.py factory import-cache FILE`")
     try:
-        goal.ensure_dataset()
-        replay_backend.get_dataset(goal.target[len(replay_backend.PREFIX):])
+        goal.recorded_file()
     except (OSError, KeyError, ValueError) as exc:  # TuningCacheError is a ValueError
         text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         raise CommandError(f"goal {goal.pk}'s recorded data cannot be read: {text}") from None

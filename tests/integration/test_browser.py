@@ -197,6 +197,16 @@ def _watch_run(w, url: str) -> None:
     w.page.wait_for_function("document.body.dataset.drawn === '1'", timeout=60_000)
 
 
+def _best_table_heads(browser, stack: str, user: tuple[str, str], run_id: int):
+    """Sign in as ``user``, open run ``run_id``'s page until it is drawn, and return the page's
+    :class:`Watched` and the column heads of its best-candidates table."""
+    w = Watched(browser, stack)
+    w.login(*user)
+    _watch_run(w, f"{stack}/runs/{run_id}/")
+    w.page.wait_for_selector("#best-table tbody tr")
+    return w, w.page.eval_on_selector_all("#best-table thead th", "(ths) => ths.map((t) => t.textContent)")
+
+
 def _log_lines(page) -> list[str]:
     return page.eval_on_selector_all("#event-log li", "(lis) => lis.map((li) => li.textContent)")
 

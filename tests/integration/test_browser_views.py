@@ -9,7 +9,7 @@ import re
 import pytest
 
 from benchmarks.run_page import BENCH_SPACE, populate
-from tests.integration.test_browser import Watched, _watch_run, browser  # noqa: F401  (the browser fixture)
+from tests.integration.test_browser import Watched, _best_table_heads, _watch_run, browser  # noqa: F401  (the browser fixture)
 from tests.integration.test_browser_workbench import _evaluated
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
@@ -179,12 +179,8 @@ def test_a_run_on_recorded_scores_marks_its_highest_score_best(stack, demo_user,
     while pending:
         orchestrator.evaluate_batch([c.pk for c in pending])
         pending = orchestrator.advance(run.pk)
-    w = Watched(browser, stack)
+    w, heads = _best_table_heads(browser, stack, demo_user, run.pk)
     page = w.page
-    w.login(*demo_user)
-    _watch_run(w, f"{stack}/runs/{run.pk}/")
-    page.wait_for_selector("#best-table tbody tr")
-    heads = page.eval_on_selector_all("#best-table thead th", "(ths) => ths.map((t) => t.textContent)")
     assert "score" in heads and "GB/s" not in heads, heads
     ties = page.eval_on_selector_all("#best-table tbody td.tie", "(tds) => tds.map((t) => t.textContent)")
     assert ties[0] == "best" and not any(ties[1:]), ties

@@ -136,19 +136,15 @@ def test_the_goal_editor_follows_the_workloads_defaults_until_the_name_is_typed(
 
 
 def test_throughput_is_in_gflops_for_a_compute_bound_workload(stack, demo_user, browser):  # noqa: F811
-    from tests.integration.test_browser import _watch_run
+    from tests.integration.test_browser import _best_table_heads, _watch_run
 
     gemm, run, cands = _evaluated("gemm", "test-small", [
         {"latency_ms": 0.2 + 0.1 * i, "max_rel_error": 1e-7, "gbps": 0.128 / (1 + i), "gflops": 12.345678 / (1 + i)}
         for i in range(2)], name="gemm throughput")
     _, norm_run, _ = _evaluated("rmsnorm", "test-small", {"latency_ms": 0.5, "max_rel_error": 1e-7, "gbps": 10.0,
                                                            "gflops": 0.2}, name="rmsnorm throughput")
-    w = Watched(browser, stack)
+    w, heads = _best_table_heads(browser, stack, demo_user, run.pk)
     page = w.page
-    w.login(*demo_user)
-    _watch_run(w, f"{stack}/runs/{run.pk}/")
-    page.wait_for_selector("#best-table tbody tr")
-    heads = page.eval_on_selector_all("#best-table thead th", "(ths) => ths.map((t) => t.textContent)")
     assert "GFLOP/s" in heads and "GB/s" not in heads, heads
     assert page.inner_text("#best-table tbody tr:first-child td[data-metric=gflops]").startswith("12.3")
     page.locator("#best-table").scroll_into_view_if_needed()

@@ -31,7 +31,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from kernels.backends import replay
 from kernels.interchange.tuning_cache import COST_FIELDS, TuningCache, TuningCacheError, recorded_field
 from kernels.space import labelled_params
 from swarm.models import PENDING_STATUSES, UNJUDGED_STATUSES, Candidate, Run
@@ -107,11 +106,8 @@ def json_chunks(run: Run) -> Iterator[str]:
 def _recorded_file(goal) -> TuningCache | None:
     """The recorded file a replay goal searches, as it reads now (what importing it again
     gives); None for another goal or when the file cannot be read any more."""
-    if goal.backend != "replay" or not goal.dataset_path:
-        return None
     try:
-        goal.ensure_dataset()
-        return replay.get_dataset(goal.target[len(replay.PREFIX):])
+        return goal.recorded_file()
     except (KeyError, OSError, TuningCacheError):
         return None
 
